@@ -1,0 +1,112 @@
+# pemu: a GPU training cluster inside one process.
+#   make            build build/pemu, the tests and the benchmarks
+#   make run        the default demo
+#   make test       the test suite (installs missing packages first, see `make deps`)
+#   make asan/tsan  the test suite under ASan+UBSan / ThreadSanitizer
+#   make bench      benchmarks (CSV + summary into build/bench/)
+#   make plots      PNG plots from the benchmark CSV (gnuplot)
+#   make format     clang-format every source; make format-check only checks
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O3
+PREFIX  ?= /usr/local
+SANFLAGS ?=
+DEBS    := libopenblas-dev libcmocka-dev gnuplot-nox pkg-config
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
+        -Wformat=2 -Werror
+PKG_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+CMOCKA     := $(shell pkg-config --libs cmocka 2>/dev/null)
+CFLAGS_ALL := -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) -g $(WARN) -pthread -Iemu -Imodels -Isrc \
+              $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
+LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(SANFLAGS) $(LDFLAGS)
+
+LIB_SRC   := $(wildcard emu/*.c) $(wildcard models/*.c) $(filter-out src/pemu.c,$(wildcard src/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC  := $(wildcard tests/test_*.c)
+TESTS     := $(TEST_SRC:%.c=$(BUILD)/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES   := $(BENCH_SRC:%.c=$(BUILD)/%)
+FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*.[ch] tests/*.[ch] bench/*.[ch])
+
+.PHONY: all run test asan tsan bench plots deps format format-check install clean
+.SECONDARY:
+
+all: $(BUILD)/pemu $(TESTS) $(BENCHES)
+
+$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*.h) | check-pkgs
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/libpemu.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/pemu: $(BUILD)/src/pemu.o $(BUILD)/libpemu.a
+	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpemu.a
+	$(CC) $(CFLAGS_ALL) -o $@ $^ $(CMOCKA) $(LDLIBS_ALL)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpemu.a
+	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+# The default demo: the collective benchmark on 8 virtual A100s, with a timeline.
+run: deps $(BUILD)/pemu
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 8 -e 64M -f 4 --cluster dgx-a100
+
+test: deps $(BUILD)/pemu $(TESTS)
+	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TESTS)
+
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+tsan:
+	$(MAKE) BUILD=build/tsan OPT=-O1 SANFLAGS="-fsanitize=thread" \
+	  PEMU_TEST_SCALE=small test
+
+bench: deps $(BUILD)/pemu $(BENCHES)
+	@mkdir -p $(BUILD)/bench/out
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/coll $(BUILD)/bench/out
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 16 --nodes 2 -b 1K -e 256M -f 4 \
+	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_2nodes.csv
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 1K -e 256M -f 4 \
+	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_1node.csv
+
+plots: bench
+	gnuplot -e "dir='$(BUILD)/bench/out'" plots/coll.gp
+	@echo "wrote $(BUILD)/bench/out/coll_busbw.png"
+
+# Installs what the build needs from Debian's packages (as root, or through sudo), or says
+# exactly what to install.
+deps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "pemu needs:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && \
+	    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "install them with: apt-get install --no-install-recommends$$missing" >&2; exit 1; fi; \
+	fi
+
+check-pkgs:
+	@pkg-config --exists openblas cmocka 2>/dev/null || { \
+	  echo "openblas or cmocka not found by pkg-config: run 'make deps'" \
+	       "(apt-get install --no-install-recommends $(DEBS))" >&2; exit 1; }
+
+format:
+	clang-format -i $(FORMAT_SRC)
+
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+install: $(BUILD)/pemu
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/pemu $(DESTDIR)$(PREFIX)/bin/pemu
+
+clean:
+	rm -rf build

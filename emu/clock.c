@@ -1,0 +1,91 @@
+/* clock: stream cursors, events, the roofline and pacing; see clock.h. */
+#include "clock.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "internal.h"
+#include "util.h"
+
+int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
+{
+	const struct topo_gpu *g = &d->c->cfg.topo.gpu;
+	double t_math = flops / (g->peak_flops * g->efficiency) * 1e9;
+	double t_mem = bytes / g->hbm_bw * 1e9;
+
+	EMU_ASSERT(flops >= 0 && bytes >= 0);
+	return g->launch_ns + (int64_t)ceil(t_math > t_mem ? t_math : t_mem);
+}
+
+int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes)
+{
+	struct emu_stream_state *st = &d->stream[EMU_STREAM_COMPUTE];
+	int64_t dur = emu_compute_cost(d, flops, bytes);
+
+	if (d->c->cfg.trace) {
+		struct trace_ev ev = {.t0 = st->t, .t1 = st->t + dur, .stream = EMU_STREAM_COMPUTE,
+				      .sym = '#'};
+
+		snprintf(ev.name, sizeof ev.name, "%s", name);
+		trace_add_op(d, &ev);
+	}
+	st->t += dur;
+	emu_pace(d);
+	return dur;
+}
+
+int64_t emu_now(const struct emu_dev *d)
+{
+	return d->stream[EMU_STREAM_COMPUTE].t;
+}
+
+int64_t emu_stream_time(struct emu_dev *d, enum emu_stream s)
+{
+	EMU_ASSERT((unsigned)s < EMU_NSTREAMS);
+	if (d->stream[s].pending) {
+		int rc = coll_req_resolve(d, d->stream[s].pending);
+
+		if (rc)
+			return rc;
+	}
+	return d->stream[s].t;
+}
+
+int emu_event_record(struct emu_dev *d, enum emu_stream s, struct emu_event *ev)
+{
+	int64_t t = emu_stream_time(d, s);
+
+	if (t < 0)
+		return (int)t;
+	ev->t = t;
+	return 0;
+}
+
+void emu_stream_advance(struct emu_dev *d, enum emu_stream s, int64_t t)
+{
+	EMU_ASSERT((unsigned)s < EMU_NSTREAMS);
+	if (d->stream[s].t < t)
+		d->stream[s].t = t;
+}
+
+void emu_stream_wait_event(struct emu_dev *d, enum emu_stream s, const struct emu_event *ev)
+{
+	emu_stream_advance(d, s, ev->t);
+}
+
+void emu_pace(struct emu_dev *d)
+{
+	double pace = d->c->cfg.pace;
+	struct timespec ts;
+	int64_t target;
+
+	if (pace <= 0)
+		return;
+	target = d->wall_t0 + (int64_t)((double)emu_now(d) * pace);
+	ts.tv_sec = target / 1000000000;
+	ts.tv_nsec = target % 1000000000;
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}

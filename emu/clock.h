@@ -1,0 +1,45 @@
+/* clock: virtual time. Every device has streams (compute, comm, send, recv), each a
+ * cursor in integer nanoseconds, and events to order one stream after another, as CUDA
+ * streams and events do. An op starts at its stream's cursor (and after the events it
+ * waits for) and lasts its modelled duration, so overlap of compute and communication is
+ * exact and deterministic whatever the host threads do.
+ *
+ * Compute is charged by the roofline of the device preset (DESIGN.md §2):
+ *     launch + max(flops / (peak * efficiency), bytes / hbm_bw), rounded up to 1 ns. */
+#ifndef EMU_CLOCK_H
+#define EMU_CLOCK_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+
+struct emu_event {
+	int64_t t; /* virtual time the event completes */
+};
+
+/* Charges a kernel of flops and bytes to d's compute stream; returns its duration. name
+ * labels it in the trace (copied, truncated to 31 characters). */
+int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes);
+
+/* The roofline duration of such a kernel on d, without charging it. */
+int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes);
+
+/* The compute stream's cursor: the device's "now". */
+int64_t emu_now(const struct emu_dev *d);
+
+/* The cursor of stream s. If an op on s still waits for other devices to arrive, waits
+ * for them first (returns a negative enum emu_err if that fails). */
+int64_t emu_stream_time(struct emu_dev *d, enum emu_stream s);
+
+/* Records an event at the current end of stream s. 0 or a negative enum emu_err. */
+int emu_event_record(struct emu_dev *d, enum emu_stream s, struct emu_event *ev);
+/* Makes stream s wait for ev: nothing later on s starts before ev.t. */
+void emu_stream_wait_event(struct emu_dev *d, enum emu_stream s, const struct emu_event *ev);
+
+/* Moves stream s forward to t if it is behind (an idle wait, shown as nothing). */
+void emu_stream_advance(struct emu_dev *d, enum emu_stream s, int64_t t);
+
+/* With pacing on, sleeps until the wall clock has caught up with d's virtual clock. */
+void emu_pace(struct emu_dev *d);
+
+#endif

@@ -1,0 +1,816 @@
+/* cluster: device threads, channels, the rendezvous of ops, waiting, deadlock detection
+ * and errors. See internal.h for how devices meet and wait. */
+#include "internal.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "util.h"
+
+#define CHAN_BUCKETS 4096
+#define DEV_STACK_BYTES (2u << 20)
+/* Yields a waiting device makes before it sleeps, shared among the live devices: a few
+ * hundred for 8 devices (a tiny collective then costs microseconds), a handful for 1024
+ * (where spinning would only steal the core from the devices still to arrive). */
+#define SPIN_TOTAL 2048
+#define SPIN_MAX 256
+/* Devices listed in a deadlock report before the rest are counted. */
+#define REPORT_MAX_DEVS 32
+
+/* ------------------------------------------------------------------------------------ */
+/* Config                                                                               */
+
+int emu_config_default(struct emu_config *cfg, const char *topo_name)
+{
+	memset(cfg, 0, sizeof *cfg);
+	if (topo_preset(topo_name, &cfg->topo))
+		return -1;
+	cfg->ndev = topo_ndev(&cfg->topo);
+	return 0;
+}
+
+int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
+{
+	const struct topo *t = &cfg->topo;
+
+	if (t->nodes < 1 || t->gpus_per_node < 1) {
+		snprintf(buf, n, "the cluster needs at least 1 node of at least 1 GPU (got %d x %d)",
+			 t->nodes, t->gpus_per_node);
+		return -1;
+	}
+	if (cfg->ndev < 1 || cfg->ndev > topo_ndev(t)) {
+		snprintf(buf, n, "%d devices do not fit a cluster of %d node%s x %d GPUs = %d", cfg->ndev,
+			 t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, topo_ndev(t));
+		return -1;
+	}
+	if (cfg->pace < 0) {
+		snprintf(buf, n, "pace must be 0 (off) or positive, got %g", cfg->pace);
+		return -1;
+	}
+	for (int k = TOPO_LINK_INTRA; k < TOPO_LINK_NCLASS; k++) {
+		if (t->link[k].bw_bytes == 0 || t->link[k].lat_ns < 0) {
+			snprintf(buf, n, "the %s link needs a positive bandwidth and a latency >= 0",
+				 topo_link_class_name(k));
+			return -1;
+		}
+	}
+	if (t->gpu.peak_flops <= 0 || t->gpu.efficiency <= 0 || t->gpu.efficiency > 1 ||
+	    t->gpu.hbm_bw <= 0) {
+		snprintf(buf, n, "the GPU needs positive peak FLOP/s, HBM bandwidth, and an "
+				 "efficiency in (0, 1]");
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Cluster                                                                              */
+
+struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
+{
+	struct emu_cluster *c = emu_xcalloc(1, sizeof *c);
+	char why[256];
+
+	if (emu_config_check(cfg, why, sizeof why))
+		emu_die("emu_cluster_new: %s", why);
+	c->cfg = *cfg;
+	if (!c->cfg.mem_cap)
+		c->cfg.mem_cap = cfg->topo.gpu.hbm_bytes;
+	c->devs = emu_xcalloc((size_t)cfg->ndev, sizeof *c->devs);
+	if (pthread_mutex_init(&c->lock, NULL))
+		emu_die("pthread_mutex_init failed");
+	for (int i = 0; i < cfg->ndev; i++) {
+		struct emu_dev *d = &c->devs[i];
+
+		d->c = c;
+		d->id = i;
+		if (pthread_cond_init(&d->cond, NULL))
+			emu_die("pthread_cond_init failed");
+	}
+	c->chan_nbuckets = CHAN_BUCKETS;
+	c->chan_tab = emu_xcalloc(c->chan_nbuckets, sizeof *c->chan_tab);
+	return c;
+}
+
+static void op_free(struct op *op)
+{
+	for (int i = 0; i < op->ch->n; i++) {
+		if (op->has[i]) {
+			free(op->arg[i].send_counts);
+			free(op->arg[i].recv_counts);
+		}
+	}
+	free(op->arg);
+	free(op->has);
+	free(op);
+}
+
+/* Forgets every op of every channel: channels start the next run at call 0. */
+static void chans_reset(struct emu_cluster *c)
+{
+	for (size_t b = 0; b < c->chan_nbuckets; b++) {
+		for (struct emu_group *ch = c->chan_tab[b]; ch; ch = ch->hnext) {
+			while (ch->pending) {
+				struct op *op = ch->pending;
+
+				ch->pending = op->next;
+				op_free(op);
+			}
+			memset(ch->seq, 0, (size_t)ch->n * sizeof *ch->seq);
+		}
+	}
+}
+
+static void dev_reset_results(struct emu_dev *d)
+{
+	free(d->err_report);
+	d->err_report = NULL;
+	d->err = 0;
+	memset(&d->stats, 0, sizeof d->stats);
+	memset(d->stream, 0, sizeof d->stream);
+	trace_reset(d);
+}
+
+void emu_cluster_free(struct emu_cluster *c)
+{
+	if (!c)
+		return;
+	chans_reset(c);
+	for (size_t b = 0; b < c->chan_nbuckets; b++) {
+		struct emu_group *ch = c->chan_tab[b];
+
+		while (ch) {
+			struct emu_group *next = ch->hnext;
+
+			free(ch->devs);
+			free(ch->seq);
+			free(ch->hier_order);
+			free(ch);
+			ch = next;
+		}
+	}
+	for (int i = 0; i < c->cfg.ndev; i++) {
+		dev_reset_results(&c->devs[i]);
+		free(c->devs[i].trace.ev);
+		free(c->devs[i].trace.mem);
+		pthread_cond_destroy(&c->devs[i].cond);
+	}
+	pthread_mutex_destroy(&c->lock);
+	free(c->chan_tab);
+	free(c->devs);
+	free(c->err_report);
+	free(c);
+}
+
+const char *emu_cluster_report(const struct emu_cluster *c)
+{
+	return c->err_report ? c->err_report : "";
+}
+
+int64_t emu_cluster_wall_ns(const struct emu_cluster *c)
+{
+	return c->wall_ns;
+}
+
+const struct emu_config *emu_cluster_config(const struct emu_cluster *c)
+{
+	return &c->cfg;
+}
+
+struct emu_dev *emu_cluster_dev(struct emu_cluster *c, int id)
+{
+	EMU_ASSERT(id >= 0 && id < c->cfg.ndev);
+	return &c->devs[id];
+}
+
+int emu_dev_id(const struct emu_dev *d)
+{
+	return d->id;
+}
+
+int emu_dev_count(const struct emu_dev *d)
+{
+	return d->c->cfg.ndev;
+}
+
+int emu_dev_dry_run(const struct emu_dev *d)
+{
+	return d->c->cfg.dry_run;
+}
+
+const struct topo *emu_dev_topo(const struct emu_dev *d)
+{
+	return &d->c->cfg.topo;
+}
+
+const char *emu_err_name(int err)
+{
+	switch (err) {
+	case EMU_OK: return "ok";
+	case EMU_EOOM: return "device out of memory";
+	case EMU_EMISMATCH: return "collective mismatch";
+	case EMU_EDEADLOCK: return "deadlock";
+	case EMU_EABORTED: return "aborted";
+	case EMU_EDEVICE: return "device failure";
+	case EMU_EINVAL: return "invalid argument";
+	default: return "unknown error";
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Errors                                                                               */
+
+/* Records err (report is taken over) and wakes every device. The run's error is the
+ * first one recorded; a device's own error is also kept on the device so that the run
+ * can report the lowest device's, whatever order the threads failed in. */
+void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report)
+{
+	if (dev >= 0 && !c->devs[dev].err) {
+		c->devs[dev].err = err;
+		c->devs[dev].err_report = strdup(report);
+	}
+	if (!c->err) {
+		c->err = err;
+		c->err_dev = dev;
+		c->err_report = report;
+	} else {
+		free(report);
+	}
+	atomic_store(&c->failed, 1);
+	for (int i = 0; i < c->cfg.ndev; i++)
+		pthread_cond_signal(&c->devs[i].cond);
+}
+
+static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
+{
+	struct emu_str s = {0};
+	va_list ap2;
+	char *msg;
+	int n;
+
+	va_copy(ap2, ap);
+	n = vsnprintf(NULL, 0, fmt, ap2);
+	va_end(ap2);
+	msg = emu_xmalloc((size_t)n + 1);
+	vsnprintf(msg, (size_t)n + 1, fmt, ap);
+	emu_str_addf(&s, "device %d: %s", d->id, msg);
+	free(msg);
+	pthread_mutex_lock(&d->c->lock);
+	cluster_fail_locked(d->c, err, d->id, s.s);
+	pthread_mutex_unlock(&d->c->lock);
+	return err;
+}
+
+int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	err = dev_vfail(d, err, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int emu_dev_fail(struct emu_dev *d, const char *fmt, ...)
+{
+	va_list ap;
+	int err;
+
+	va_start(ap, fmt);
+	err = dev_vfail(d, EMU_EDEVICE, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int dev_check_failed(struct emu_dev *d)
+{
+	return atomic_load_explicit(&d->c->failed, memory_order_acquire) ? EMU_EABORTED : 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Channels                                                                             */
+
+static uint64_t chan_hash(enum chan_kind kind, const int *devs, int n)
+{
+	uint64_t h = 1469598103934665603ULL ^ (uint64_t)kind;
+
+	for (int i = 0; i < n; i++) {
+		h ^= (uint64_t)(unsigned)devs[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+/* The node-aware layout of a group, if it spans nodes evenly with more than one member
+ * on each (see coll.h for the algorithm). */
+static void chan_find_hier(const struct topo *t, struct emu_group *ch)
+{
+	int *node_of = emu_xmalloc((size_t)ch->n * sizeof *node_of); /* node slot per member */
+	int *first = emu_xmalloc((size_t)ch->n * sizeof *first);    /* node id per slot */
+	int *cnt = emu_xcalloc((size_t)ch->n, sizeof *cnt);
+	int k = 0, ok = 1;
+
+	for (int i = 0; i < ch->n; i++) {
+		int node = topo_node(t, ch->devs[i]), s;
+
+		for (s = 0; s < k && first[s] != node; s++)
+			;
+		if (s == k)
+			first[k++] = node;
+		node_of[i] = s;
+		cnt[s]++;
+	}
+	for (int s = 0; s < k; s++)
+		ok &= cnt[s] == cnt[0];
+	if (k > 1 && ok && cnt[0] > 1) {
+		int pos = 0;
+
+		ch->hier_nodes = k;
+		ch->hier_local = cnt[0];
+		ch->hier_order = emu_xmalloc((size_t)ch->n * sizeof *ch->hier_order);
+		for (int s = 0; s < k; s++)
+			for (int i = 0; i < ch->n; i++)
+				if (node_of[i] == s)
+					ch->hier_order[pos++] = i;
+	}
+	free(node_of);
+	free(first);
+	free(cnt);
+}
+
+/* The channel of kind over devs, created on first use. Under c->lock. */
+static struct emu_group *chan_get_locked(struct emu_cluster *c, enum chan_kind kind,
+					 const int *devs, int n)
+{
+	uint64_t h = chan_hash(kind, devs, n);
+	size_t b = h % c->chan_nbuckets;
+	struct emu_group *ch;
+
+	for (ch = c->chan_tab[b]; ch; ch = ch->hnext)
+		if (ch->hash == h && ch->kind == kind && ch->n == n &&
+		    !memcmp(ch->devs, devs, (size_t)n * sizeof *devs))
+			return ch;
+	ch = emu_xcalloc(1, sizeof *ch);
+	ch->kind = kind;
+	ch->n = n;
+	ch->devs = emu_xmalloc((size_t)n * sizeof *devs);
+	memcpy(ch->devs, devs, (size_t)n * sizeof *devs);
+	ch->seq = emu_xcalloc((size_t)n, sizeof *ch->seq);
+	ch->link = topo_group_link_class(&c->cfg.topo, devs, n);
+	if (kind == CHAN_GROUP)
+		chan_find_hier(&c->cfg.topo, ch);
+	ch->hash = h;
+	ch->hnext = c->chan_tab[b];
+	c->chan_tab[b] = ch;
+	c->nchans++;
+	return ch;
+}
+
+struct emu_group *chan_p2p(struct emu_dev *d, int src, int dst)
+{
+	int devs[2] = {src, dst};
+	struct emu_group *ch;
+
+	pthread_mutex_lock(&d->c->lock);
+	ch = chan_get_locked(d->c, CHAN_P2P, devs, 2);
+	pthread_mutex_unlock(&d->c->lock);
+	return ch;
+}
+
+struct emu_group *emu_group_get(struct emu_dev *d, const int *devs, int n)
+{
+	struct emu_cluster *c = d->c;
+	struct emu_group *g;
+	int member = 0;
+
+	if (n < 1 || n > c->cfg.ndev) {
+		dev_fail(d, EMU_EINVAL, "emu_group_get: a group of %d devices on a cluster of %d", n,
+			 c->cfg.ndev);
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		if (devs[i] < 0 || devs[i] >= c->cfg.ndev) {
+			dev_fail(d, EMU_EINVAL, "emu_group_get: device %d is not in the cluster (0..%d)", devs[i],
+				     c->cfg.ndev - 1);
+			return NULL;
+		}
+		for (int j = 0; j < i; j++) {
+			if (devs[j] == devs[i]) {
+				dev_fail(d, EMU_EINVAL, "emu_group_get: device %d is listed twice", devs[i]);
+				return NULL;
+			}
+		}
+		member |= devs[i] == d->id;
+	}
+	if (!member) {
+		dev_fail(d, EMU_EINVAL, "emu_group_get: device %d asked for a group it is not in", d->id);
+		return NULL;
+	}
+	pthread_mutex_lock(&c->lock);
+	g = chan_get_locked(c, CHAN_GROUP, devs, n);
+	pthread_mutex_unlock(&c->lock);
+	return g;
+}
+
+struct emu_group *emu_world(struct emu_dev *d)
+{
+	return d->c->world;
+}
+
+int emu_group_size(const struct emu_group *g)
+{
+	return g->n;
+}
+
+int emu_group_rank(const struct emu_group *g, const struct emu_dev *d)
+{
+	for (int i = 0; i < g->n; i++)
+		if (g->devs[i] == d->id)
+			return i;
+	return -1;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Rendezvous                                                                           */
+
+static void describe_group(struct emu_str *s, const struct emu_group *ch)
+{
+	int contiguous = 1;
+
+	for (int i = 1; i < ch->n; i++)
+		contiguous &= ch->devs[i] == ch->devs[0] + i;
+	if (ch->n > 2 && contiguous) {
+		emu_str_addf(s, "{%d..%d}", ch->devs[0], ch->devs[ch->n - 1]);
+		return;
+	}
+	emu_str_addf(s, "{");
+	for (int i = 0; i < ch->n && i < 16; i++)
+		emu_str_addf(s, "%s%d", i ? "," : "", ch->devs[i]);
+	emu_str_addf(s, ch->n > 16 ? ",... (%d devices)}" : "}", ch->n);
+}
+
+static char *mismatch_report(const struct op *op)
+{
+	struct emu_str s = {0};
+
+	emu_str_addf(&s, "collective mismatch: call #%llu on group ", (unsigned long long)op->seq);
+	describe_group(&s, op->ch);
+	emu_str_addf(&s, " was not the same on every member:");
+	for (int i = 0; i < op->ch->n; i++) {
+		emu_str_addf(&s, "\n  device %d: ", op->ch->devs[i]);
+		if (op->has[i])
+			coll_describe_arg(&s, op->ch, &op->arg[i]);
+		else
+			emu_str_addf(&s, "has not called it");
+	}
+	return s.s;
+}
+
+static void wake_waiters_locked(struct emu_cluster *c, struct op *op)
+{
+	for (int i = 0; i < op->ch->n; i++) {
+		struct emu_dev *w = &c->devs[op->ch->devs[i]];
+
+		if (w->blocked && w->wait_op == op) {
+			w->blocked = 0;
+			c->nblocked--;
+			pthread_cond_signal(&w->cond);
+		}
+	}
+}
+
+int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct op_arg *arg,
+	       struct op **out)
+{
+	struct emu_cluster *c = d->c;
+	uint64_t k;
+	struct op *op, **tail;
+
+	pthread_mutex_lock(&c->lock);
+	if (atomic_load(&c->failed)) {
+		pthread_mutex_unlock(&c->lock);
+		return EMU_EABORTED;
+	}
+	k = ch->seq[member]++;
+	for (tail = &ch->pending; *tail && (*tail)->seq != k; tail = &(*tail)->next)
+		;
+	op = *tail;
+	if (!op) {
+		op = emu_xcalloc(1, sizeof *op);
+		op->ch = ch;
+		op->seq = k;
+		op->arg = emu_xcalloc((size_t)ch->n, sizeof *op->arg);
+		op->has = emu_xcalloc((size_t)ch->n, 1);
+		*tail = op;
+	}
+	for (int i = 0; i < ch->n; i++) {
+		if (op->has[i]) {
+			op->mismatch |= coll_mismatch(&op->arg[i], arg);
+			break;
+		}
+	}
+	op->arg[member] = *arg;
+	op->has[member] = 1;
+	op->arrived++;
+	op->refs++;
+	if (op->arrived == ch->n) {
+		*tail = op->next; /* no one else will look for this seq */
+		op->next = NULL;
+		op->mismatch |= coll_op_resolve(c, op);
+		if (op->mismatch) {
+			cluster_fail_locked(c, EMU_EMISMATCH, -1, mismatch_report(op));
+		} else {
+			atomic_store_explicit(&op->ready, 1, memory_order_release);
+			wake_waiters_locked(c, op);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	*out = op;
+	return 0;
+}
+
+void rdv_release(struct emu_dev *d, struct op *op)
+{
+	struct emu_cluster *c = d->c;
+
+	pthread_mutex_lock(&c->lock);
+	EMU_ASSERT(op->refs > 0);
+	if (--op->refs == 0 && op->arrived == op->ch->n)
+		op_free(op);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Deadlock                                                                             */
+
+static void describe_wait(struct emu_str *s, struct emu_cluster *c, const struct emu_dev *d)
+{
+	const struct op *op = d->wait_op;
+	int first = 1;
+
+	coll_describe_arg(s, op->ch, &op->arg[d->wait_member]);
+	emu_str_addf(s, " waits for");
+	for (int i = 0; i < op->ch->n; i++) {
+		const struct emu_dev *p;
+
+		if (op->has[i])
+			continue;
+		p = &c->devs[op->ch->devs[i]];
+		emu_str_addf(s, "%s device %d", first ? "" : ",", p->id);
+		first = 0;
+		if (p->finished)
+			emu_str_addf(s, " (returned)");
+		else if (p->blocked)
+			emu_str_addf(s, " (blocked in %s)", coll_op_name(p->wait_op->arg[p->wait_member].kind));
+	}
+}
+
+/* Two blocked devices, each in the other's group, waiting on different groups: they
+ * called the same collective step on different member lists. */
+static char *group_mismatch_report(struct emu_cluster *c)
+{
+	for (int a = 0; a < c->cfg.ndev; a++) {
+		struct emu_dev *da = &c->devs[a];
+
+		if (!da->blocked || da->wait_op->ch->kind != CHAN_GROUP)
+			continue;
+		for (int b = a + 1; b < c->cfg.ndev; b++) {
+			struct emu_dev *db = &c->devs[b];
+			struct emu_str s = {0};
+
+			if (!db->blocked || db->wait_op->ch->kind != CHAN_GROUP ||
+			    db->wait_op->ch == da->wait_op->ch || emu_group_rank(da->wait_op->ch, db) < 0 ||
+			    emu_group_rank(db->wait_op->ch, da) < 0)
+				continue;
+			emu_str_addf(&s, "collective mismatch: devices %d and %d called a collective on "
+					 "different groups:", a, b);
+			emu_str_addf(&s, "\n  device %d: ", a);
+			coll_describe_arg(&s, da->wait_op->ch, &da->wait_op->arg[da->wait_member]);
+			emu_str_addf(&s, "\n  device %d: ", b);
+			coll_describe_arg(&s, db->wait_op->ch, &db->wait_op->arg[db->wait_member]);
+			return s.s;
+		}
+	}
+	return NULL;
+}
+
+static void check_deadlock_locked(struct emu_cluster *c)
+{
+	struct emu_str s = {0};
+	char *mm;
+	int listed = 0, nfinished = 0;
+
+	if (atomic_load(&c->failed) || c->nlive == 0 || c->nblocked < c->nlive)
+		return;
+	for (int i = 0; i < c->cfg.ndev; i++) {
+		struct emu_dev *d = &c->devs[i];
+
+		if (d->blocked && d->wait_op->mismatch) {
+			cluster_fail_locked(c, EMU_EMISMATCH, -1, mismatch_report(d->wait_op));
+			return;
+		}
+	}
+	mm = group_mismatch_report(c);
+	if (mm) {
+		cluster_fail_locked(c, EMU_EMISMATCH, -1, mm);
+		return;
+	}
+	for (int i = 0; i < c->cfg.ndev; i++)
+		nfinished += c->devs[i].finished;
+	emu_str_addf(&s, "deadlock: no device can make progress (%d blocked, %d returned)", c->nblocked,
+		     nfinished);
+	for (int i = 0; i < c->cfg.ndev; i++) {
+		struct emu_dev *d = &c->devs[i];
+
+		if (!d->blocked)
+			continue;
+		if (listed++ == REPORT_MAX_DEVS) {
+			emu_str_addf(&s, "\n  ... and %d more blocked devices", c->nblocked - REPORT_MAX_DEVS);
+			break;
+		}
+		emu_str_addf(&s, "\n  device %d: ", d->id);
+		describe_wait(&s, c, d);
+	}
+	cluster_fail_locked(c, EMU_EDEADLOCK, -1, s.s);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Waiting                                                                              */
+
+int dev_wait_ready(struct emu_dev *d, struct op *op, int member)
+{
+	struct emu_cluster *c = d->c;
+	int spins;
+
+	if (atomic_load_explicit(&op->ready, memory_order_acquire))
+		return 0;
+	spins = SPIN_TOTAL / (c->cfg.ndev > 0 ? c->cfg.ndev : 1);
+	if (spins > SPIN_MAX)
+		spins = SPIN_MAX;
+	for (int i = 0; i < spins; i++) {
+		sched_yield();
+		if (atomic_load_explicit(&op->ready, memory_order_acquire))
+			return 0;
+		if (atomic_load_explicit(&c->failed, memory_order_relaxed))
+			break;
+	}
+	pthread_mutex_lock(&c->lock);
+	while (!atomic_load_explicit(&op->ready, memory_order_acquire) && !atomic_load(&c->failed)) {
+		d->blocked = 1;
+		d->wait_op = op;
+		d->wait_member = member;
+		c->nblocked++;
+		check_deadlock_locked(c);
+		while (d->blocked && !atomic_load(&c->failed))
+			pthread_cond_wait(&d->cond, &c->lock);
+		if (d->blocked) {
+			d->blocked = 0;
+			c->nblocked--;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return atomic_load_explicit(&op->ready, memory_order_acquire) ? 0 : EMU_EABORTED;
+}
+
+void dev_wait_tasks(struct emu_dev *d, struct op *op)
+{
+	int t;
+
+	(void)d;
+	while ((t = atomic_fetch_add(&op->next_task, 1)) < op->ntasks) {
+		coll_op_run_task(op, t);
+		atomic_fetch_add_explicit(&op->tasks_done, 1, memory_order_release);
+	}
+	/* The tasks left are running on other members: short, and never waiting on anyone. */
+	while (atomic_load_explicit(&op->tasks_done, memory_order_acquire) < op->ntasks)
+		sched_yield();
+}
+
+int emu_barrier(struct emu_dev *d)
+{
+	struct op_arg arg = {.kind = OP_BARRIER};
+	struct op *op;
+	int rc = rdv_arrive(d, d->c->world, d->id, &arg, &op);
+
+	if (rc)
+		return rc;
+	rc = dev_wait_ready(d, op, d->id);
+	rdv_release(d, op);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Running                                                                              */
+
+static void *dev_main(void *p)
+{
+	struct emu_dev *d = p;
+	struct emu_cluster *c = d->c;
+	int rc;
+
+	d->wall_t0 = emu_wall_ns();
+	trace_add_mem(d);
+	rc = c->fn(d, c->fn_arg);
+	/* Requests the function left unwaited: wait for them (their peers may need this
+	 * device's data) when it succeeded, drop them when it failed. */
+	while (d->reqs) {
+		struct coll_req *r = d->reqs;
+
+		if (rc == 0) {
+			rc = coll_wait(d, r);
+		} else {
+			d->reqs = r->next;
+			rdv_release(d, r->op);
+			free(r);
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	if (rc && rc != EMU_EABORTED && !d->err) {
+		struct emu_str s = {0};
+
+		emu_str_addf(&s, "device %d: the device function returned %d (%s)", d->id, rc,
+			     emu_err_name(rc));
+		cluster_fail_locked(c, rc < 0 && rc >= EMU_EINVAL ? rc : EMU_EDEVICE, d->id, s.s);
+	}
+	d->finished = 1;
+	c->nlive--;
+	check_deadlock_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
+{
+	int n = c->cfg.ndev;
+	int *all = emu_xmalloc((size_t)n * sizeof *all);
+	pthread_attr_t attr;
+	int64_t t0;
+
+	/* Reset what the previous run left. */
+	chans_reset(c);
+	free(c->err_report);
+	c->err_report = NULL;
+	c->err = 0;
+	c->err_dev = -1;
+	atomic_store(&c->failed, 0);
+	c->nblocked = 0;
+	c->nlive = n;
+	c->fn = fn;
+	c->fn_arg = arg;
+	for (int i = 0; i < n; i++) {
+		struct emu_dev *d = &c->devs[i];
+
+		dev_reset_results(d);
+		d->blocked = 0;
+		d->finished = 0;
+		d->wait_op = NULL;
+		d->reqs = d->reqs_tail = NULL;
+		d->wire_bytes = 4;
+		memset(&d->mem, 0, sizeof d->mem);
+		d->mem.cap = c->cfg.mem_cap;
+		all[i] = i;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->world = chan_get_locked(c, CHAN_GROUP, all, n);
+	pthread_mutex_unlock(&c->lock);
+	free(all);
+
+	if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, DEV_STACK_BYTES))
+		emu_die("pthread_attr_init failed");
+	t0 = emu_wall_ns();
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&c->devs[i].thread, &attr, dev_main, &c->devs[i]))
+			emu_die("pthread_create failed for device %d of %d", i, n);
+	for (int i = 0; i < n; i++)
+		if (pthread_join(c->devs[i].thread, NULL))
+			emu_die("pthread_join failed");
+	c->wall_ns = emu_wall_ns() - t0;
+	pthread_attr_destroy(&attr);
+
+	for (int i = 0; i < n; i++)
+		mem_release_all(&c->devs[i]);
+	chans_reset(c);
+
+	/* Of several devices that failed on their own, report the lowest one, so that the
+	 * report does not depend on which thread got there first. */
+	if (c->err && c->err_dev >= 0) {
+		for (int i = 0; i < n; i++) {
+			struct emu_dev *d = &c->devs[i];
+
+			if (d->err && d->err != EMU_EABORTED) {
+				if (i != c->err_dev) {
+					free(c->err_report);
+					c->err_report = strdup(d->err_report);
+					c->err = d->err;
+					c->err_dev = i;
+				}
+				break;
+			}
+		}
+	}
+	return c->err;
+}

@@ -1,0 +1,104 @@
+/* cluster: a GPU cluster inside one process. Each virtual GPU ("device") is a thread;
+ * emu_cluster_run() starts one per device, runs the same function on each (SPMD, as
+ * torchrun does), joins them and returns the first error with a report.
+ *
+ *     struct emu_config cfg;
+ *     emu_config_default(&cfg, "dgx-a100");   // 1 node x 8 A100, NVLink, IB
+ *     struct emu_cluster *c = emu_cluster_new(&cfg);
+ *     if (emu_cluster_run(c, my_device_fn, my_arg))
+ *             fputs(emu_cluster_report(c), stderr);
+ *     emu_cluster_free(c);
+ *
+ * A device function receives its struct emu_dev and calls mem_* (memory accounting),
+ * emu_compute (virtual time for math) and coll_* (communication) on it. Those calls
+ * return 0 or a negative enum emu_err; on an error the device function should return
+ * it. Nothing here reads the wall clock to decide anything: the same function and
+ * config give the same results, virtual times and traces on every run. */
+#ifndef EMU_CLUSTER_H
+#define EMU_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "topo.h"
+
+struct emu_cluster;
+struct emu_dev;
+struct emu_group;
+
+enum emu_err {
+	EMU_OK = 0,
+	EMU_EOOM = -1,      /* a device went over its memory cap */
+	EMU_EMISMATCH = -2, /* members of a collective called different things */
+	EMU_EDEADLOCK = -3, /* every live device waits on another */
+	EMU_EABORTED = -4,  /* another device failed first: stop and return */
+	EMU_EDEVICE = -5,   /* the device function reported a failure (emu_dev_fail) */
+	EMU_EINVAL = -6,    /* a device called an emu function with a bad argument */
+};
+
+/* The streams of a device, each with its own virtual time cursor. Collectives run on
+ * COMM, sends on SEND and receives on RECV, so a send never waits behind a receive. */
+enum emu_stream { EMU_STREAM_COMPUTE, EMU_STREAM_COMM, EMU_STREAM_SEND, EMU_STREAM_RECV, EMU_NSTREAMS };
+
+struct emu_config {
+	struct topo topo;  /* the hardware */
+	int ndev;          /* devices to start: the first ndev of the topology */
+	int dry_run;       /* 1: no data, only shapes, time and memory accounting */
+	uint64_t mem_cap;  /* bytes per device; 0: the GPU's HBM size */
+	double pace;       /* >0: wall clock follows virtual clock * pace (a demo aid) */
+	int trace;         /* 1: record every op for trace_write_json / trace_timeline */
+};
+
+/* A config for preset topo_name (see topo.h) with every device of one node, execute mode,
+ * the GPU's memory as cap, no pacing, no trace. -1 if the preset is unknown. */
+int emu_config_default(struct emu_config *cfg, const char *topo_name);
+
+/* A new cluster. cfg is copied. Dies on host failure; config errors are the caller's to
+ * check first (emu_config_check). */
+struct emu_cluster *emu_cluster_new(const struct emu_config *cfg);
+void emu_cluster_free(struct emu_cluster *c);
+
+/* Why cfg cannot run, as one line into buf, or 0 if it can. */
+int emu_config_check(const struct emu_config *cfg, char *buf, size_t n);
+
+typedef int (*emu_dev_fn)(struct emu_dev *d, void *arg);
+
+/* Runs fn on every device, each in its own thread, and joins them. Returns 0, or the
+ * run's error (enum emu_err) with its report in emu_cluster_report(). Every device's
+ * memory is released before it returns, error or not; statistics and the trace stay
+ * until the next run or emu_cluster_free. */
+int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg);
+
+/* The last run's error report ("" if none). Owned by the cluster. */
+const char *emu_cluster_report(const struct emu_cluster *c);
+int64_t emu_cluster_wall_ns(const struct emu_cluster *c);
+const struct emu_config *emu_cluster_config(const struct emu_cluster *c);
+struct emu_dev *emu_cluster_dev(struct emu_cluster *c, int id);
+
+/* The device's global id (0..ndev-1), and the device count. */
+int emu_dev_id(const struct emu_dev *d);
+int emu_dev_count(const struct emu_dev *d);
+int emu_dev_dry_run(const struct emu_dev *d);
+const struct topo *emu_dev_topo(const struct emu_dev *d);
+
+/* Fails this device with a report (printf format); returns EMU_EDEVICE for the device
+ * function to return. Wakes every device that waits. */
+int emu_dev_fail(struct emu_dev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The group of the n devices devs (global ids, in group-rank order), shared by every
+ * member that asks for the same list. NULL (and the device failed with EMU_EINVAL) if
+ * d is not a member, an id is out of range or repeated. Valid until emu_cluster_free. */
+struct emu_group *emu_group_get(struct emu_dev *d, const int *devs, int n);
+/* All devices, in id order. */
+struct emu_group *emu_world(struct emu_dev *d);
+int emu_group_size(const struct emu_group *g);
+/* The group rank of device d in g, or -1 if not a member. */
+int emu_group_rank(const struct emu_group *g, const struct emu_dev *d);
+
+/* Waits until every device has reached a barrier: host-side only, no virtual time. For
+ * benchmarks that time the host. */
+int emu_barrier(struct emu_dev *d);
+
+const char *emu_err_name(int err);
+
+#endif

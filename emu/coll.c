@@ -1,0 +1,846 @@
+/* coll: the collectives. Calls become op_args that cluster.c matches into ops; the last
+ * member to arrive times the op here (coll_op_resolve) by the ring formulas of
+ * ../shared/REFERENCES.md (nccl-tests doc/PERFORMANCE.md), and the op's data movement is
+ * cut into tasks (coll_op_run_task) that add in the ring algorithm's order: see coll.h
+ * for the order and the formulas. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "internal.h"
+#include "util.h"
+
+/* Elements per data task: big enough that handing out a task costs nothing, small enough
+ * that two cores share a 64 MiB all-reduce evenly. */
+#define TASK_ELEMS (1u << 16)
+/* Elements reduced at a time in a local accumulator. */
+#define BLK 512
+
+static const struct {
+	const char *name;
+	char sym; /* the ASCII timeline's letter */
+} kinds[OP_NKIND] = {
+	[OP_BARRIER] = {"barrier", '|'},	  [OP_SEND] = {"send", '>'},
+	[OP_RECV] = {"recv", '<'},		  [OP_BROADCAST] = {"broadcast", 'B'},
+	[OP_REDUCE] = {"reduce", 'R'},		  [OP_ALL_REDUCE] = {"all-reduce", 'A'},
+	[OP_REDUCE_SCATTER] = {"reduce-scatter", 'S'}, [OP_ALL_GATHER] = {"all-gather", 'G'},
+	[OP_ALL_TO_ALL] = {"all-to-all", 'T'},	  [OP_ALL_TO_ALL_V] = {"all-to-all-v", 'V'},
+};
+
+const char *coll_op_name(enum op_kind k)
+{
+	return kinds[k].name;
+}
+
+void coll_set_wire_bytes(struct emu_dev *d, int bytes)
+{
+	EMU_ASSERT(bytes > 0 && bytes <= 8);
+	d->wire_bytes = bytes;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Matching                                                                             */
+
+int coll_mismatch(const struct op_arg *a, const struct op_arg *b)
+{
+	int p2p = (a->kind == OP_SEND && b->kind == OP_RECV) || (a->kind == OP_RECV && b->kind == OP_SEND);
+
+	if (a->kind != b->kind && !p2p)
+		return 1;
+	if (a->wire_bytes != b->wire_bytes)
+		return 1;
+	switch (a->kind) {
+	case OP_REDUCE:
+		return a->count != b->count || a->root != b->root || a->redop != b->redop;
+	case OP_BROADCAST:
+		return a->count != b->count || a->root != b->root;
+	case OP_ALL_REDUCE:
+	case OP_REDUCE_SCATTER:
+		return a->count != b->count || a->redop != b->redop;
+	case OP_ALL_TO_ALL_V:
+	case OP_BARRIER:
+		return 0; /* all-to-all-v counts are checked once everyone is there */
+	default:
+		return a->count != b->count;
+	}
+}
+
+static size_t sum_counts(const size_t *v, int n)
+{
+	size_t s = 0;
+
+	for (int i = 0; i < n; i++)
+		s += v[i];
+	return s;
+}
+
+void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const struct op_arg *a)
+{
+	static const char *const redops[] = {"sum", "max"};
+
+	switch (a->kind) {
+	case OP_SEND:
+		emu_str_addf(s, "send(count=%zu) to device %d", a->count, ch->devs[1]);
+		return;
+	case OP_RECV:
+		emu_str_addf(s, "recv(count=%zu) from device %d", a->count, ch->devs[0]);
+		return;
+	case OP_BARRIER:
+		emu_str_addf(s, "barrier");
+		break;
+	case OP_ALL_TO_ALL_V:
+		emu_str_addf(s, "all-to-all-v(sends %zu, receives %zu elements)", sum_counts(a->send_counts, ch->n),
+			     sum_counts(a->recv_counts, ch->n));
+		break;
+	case OP_REDUCE:
+		emu_str_addf(s, "reduce(count=%zu, %s, root=%d)", a->count, redops[a->redop], a->root);
+		break;
+	case OP_BROADCAST:
+		emu_str_addf(s, "broadcast(count=%zu, root=%d)", a->count, a->root);
+		break;
+	case OP_ALL_REDUCE:
+	case OP_REDUCE_SCATTER:
+		emu_str_addf(s, "%s(count=%zu, %s)", kinds[a->kind].name, a->count, redops[a->redop]);
+		break;
+	default:
+		emu_str_addf(s, "%s(count=%zu)", kinds[a->kind].name, a->count);
+		break;
+	}
+	if (a->wire_bytes != 4)
+		emu_str_addf(s, " [%d-byte elements]", a->wire_bytes);
+	emu_str_addf(s, " on group ");
+	{
+		int contiguous = 1;
+
+		for (int i = 1; i < ch->n; i++)
+			contiguous &= ch->devs[i] == ch->devs[0] + i;
+		if (ch->n > 2 && contiguous) {
+			emu_str_addf(s, "{%d..%d}", ch->devs[0], ch->devs[ch->n - 1]);
+		} else {
+			emu_str_addf(s, "{");
+			for (int i = 0; i < ch->n && i < 16; i++)
+				emu_str_addf(s, "%s%d", i ? "," : "", ch->devs[i]);
+			emu_str_addf(s, ch->n > 16 ? ",... (%d devices)}" : "}", ch->n);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Time                                                                                 */
+
+/* ceil(num * S / (den * beta)) seconds, in ns. */
+static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
+{
+	return (int64_t)emu_muldiv_ceil(num * S, 1000000000ULL, den * beta);
+}
+
+/* The ring collectives' (n-1) alpha + (n-1)/n S / beta, doubled for all-reduce. */
+static int64_t ring_ns(const struct topo_link *l, int n, uint64_t S, int twice)
+{
+	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
+
+	return (int64_t)steps * l->lat_ns + bw_ns(steps, S, (uint64_t)n, l->bw_bytes);
+}
+
+/* Bytes member m of an all-to-all-v sends to (recv from) the other members. */
+static uint64_t a2av_cross(const struct op *op, int m, int recv)
+{
+	const struct op_arg *a = &op->arg[m];
+	const size_t *v = recv ? a->recv_counts : a->send_counts;
+
+	return (uint64_t)(sum_counts(v, op->ch->n) - v[m]) * (uint64_t)a->wire_bytes;
+}
+
+static int a2av_consistent(const struct op *op)
+{
+	for (int i = 0; i < op->ch->n; i++)
+		for (int j = 0; j < op->ch->n; j++)
+			if (op->arg[i].send_counts[j] != op->arg[j].recv_counts[i])
+				return 0;
+	return 1;
+}
+
+static uint64_t task_count(uint64_t elems)
+{
+	return (elems + TASK_ELEMS - 1) / TASK_ELEMS;
+}
+
+int coll_op_resolve(struct emu_cluster *c, struct op *op)
+{
+	const struct topo *t = &c->cfg.topo;
+	const struct op_arg *a = &op->arg[0];
+	const struct topo_link *l = &t->link[op->ch->link];
+	int n = op->ch->n;
+	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes, work = 0;
+	int64_t dur = 0;
+
+	op->t_start = 0;
+	for (int i = 0; i < n; i++)
+		if (op->arg[i].t_issue > op->t_start)
+			op->t_start = op->arg[i].t_issue;
+	op->link = op->ch->link;
+	switch (a->kind) {
+	case OP_BARRIER:
+		break;
+	case OP_SEND:
+	case OP_RECV:
+		dur = l->lat_ns + bw_ns(1, S, 1, l->bw_bytes);
+		work = a->count;
+		break;
+	case OP_BROADCAST:
+	case OP_REDUCE:
+		dur = (int64_t)(n - 1) * l->lat_ns + bw_ns(1, S, 1, l->bw_bytes);
+		work = a->count;
+		break;
+	case OP_ALL_REDUCE:
+		if (op->ch->hier_nodes > 1) {
+			int k = op->ch->hier_nodes, L = op->ch->hier_local;
+			const struct topo_link *li = &t->link[TOPO_LINK_INTRA];
+
+			op->hier = 1;
+			dur = 2 * ring_ns(li, L, S, 0) + (int64_t)(2 * (k - 1)) * l->lat_ns +
+			      bw_ns(2 * (uint64_t)(k - 1), S, (uint64_t)k * (uint64_t)L, l->bw_bytes);
+		} else {
+			dur = ring_ns(l, n, S, 1);
+		}
+		work = a->count;
+		break;
+	case OP_REDUCE_SCATTER:
+	case OP_ALL_GATHER:
+	case OP_ALL_TO_ALL:
+		S *= (uint64_t)n;
+		dur = ring_ns(l, n, S, 0);
+		work = (uint64_t)a->count * (uint64_t)n * (a->kind == OP_ALL_TO_ALL ? (uint64_t)n : 1);
+		break;
+	case OP_ALL_TO_ALL_V: {
+		uint64_t worst = 0;
+
+		if (!a2av_consistent(op))
+			return 1;
+		/* S: what the member with the most to send sends in all. The time is set by
+		 * the member that moves the most across links, sending or receiving. */
+		S = 0;
+		for (int i = 0; i < n; i++) {
+			uint64_t all = (uint64_t)sum_counts(op->arg[i].send_counts, n) * (uint64_t)a->wire_bytes;
+			uint64_t sent = a2av_cross(op, i, 0), got = a2av_cross(op, i, 1);
+
+			S = all > S ? all : S;
+			worst = sent > worst ? sent : worst;
+			worst = got > worst ? got : worst;
+		}
+		dur = (int64_t)(n - 1) * l->lat_ns + bw_ns(1, worst, 1, l->bw_bytes);
+		break;
+	}
+	default:
+		EMU_ASSERT(0);
+	}
+	if (n == 1)
+		dur = 0; /* nothing crosses a link */
+	op->bytes = S;
+	op->t_end = op->t_start + dur;
+	if (c->cfg.dry_run)
+		op->ntasks = 0;
+	else if (a->kind == OP_ALL_TO_ALL_V)
+		op->ntasks = n;
+	else
+		op->ntasks = (int)task_count(work);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Data movement                                                                        */
+
+static void combine(float *acc, const float *x, size_t len, enum coll_redop redop)
+{
+	if (redop == COLL_SUM) {
+		for (size_t i = 0; i < len; i++)
+			acc[i] += x[i];
+	} else {
+		for (size_t i = 0; i < len; i++)
+			acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+	}
+}
+
+/* acc[0..len) = send[off..off+len) of members order[first], order[first+1 mod n], ...,
+ * (n of them), combined left to right. order maps positions to member indices (NULL:
+ * the identity). */
+static void ordered_reduce(const struct op *op, const int *order, int n, int first, size_t off,
+			   size_t len, float *acc)
+{
+	int m0 = order ? order[first % n] : first % n;
+
+	memcpy(acc, op->arg[m0].send + off, len * sizeof *acc);
+	for (int t = 1; t < n; t++) {
+		int m = order ? order[(first + t) % n] : (first + t) % n;
+
+		combine(acc, op->arg[m].send + off, len, op->arg[0].redop);
+	}
+}
+
+/* First element of chunk c when len elements are cut into n chunks. */
+static size_t chunk_lo(size_t len, int n, int c)
+{
+	__extension__ typedef unsigned __int128 u128;
+
+	return (size_t)((u128)len * (u128)c / (u128)n);
+}
+
+/* The chunk (of n over len) that element j lies in. */
+static int chunk_of(size_t len, int n, size_t j)
+{
+	int c = (int)((__extension__(unsigned __int128) j * (unsigned)n) / len);
+
+	while (c + 1 < n && chunk_lo(len, n, c + 1) <= j)
+		c++;
+	while (c > 0 && chunk_lo(len, n, c) > j)
+		c--;
+	return c;
+}
+
+static void write_all(const struct op *op, size_t off, const float *v, size_t len)
+{
+	for (int m = 0; m < op->ch->n; m++)
+		memcpy(op->arg[m].recv + off, v, len * sizeof *v);
+}
+
+static void all_reduce_ring(const struct op *op, size_t lo, size_t hi)
+{
+	int n = op->ch->n;
+	size_t count = op->arg[0].count;
+	float acc[BLK];
+
+	while (lo < hi) {
+		int c = chunk_of(count, n, lo);
+		size_t end = chunk_lo(count, n, c + 1);
+
+		end = end < hi ? end : hi;
+		for (size_t b = lo; b < end; b += BLK) {
+			size_t len = end - b < BLK ? end - b : BLK;
+
+			ordered_reduce(op, NULL, n, c + 1, b, len, acc);
+			write_all(op, b, acc, len);
+		}
+		lo = end;
+	}
+}
+
+static void all_reduce_hier(const struct op *op, size_t lo, size_t hi)
+{
+	const struct emu_group *ch = op->ch;
+	int k = ch->hier_nodes, L = ch->hier_local;
+	size_t count = op->arg[0].count;
+	float acc[BLK], tmp[BLK];
+
+	while (lo < hi) {
+		int q = chunk_of(count, L, lo);
+		size_t qlo = chunk_lo(count, L, q), qlen = chunk_lo(count, L, q + 1) - qlo;
+		int r = chunk_of(qlen, k, lo - qlo);
+		size_t end = qlo + chunk_lo(qlen, k, r + 1);
+
+		end = end < hi ? end : hi;
+		for (size_t b = lo; b < end; b += BLK) {
+			size_t len = end - b < BLK ? end - b : BLK;
+
+			for (int t = 0; t < k; t++) {
+				int node = (r + 1 + t) % k;
+
+				ordered_reduce(op, ch->hier_order + (size_t)node * (size_t)L, L, q + 1, b, len,
+					       t ? tmp : acc);
+				if (t)
+					combine(acc, tmp, len, op->arg[0].redop);
+			}
+			write_all(op, b, acc, len);
+		}
+		lo = end;
+	}
+}
+
+static void reduce_scatter(const struct op *op, size_t lo, size_t hi)
+{
+	int n = op->ch->n;
+	size_t rc = op->arg[0].count;
+	float acc[BLK];
+
+	while (lo < hi) {
+		int c = (int)(lo / rc);
+		size_t end = (size_t)(c + 1) * rc;
+
+		end = end < hi ? end : hi;
+		for (size_t b = lo; b < end; b += BLK) {
+			size_t len = end - b < BLK ? end - b : BLK;
+
+			ordered_reduce(op, NULL, n, c + 1, b, len, acc);
+			memcpy(op->arg[c].recv + (b - (size_t)c * rc), acc, len * sizeof *acc);
+		}
+		lo = end;
+	}
+}
+
+static void copy(float *dst, const float *src, size_t len)
+{
+	if (dst != src)
+		memmove(dst, src, len * sizeof *dst);
+}
+
+static void all_gather(const struct op *op, size_t lo, size_t hi)
+{
+	size_t sc = op->arg[0].count;
+
+	while (lo < hi) {
+		int i = (int)(lo / sc);
+		size_t end = (size_t)(i + 1) * sc;
+
+		end = end < hi ? end : hi;
+		for (int m = 0; m < op->ch->n; m++)
+			copy(op->arg[m].recv + lo, op->arg[i].send + (lo - (size_t)i * sc), end - lo);
+		lo = end;
+	}
+}
+
+static void all_to_all(const struct op *op, size_t lo, size_t hi)
+{
+	int n = op->ch->n;
+	size_t cnt = op->arg[0].count, per_dst = (size_t)n * cnt;
+
+	while (lo < hi) {
+		int j = (int)(lo / per_dst);
+		size_t r = lo - (size_t)j * per_dst;
+		int i = (int)(r / cnt);
+		size_t off = r - (size_t)i * cnt, len = cnt - off;
+
+		len = len < hi - lo ? len : hi - lo;
+		copy(op->arg[j].recv + (size_t)i * cnt + off, op->arg[i].send + (size_t)j * cnt + off, len);
+		lo += len;
+	}
+}
+
+static void all_to_all_v(const struct op *op, int j)
+{
+	const struct op_arg *dst = &op->arg[j];
+	size_t roff = 0;
+
+	for (int i = 0; i < op->ch->n; i++) {
+		const struct op_arg *src = &op->arg[i];
+		size_t soff = sum_counts(src->send_counts, j);
+
+		copy(dst->recv + roff, src->send + soff, dst->recv_counts[i]);
+		roff += dst->recv_counts[i];
+	}
+}
+
+void coll_op_run_task(struct op *op, int task)
+{
+	const struct op_arg *a = &op->arg[0];
+	size_t lo = (size_t)task * TASK_ELEMS, hi = lo + TASK_ELEMS, work;
+	int n = op->ch->n;
+
+	switch (a->kind) {
+	case OP_REDUCE_SCATTER:
+	case OP_ALL_GATHER:
+		work = a->count * (size_t)n;
+		break;
+	case OP_ALL_TO_ALL:
+		work = a->count * (size_t)n * (size_t)n;
+		break;
+	default:
+		work = a->count;
+		break;
+	}
+	hi = hi < work ? hi : work;
+	switch (a->kind) {
+	case OP_SEND:
+	case OP_RECV:
+		copy(op->arg[1].recv + lo, op->arg[0].send + lo, hi - lo);
+		break;
+	case OP_BROADCAST:
+		for (int m = 0; m < n; m++)
+			if (m != a->root)
+				copy(op->arg[m].recv + lo, op->arg[a->root].send + lo, hi - lo);
+		break;
+	case OP_REDUCE: {
+		float acc[BLK];
+
+		for (size_t b = lo; b < hi; b += BLK) {
+			size_t len = hi - b < BLK ? hi - b : BLK;
+
+			ordered_reduce(op, NULL, n, a->root + 1, b, len, acc);
+			memcpy(op->arg[a->root].recv + b, acc, len * sizeof *acc);
+		}
+		break;
+	}
+	case OP_ALL_REDUCE:
+		if (op->hier)
+			all_reduce_hier(op, lo, hi);
+		else
+			all_reduce_ring(op, lo, hi);
+		break;
+	case OP_REDUCE_SCATTER:
+		reduce_scatter(op, lo, hi);
+		break;
+	case OP_ALL_GATHER:
+		all_gather(op, lo, hi);
+		break;
+	case OP_ALL_TO_ALL:
+		all_to_all(op, lo, hi);
+		break;
+	case OP_ALL_TO_ALL_V:
+		all_to_all_v(op, task);
+		break;
+	default:
+		EMU_ASSERT(0);
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Posting and waiting                                                                  */
+
+/* Bytes member m puts on each link class for op, by the algorithm's traffic. */
+static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
+{
+	const struct op_arg *a = &op->arg[m];
+	const struct emu_group *ch = op->ch;
+	uint64_t S = op->bytes, *lb = d->stats.link_bytes;
+	int n = ch->n;
+
+	if (n == 1)
+		return;
+	switch (a->kind) {
+	case OP_SEND:
+		lb[op->link] += S;
+		break;
+	case OP_BROADCAST:
+		/* A chain from the root: everyone but the last passes the data on. */
+		if ((m - a->root + n) % n != n - 1)
+			lb[op->link] += S;
+		break;
+	case OP_REDUCE:
+		if (m != a->root)
+			lb[op->link] += S;
+		break;
+	case OP_ALL_REDUCE:
+		if (op->hier) {
+			uint64_t k = (uint64_t)ch->hier_nodes, L = (uint64_t)ch->hier_local;
+
+			lb[TOPO_LINK_INTRA] += 2 * (L - 1) * S / L;
+			lb[op->link] += 2 * (k - 1) * S / (k * L);
+		} else {
+			lb[op->link] += 2 * (uint64_t)(n - 1) * S / (uint64_t)n;
+		}
+		break;
+	case OP_REDUCE_SCATTER:
+	case OP_ALL_GATHER:
+	case OP_ALL_TO_ALL:
+		lb[op->link] += (uint64_t)(n - 1) * S / (uint64_t)n;
+		break;
+	case OP_ALL_TO_ALL_V:
+		lb[op->link] += a2av_cross(op, m, 0);
+		break;
+	default:
+		break;
+	}
+}
+
+int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
+{
+	struct op *op = r->op;
+	const struct op_arg *a = &op->arg[r->member];
+	struct emu_stream_state *st = &d->stream[r->stream];
+	int rc;
+
+	if (r->resolved)
+		return 0;
+	rc = dev_wait_ready(d, op, r->member);
+	if (rc)
+		return rc;
+	r->resolved = 1;
+	if (st->t < op->t_end)
+		st->t = op->t_end;
+	if (st->pending == r)
+		st->pending = NULL;
+	d->stats.ops[a->kind]++;
+	d->stats.bytes[a->kind] += op->bytes;
+	d->stats.time_ns[a->kind] += op->t_end - op->t_start;
+	count_link_bytes(d, op, r->member);
+	if (d->c->cfg.trace) {
+		struct trace_ev ev = {.t0 = op->t_start, .t1 = op->t_end, .bytes = op->bytes,
+				      .stream = (uint8_t)r->stream, .sym = kinds[a->kind].sym};
+
+		snprintf(ev.name, sizeof ev.name, "%s", kinds[a->kind].name);
+		if (op->ch->kind == CHAN_P2P) {
+			/* Unique per (src, dst, call): the same number on both ends. */
+			ev.flow = ((uint64_t)op->ch->devs[0] * (uint64_t)d->c->cfg.ndev +
+				   (uint64_t)op->ch->devs[1]) * (1ULL << 20) + op->seq + 1;
+			ev.flow_end = a->kind == OP_RECV;
+		}
+		trace_add_op(d, &ev);
+	}
+	return 0;
+}
+
+static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream, struct op_arg *arg,
+		struct coll_req **out)
+{
+	struct emu_stream_state *st = &d->stream[stream];
+	int64_t now = d->stream[EMU_STREAM_COMPUTE].t;
+	struct coll_req *r;
+	struct op *op;
+	int rc;
+
+	/* The previous op on this stream must have a known end before this one can start. */
+	if (st->pending && (rc = coll_req_resolve(d, st->pending)))
+		goto fail;
+	arg->t_issue = st->t > now ? st->t : now;
+	arg->wire_bytes = d->wire_bytes;
+	if ((rc = rdv_arrive(d, ch, member, arg, &op)))
+		goto fail;
+	r = emu_xcalloc(1, sizeof *r);
+	r->op = op;
+	r->member = member;
+	r->stream = stream;
+	st->pending = r;
+	if (d->reqs_tail)
+		d->reqs_tail->next = r;
+	else
+		d->reqs = r;
+	d->reqs_tail = r;
+	*out = r;
+	return 0;
+fail:
+	free(arg->send_counts);
+	free(arg->recv_counts);
+	return rc;
+}
+
+int coll_wait(struct emu_dev *d, struct coll_req *req)
+{
+	struct coll_req **pp;
+	int rc = coll_req_resolve(d, req);
+
+	if (!rc) {
+		dev_wait_tasks(d, req->op);
+		emu_stream_advance(d, EMU_STREAM_COMPUTE, req->op->t_end);
+	}
+	for (pp = &d->reqs; *pp != req; pp = &(*pp)->next)
+		EMU_ASSERT(*pp);
+	*pp = req->next;
+	if (d->reqs_tail == req) {
+		d->reqs_tail = NULL;
+		for (struct coll_req *r = d->reqs; r; r = r->next)
+			d->reqs_tail = r;
+	}
+	if (d->stream[req->stream].pending == req)
+		d->stream[req->stream].pending = NULL;
+	rdv_release(d, req->op);
+	free(req);
+	if (!rc)
+		emu_pace(d);
+	return rc;
+}
+
+/* Checks that a call's buffers exist in execute mode and that d is in g. */
+static int check_call(struct emu_dev *d, struct emu_group *g, const char *what, int nbuf,
+		      const void *b1, const void *b2, size_t count)
+{
+	if (!g)
+		return dev_fail(d, EMU_EINVAL, "%s: no group", what);
+	if (emu_group_rank(g, d) < 0)
+		return dev_fail(d, EMU_EINVAL, "%s on a group that device %d is not in", what, d->id);
+	if (!d->c->cfg.dry_run && count > 0 && (!b1 || (nbuf > 1 && !b2)))
+		return dev_fail(d, EMU_EINVAL, "%s: NULL buffer in execute mode", what);
+	return dev_check_failed(d);
+}
+
+static int post_group(struct emu_dev *d, struct emu_group *g, struct op_arg *arg,
+		      struct coll_req **req)
+{
+	int nbuf = arg->kind == OP_BROADCAST ? 1 : 2;
+	const void *b2 = arg->recv;
+	int rc;
+
+	if (arg->kind == OP_REDUCE && emu_group_rank(g, d) != arg->root)
+		b2 = arg->send; /* only the root receives */
+	rc = check_call(d, g, kinds[arg->kind].name, nbuf, arg->send, b2, arg->count);
+	if (!rc && (arg->kind == OP_BROADCAST || arg->kind == OP_REDUCE) &&
+	    (arg->root < 0 || arg->root >= g->n))
+		rc = dev_fail(d, EMU_EINVAL, "%s: root %d is not a rank of a group of %d", kinds[arg->kind].name,
+			      arg->root, g->n);
+	if (rc) {
+		free(arg->send_counts);
+		free(arg->recv_counts);
+		return rc;
+	}
+	return post(d, g, emu_group_rank(g, d), EMU_STREAM_COMM, arg, req);
+}
+
+/* Waits for *req if the post (rc) succeeded. *req is read only after the post has run. */
+static int blocking(struct emu_dev *d, int rc, struct coll_req **req)
+{
+	return rc ? rc : coll_wait(d, *req);
+}
+
+static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float *send, float *recv,
+		    size_t count, struct coll_req **req)
+{
+	struct op_arg arg = {.kind = kind, .count = count, .send = send, .recv = recv};
+	int is_send = kind == OP_SEND, rc;
+
+	if (peer < 0 || peer >= d->c->cfg.ndev)
+		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)", kinds[kind].name, peer,
+				d->c->cfg.ndev - 1);
+	if (peer == d->id)
+		return dev_fail(d, EMU_EINVAL, "%s: device %d cannot %s itself", kinds[kind].name, d->id,
+				is_send ? "send to" : "receive from");
+	if (!d->c->cfg.dry_run && count > 0 && !(is_send ? (const void *)send : (const void *)recv))
+		return dev_fail(d, EMU_EINVAL, "%s: NULL buffer in execute mode", kinds[kind].name);
+	if ((rc = dev_check_failed(d)))
+		return rc;
+	return post(d, is_send ? chan_p2p(d, d->id, peer) : chan_p2p(d, peer, d->id), is_send ? 0 : 1,
+		    is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV, &arg, req);
+}
+
+int coll_isend(struct emu_dev *d, int peer, const float *buf, size_t count, struct coll_req **req)
+{
+	return post_p2p(d, peer, OP_SEND, buf, NULL, count, req);
+}
+
+int coll_irecv(struct emu_dev *d, int peer, float *buf, size_t count, struct coll_req **req)
+{
+	return post_p2p(d, peer, OP_RECV, NULL, buf, count, req);
+}
+
+int coll_send(struct emu_dev *d, int peer, const float *buf, size_t count)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_isend(d, peer, buf, count, &r), &r);
+}
+
+int coll_recv(struct emu_dev *d, int peer, float *buf, size_t count)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_irecv(d, peer, buf, count, &r), &r);
+}
+
+int coll_iall_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		     size_t count, enum coll_redop op, struct coll_req **req)
+{
+	struct op_arg a = {.kind = OP_ALL_REDUCE, .redop = op, .count = count, .send = send, .recv = recv};
+
+	return post_group(d, g, &a, req);
+}
+
+int coll_ireduce_scatter(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+			 size_t recv_count, enum coll_redop op, struct coll_req **req)
+{
+	struct op_arg a = {.kind = OP_REDUCE_SCATTER, .redop = op, .count = recv_count, .send = send,
+			   .recv = recv};
+
+	return post_group(d, g, &a, req);
+}
+
+int coll_iall_gather(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		     size_t send_count, struct coll_req **req)
+{
+	struct op_arg a = {.kind = OP_ALL_GATHER, .count = send_count, .send = send, .recv = recv};
+
+	return post_group(d, g, &a, req);
+}
+
+int coll_iall_to_all(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		     size_t count, struct coll_req **req)
+{
+	struct op_arg a = {.kind = OP_ALL_TO_ALL, .count = count, .send = send, .recv = recv};
+
+	return post_group(d, g, &a, req);
+}
+
+int coll_broadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root)
+{
+	struct op_arg a = {.kind = OP_BROADCAST, .count = count, .root = root, .send = buf, .recv = buf};
+	struct coll_req *r = NULL;
+
+	return blocking(d, post_group(d, g, &a, &r), &r);
+}
+
+int coll_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		size_t count, enum coll_redop op, int root)
+{
+	struct op_arg a = {.kind = OP_REDUCE, .redop = op, .count = count, .root = root, .send = send,
+			   .recv = recv};
+	struct coll_req *r = NULL;
+
+	return blocking(d, post_group(d, g, &a, &r), &r);
+}
+
+int coll_all_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		    size_t count, enum coll_redop op)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_iall_reduce(d, g, send, recv, count, op, &r), &r);
+}
+
+int coll_reduce_scatter(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+			size_t recv_count, enum coll_redop op)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_ireduce_scatter(d, g, send, recv, recv_count, op, &r), &r);
+}
+
+int coll_all_gather(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		    size_t send_count)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_iall_gather(d, g, send, recv, send_count, &r), &r);
+}
+
+int coll_all_to_all(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		    size_t count)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_iall_to_all(d, g, send, recv, count, &r), &r);
+}
+
+int coll_all_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
+		      const size_t *send_counts, float *recv, const size_t *recv_counts)
+{
+	struct op_arg a = {.kind = OP_ALL_TO_ALL_V, .send = send, .recv = recv};
+	struct coll_req *r = NULL;
+	size_t bytes;
+
+	if (!g || emu_group_rank(g, d) < 0)
+		return check_call(d, g, "all-to-all-v", 2, send, recv, 0);
+	bytes = (size_t)g->n * sizeof *send_counts;
+	a.send_counts = emu_xmalloc(bytes);
+	a.recv_counts = emu_xmalloc(bytes);
+	memcpy(a.send_counts, send_counts, bytes);
+	memcpy(a.recv_counts, recv_counts, bytes);
+	a.count = sum_counts(send_counts, g->n) + sum_counts(recv_counts, g->n);
+	return blocking(d, post_group(d, g, &a, &r), &r);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Statistics                                                                           */
+
+int coll_stats_get(const struct emu_dev *d, const char *op_name, struct coll_stats *out)
+{
+	for (int k = 0; k < OP_NKIND; k++) {
+		if (!strcmp(kinds[k].name, op_name)) {
+			out->calls = d->stats.ops[k];
+			out->bytes = d->stats.bytes[k];
+			out->time_ns = d->stats.time_ns[k];
+			return 0;
+		}
+	}
+	return -1;
+}
+
+uint64_t coll_link_bytes(const struct emu_dev *d, int link_class)
+{
+	EMU_ASSERT(link_class >= 0 && link_class < TOPO_LINK_NCLASS);
+	return d->stats.link_bytes[link_class];
+}

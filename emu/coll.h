@@ -1,0 +1,111 @@
+/* coll: communication between devices, on any group: send/recv, broadcast, reduce,
+ * all-reduce, reduce-scatter, all-gather, all-to-all and all-to-all-v, each blocking or
+ * posted (coll_i*: returns a request to coll_wait on, like MPI_Isend / NCCL on a side
+ * stream).
+ *
+ * Data. In execute mode the data really moves between the devices' buffers. A reduction
+ * adds in the order of the ring algorithm, so the rounding is the algorithm's:
+ *   - the buffer is cut into n chunks, chunk c = [c*count/n, (c+1)*count/n) in exact
+ *     integer arithmetic; chunk c is summed in group-rank order c+1, c+2, ..., c+n
+ *     (mod n), left to right: it starts at the member after c and ends at c, which is
+ *     where a ring reduce-scatter leaves it.
+ *   - reduce-scatter: member r receives chunk r (recv_count elements each), summed as
+ *     above; reduce: the whole buffer, summed root+1, ..., root.
+ *   - the hierarchical all-reduce (a group spanning several nodes with the same number
+ *     L > 1 of members on each): element j lies in local chunk q of L (same rule);
+ *     each node sums its members in local order q+1, ..., q (mod L); j lies in
+ *     sub-chunk r of k (k nodes) of chunk q; the node sums add in node order r+1, ...,
+ *     r (mod k). Nodes are ordered by their first member's group rank, and members in
+ *     a node by group rank.
+ *   Every member gets the same bits.
+ *
+ * Time. An op starts when the last member arrives (the latest issue time) and lasts
+ * the ring formula of ../shared/REFERENCES.md for the group's slowest link (alpha, beta)
+ * and message size S = count * wire bytes (4 by default), each bandwidth term rounded up
+ * to whole nanoseconds:
+ *   all-reduce           2(n-1) alpha + 2(n-1)/n S/beta
+ *   reduce-scatter       (n-1) alpha + (n-1)/n S/beta     S: the whole (n * recv_count)
+ *   all-gather           (n-1) alpha + (n-1)/n S/beta     S: the whole (n * send_count)
+ *   all-to-all           (n-1) alpha + (n-1)/n S/beta     S: what each member sends in all
+ *   all-to-all-v         (n-1) alpha + max over members of max(sent, received) / beta,
+ *                        counting only what crosses to another member
+ *   broadcast, reduce    (n-1) alpha + S/beta             (pipelined chain)
+ *   send/recv            alpha + S/beta
+ * A group of one moves nothing and takes no time. The hierarchical all-reduce takes a
+ * reduce-scatter inside the node, an all-reduce of S/L between nodes, and an all-gather
+ * inside the node, each by the formulas above on its own link.
+ *
+ * A posted op starts no earlier than the compute stream's cursor at the call (the data it
+ * sends was produced there) and no earlier than the end of the previous op on its
+ * stream; coll_wait makes the compute stream wait for its end (max(compute, comm), not
+ * the sum). Buffers must not be touched between coll_i* and coll_wait.
+ *
+ * Errors: members that call different things (op, count, root, reduction, element
+ * size) fail the run with a mismatch report naming each device and its call; waits that
+ * can never finish fail it with a deadlock report naming every blocked device, its op
+ * and the peers it waits for. */
+#ifndef EMU_COLL_H
+#define EMU_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct emu_dev;
+struct emu_group;
+struct coll_req;
+
+enum coll_redop { COLL_SUM, COLL_MAX };
+
+/* Blocking calls: 0, or a negative enum emu_err. In dry-run, buffers may be NULL. */
+int coll_send(struct emu_dev *d, int peer, const float *buf, size_t count);
+int coll_recv(struct emu_dev *d, int peer, float *buf, size_t count);
+int coll_broadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root);
+int coll_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		size_t count, enum coll_redop op, int root);
+int coll_all_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		    size_t count, enum coll_redop op);
+/* send holds n * recv_count elements; member r receives chunk r. */
+int coll_reduce_scatter(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+			size_t recv_count, enum coll_redop op);
+/* recv holds n * send_count elements: member i's send at offset i * send_count. */
+int coll_all_gather(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		    size_t send_count);
+/* send and recv hold n blocks of count: block j of send goes to member j, and arrives as
+ * block i (the sender's rank) of its recv. */
+int coll_all_to_all(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		    size_t count);
+/* send_counts[j] elements go to member j, packed in rank order in send;
+ * recv_counts[i] elements come from member i, packed in rank order in recv. */
+int coll_all_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
+		      const size_t *send_counts, float *recv, const size_t *recv_counts);
+
+/* Posted forms: *req is set on success and must be passed to coll_wait exactly once. */
+int coll_isend(struct emu_dev *d, int peer, const float *buf, size_t count, struct coll_req **req);
+int coll_irecv(struct emu_dev *d, int peer, float *buf, size_t count, struct coll_req **req);
+int coll_iall_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		     size_t count, enum coll_redop op, struct coll_req **req);
+int coll_ireduce_scatter(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+			 size_t recv_count, enum coll_redop op, struct coll_req **req);
+int coll_iall_gather(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		     size_t send_count, struct coll_req **req);
+int coll_iall_to_all(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		     size_t count, struct coll_req **req);
+
+/* Waits for req's data, makes the compute stream wait for its end, and frees req. */
+int coll_wait(struct emu_dev *d, struct coll_req *req);
+
+/* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
+ * 16-bit communication). Data still moves as float. */
+void coll_set_wire_bytes(struct emu_dev *d, int bytes);
+
+/* Statistics of d's last run, by op name ("all-reduce", ...): calls, message bytes and
+ * modelled time; and the bytes d put on each link class (enum topo_link_class). */
+struct coll_stats {
+	uint64_t calls;
+	uint64_t bytes;
+	int64_t time_ns;
+};
+int coll_stats_get(const struct emu_dev *d, const char *op_name, struct coll_stats *out);
+uint64_t coll_link_bytes(const struct emu_dev *d, int link_class);
+
+#endif

@@ -1,0 +1,229 @@
+/* internal: the structures the emu/ modules share with each other and with nobody else.
+ * Code above emu/ sees struct emu_dev, struct emu_cluster and struct emu_group only as
+ * opaque types through cluster.h, mem.h, clock.h, coll.h and trace.h.
+ *
+ * How devices meet. Every communication is an "op" on a "channel": a group's collective,
+ * or one direction of a point-to-point pair. The k-th call a member makes on a channel
+ * is matched with the k-th call of every other member (as NCCL matches calls on a
+ * communicator). The last member to arrive fixes the op's virtual start and end time,
+ * then the op's data movement is cut into tasks that any member waiting on the op helps
+ * to run, so completion never depends on a member that is busy elsewhere.
+ *
+ * How devices wait. A waiting device first yields its core a few times (most waits are
+ * short), then registers as blocked and sleeps on its own condition variable. All
+ * arrivals and registrations happen under the cluster lock, so the lock holder always
+ * knows how many live devices are blocked: when that is all of them, no device can make
+ * progress, and that is a deadlock, reported at once. */
+#ifndef EMU_INTERNAL_H
+#define EMU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "coll.h"
+#include "mem.h"
+#include "topo.h"
+#include "trace.h"
+#include "util.h"
+
+enum op_kind {
+	OP_BARRIER, /* host-only rendezvous: no data, no virtual time */
+	OP_SEND,
+	OP_RECV,
+	OP_BROADCAST,
+	OP_REDUCE,
+	OP_ALL_REDUCE,
+	OP_REDUCE_SCATTER,
+	OP_ALL_GATHER,
+	OP_ALL_TO_ALL,
+	OP_ALL_TO_ALL_V,
+	OP_NKIND
+};
+
+enum chan_kind { CHAN_GROUP, CHAN_P2P };
+
+/* What one member passed to a communication call. */
+struct op_arg {
+	enum op_kind kind;
+	enum coll_redop redop;
+	int root;            /* group rank of the root (broadcast, reduce) */
+	size_t count;        /* elements, in the call's own convention (see coll.h) */
+	const float *send;   /* NULL in dry-run */
+	float *recv;         /* NULL in dry-run */
+	size_t *send_counts; /* all-to-all-v: n entries, owned by the op */
+	size_t *recv_counts; /* all-to-all-v: n entries, owned by the op */
+	int wire_bytes;      /* bytes per element on the wire */
+	int64_t t_issue;     /* virtual time at which this member's stream could start it */
+};
+
+struct op {
+	struct emu_group *ch; /* the channel it runs on */
+	uint64_t seq;         /* the how-many-th op of the channel */
+	int arrived;          /* members arrived so far (under cluster lock) */
+	int mismatch;         /* members disagreed: can never complete */
+	int refs;             /* members still holding it (under cluster lock) */
+	struct op_arg *arg;   /* [ch->n]: arg[i] valid once has[i] */
+	unsigned char *has;   /* [ch->n]: member i has arrived */
+	atomic_int ready;     /* 1 once all arrived and the times below are set */
+	int64_t t_start;      /* virtual start: the last member's issue time */
+	int64_t t_end;        /* t_start + modelled duration */
+	uint64_t bytes;       /* S of REFERENCES.md: the message size the time is for */
+	int link;             /* enum topo_link_class the time was charged at */
+	int hier;             /* 1 if run as the hierarchical (node-aware) algorithm */
+	int ntasks;           /* data-movement tasks (0 in dry-run) */
+	atomic_int next_task; /* next task to hand out */
+	atomic_int tasks_done;
+	struct op *next; /* in ch->pending, ordered by seq */
+};
+
+/* A channel: a group of devices (collectives) or one direction of a pair (send/recv). */
+struct emu_group {
+	enum chan_kind kind;
+	int n;             /* members */
+	int *devs;         /* [n] global device ids, in group-rank order */
+	uint64_t *seq;     /* [n] calls made so far by each member */
+	struct op *pending; /* ops not yet complete in arrivals, by seq */
+	int link;          /* enum topo_link_class: slowest link among members */
+	int hier_nodes;    /* >1: spans this many nodes with hier_local members each ... */
+	int hier_local;    /* ... evenly: the hierarchical all-reduce applies */
+	int *hier_order;   /* [n]: member indices node by node, local rank order */
+	uint64_t hash;
+	struct emu_group *hnext; /* hash chain */
+};
+
+/* A posted communication on one member, until waited. */
+struct coll_req {
+	struct op *op;
+	int member;   /* index of the device in op->ch */
+	int stream;   /* enum emu_stream the op runs on */
+	int resolved; /* times read into the stream and the trace */
+	int waited;   /* data movement finished */
+	struct coll_req *next; /* the device's outstanding requests, in post order */
+};
+
+struct emu_stream_state {
+	int64_t t;                /* virtual time cursor, ns */
+	struct coll_req *pending; /* op issued on this stream whose end is not known yet */
+};
+
+struct dev_stats {
+	uint64_t ops[OP_NKIND];          /* calls */
+	uint64_t bytes[OP_NKIND];        /* message bytes S, summed */
+	int64_t time_ns[OP_NKIND];       /* modelled duration, summed */
+	uint64_t link_bytes[TOPO_LINK_NCLASS]; /* bytes this device put on each link class */
+};
+
+struct mem_state {
+	uint64_t cap;               /* bytes */
+	uint64_t cur[MEM_NCAT];     /* in use now, by category */
+	uint64_t peak[MEM_NCAT];    /* highest cur[cat] so far */
+	uint64_t cur_total;         /* sum of cur */
+	uint64_t peak_total;        /* highest cur_total so far */
+	struct mem_block *live;     /* live blocks, newest first */
+};
+
+/* One op on one stream, in virtual time. */
+struct trace_ev {
+	int64_t t0, t1;  /* start and end, ns */
+	uint64_t bytes;  /* message bytes (communication) or 0 */
+	uint64_t flow;   /* send->recv flow id, 0 if none */
+	char name[32];   /* "all-reduce", "matmul", ... */
+	uint8_t stream;  /* enum emu_stream */
+	uint8_t flow_end; /* 1: this is the receiving end of flow */
+	char sym;        /* letter for the ASCII timeline */
+};
+
+/* The memory of a device at one moment, for the counter tracks. */
+struct trace_mem {
+	int64_t t;
+	uint64_t cur[MEM_NCAT];
+};
+
+struct trace_buf {
+	struct trace_ev *ev;
+	size_t nev, capev;
+	struct trace_mem *mem;
+	size_t nmem, capmem;
+};
+
+struct emu_dev {
+	struct emu_cluster *c;
+	int id;
+	pthread_t thread;
+	pthread_cond_t cond; /* signalled under c->lock when this device may go on */
+
+	/* Waiting state, under c->lock. */
+	int blocked;           /* counted in c->nblocked */
+	int finished;          /* the device function has returned */
+	struct op *wait_op;    /* what the blocked device waits for */
+	int wait_member;       /* its index in wait_op->ch */
+
+	struct emu_stream_state stream[EMU_NSTREAMS];
+	struct coll_req *reqs; /* outstanding requests, oldest first */
+	struct coll_req *reqs_tail;
+	int wire_bytes;        /* bytes per element charged on the wire (default 4) */
+
+	struct mem_state mem;
+	struct trace_buf trace;
+	struct dev_stats stats;
+
+	int err;             /* this device's own error (enum emu_err), 0 if none */
+	char *err_report;    /* its report, malloc'd */
+	int64_t wall_t0;     /* wall clock at the start of the run, for pacing */
+};
+
+struct emu_cluster {
+	struct emu_config cfg;
+	struct emu_dev *devs; /* [cfg.ndev] */
+
+	pthread_mutex_t lock;  /* arrivals, channels, waiting state, errors */
+	int nlive;             /* devices whose function has not returned */
+	int nblocked;          /* live devices registered as blocked */
+	atomic_int failed;     /* an error stopped the run: every wait returns */
+	int err;               /* the run's error (enum emu_err) */
+	char *err_report;      /* its report */
+	int err_dev;           /* device whose own error it is, -1 for cluster-level */
+
+	struct emu_group **chan_tab; /* hash table of channels */
+	size_t chan_nbuckets;
+	size_t nchans;
+	struct emu_group *world;
+
+	emu_dev_fn fn;
+	void *fn_arg;
+	int64_t wall_ns; /* wall time of the last run */
+};
+
+/* cluster.c: channels, rendezvous, waiting and failing. */
+struct emu_group *chan_p2p(struct emu_dev *d, int src, int dst);
+/* Adds d's call arg as member of the next op on ch; sets *out (with a reference). */
+int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct op_arg *arg,
+	       struct op **out);
+void rdv_release(struct emu_dev *d, struct op *op);
+int dev_wait_ready(struct emu_dev *d, struct op *op, int member);
+void dev_wait_tasks(struct emu_dev *d, struct op *op);
+void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
+/* Fails d with err and a report (printf format, prefixed "device N: "); returns err. */
+int dev_fail(struct emu_dev *d, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int dev_check_failed(struct emu_dev *d);
+
+/* coll.c: what the last arrival does (nonzero: the members' calls do not fit together),
+ * the data tasks, and reading a finished op's times into a stream. */
+int coll_op_resolve(struct emu_cluster *c, struct op *op);
+int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
+void coll_op_run_task(struct op *op, int task);
+const char *coll_op_name(enum op_kind k);
+int coll_mismatch(const struct op_arg *a, const struct op_arg *b);
+void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const struct op_arg *a);
+
+/* mem.c */
+void mem_release_all(struct emu_dev *d);
+
+/* trace.c: recording (no-ops when the config has trace off). */
+void trace_add_op(struct emu_dev *d, const struct trace_ev *ev);
+void trace_add_mem(struct emu_dev *d);
+void trace_reset(struct emu_dev *d);
+
+#endif

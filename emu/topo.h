@@ -1,0 +1,64 @@
+/* topo: what the emulated cluster is made of. A GPU model (peak FLOP/s, HBM size and
+ * bandwidth), nodes x GPUs per node, and the links between two GPUs: intra-node
+ * (NVLink, PCIe), inter-node (InfiniBand, Ethernet) and, optionally, between datacenters.
+ * Presets come from vendor data sheets (../shared/REFERENCES.md); every figure can be
+ * overridden. This module only describes hardware: timing lives in clock.c and coll.c. */
+#ifndef EMU_TOPO_H
+#define EMU_TOPO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum topo_link_class {
+	TOPO_LINK_SELF,  /* a device to itself: free */
+	TOPO_LINK_INTRA, /* two GPUs of one node */
+	TOPO_LINK_INTER, /* two nodes of one datacenter */
+	TOPO_LINK_DC,    /* two datacenters */
+	TOPO_LINK_NCLASS
+};
+
+struct topo_link {
+	char name[24];     /* "NVLink3", "IB HDR", ... */
+	int64_t lat_ns;    /* alpha: latency of one message step */
+	uint64_t bw_bytes; /* beta: bytes per second, each way, per GPU */
+};
+
+struct topo_gpu {
+	char name[24];       /* "A100-SXM-80GB" */
+	double peak_flops;   /* dense 16-bit tensor peak, FLOP/s */
+	double efficiency;   /* fraction of peak a large GEMM achieves (see topo.c) */
+	uint64_t hbm_bytes;  /* memory per GPU: the default cap */
+	double hbm_bw;       /* bytes per second */
+	int64_t launch_ns;   /* fixed cost of every kernel */
+};
+
+struct topo {
+	char name[24];       /* preset name, "dgx-a100" */
+	struct topo_gpu gpu; /* every GPU of the cluster is this one */
+	int nodes;           /* number of nodes */
+	int gpus_per_node;   /* GPUs in each node */
+	int nodes_per_dc;    /* nodes in each datacenter; 0: one datacenter */
+	struct topo_link link[TOPO_LINK_NCLASS]; /* indexed by enum topo_link_class */
+};
+
+/* Fills *t with preset name (1 node unless the preset says otherwise). -1 if unknown. */
+int topo_preset(const char *name, struct topo *t);
+
+/* The preset names, NULL-terminated, for --help and error messages. */
+extern const char *const topo_preset_names[];
+
+/* Total number of GPUs: nodes * gpus_per_node. */
+int topo_ndev(const struct topo *t);
+
+/* The class of the link between devices a and b (global device ids). */
+enum topo_link_class topo_link_class(const struct topo *t, int a, int b);
+
+/* The slowest link class among all pairs of the n devices in devs. */
+enum topo_link_class topo_group_link_class(const struct topo *t, const int *devs, int n);
+
+/* Node of device d. */
+int topo_node(const struct topo *t, int d);
+
+const char *topo_link_class_name(enum topo_link_class c);
+
+#endif

@@ -1,0 +1,210 @@
+/* trace: recording ops and memory per device, and writing them out; see trace.h. The
+ * Chrome trace event format: "X" complete events, "C" counters, "s"/"f" flow events, "M"
+ * metadata naming processes and threads; times in microseconds (printed with three
+ * decimals, so nanoseconds survive exactly). */
+#include "trace.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+#include "units.h"
+#include "util.h"
+
+static const char *const stream_names[EMU_NSTREAMS] = {"compute", "comm", "send", "recv"};
+
+void trace_reset(struct emu_dev *d)
+{
+	d->trace.nev = 0;
+	d->trace.nmem = 0;
+}
+
+void trace_add_op(struct emu_dev *d, const struct trace_ev *ev)
+{
+	struct trace_buf *t = &d->trace;
+
+	if (!d->c->cfg.trace)
+		return;
+	emu_grow((void **)&t->ev, &t->capev, t->nev + 1, sizeof *t->ev);
+	t->ev[t->nev++] = *ev;
+}
+
+void trace_add_mem(struct emu_dev *d)
+{
+	struct trace_buf *t = &d->trace;
+	struct trace_mem *s;
+
+	if (!d->c->cfg.trace)
+		return;
+	emu_grow((void **)&t->mem, &t->capmem, t->nmem + 1, sizeof *t->mem);
+	s = &t->mem[t->nmem++];
+	s->t = d->stream[EMU_STREAM_COMPUTE].t;
+	memcpy(s->cur, d->mem.cur, sizeof s->cur);
+}
+
+size_t trace_count(const struct emu_cluster *c, int id)
+{
+	EMU_ASSERT(id >= 0 && id < c->cfg.ndev);
+	return c->devs[id].trace.nev;
+}
+
+/* Prints ns as microseconds with exactly three decimals. */
+static void put_us(FILE *f, int64_t ns)
+{
+	fprintf(f, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+}
+
+static void put_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_dev *d)
+{
+	const struct trace_buf *t = &d->trace;
+	int node = topo_node(&c->cfg.topo, d->id);
+
+	fprintf(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"gpu %d (node %d, local %d)\"}}",
+		d->id, d->id, node, d->id % c->cfg.topo.gpus_per_node);
+	fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+		d->id, d->id);
+	for (int s = 0; s < EMU_NSTREAMS; s++)
+		fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+			d->id, s, stream_names[s]);
+	for (size_t i = 0; i < t->nev; i++) {
+		const struct trace_ev *e = &t->ev[i];
+
+		fputs(",\n{\"name\":", f);
+		put_json_string(f, e->name);
+		fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":",
+			e->stream == EMU_STREAM_COMPUTE ? "compute" : "comm", d->id, e->stream);
+		put_us(f, e->t0);
+		fputs(",\"dur\":", f);
+		put_us(f, e->t1 - e->t0);
+		fprintf(f, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)e->bytes);
+		if (e->flow) {
+			fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"p2p\",\"ph\":\"%s\",%s\"id\":%llu,\"pid\":%d,\"tid\":%d,\"ts\":",
+				e->flow_end ? "recv" : "send", e->flow_end ? "f" : "s",
+				e->flow_end ? "\"bp\":\"e\"," : "", (unsigned long long)e->flow, d->id, e->stream);
+			put_us(f, e->flow_end ? e->t0 + (e->t1 - e->t0) / 2 : e->t0);
+			fputs("}", f);
+		}
+	}
+	for (size_t i = 0; i < t->nmem; i++) {
+		const struct trace_mem *m = &t->mem[i];
+
+		fprintf(f, ",\n{\"name\":\"memory (bytes)\",\"ph\":\"C\",\"pid\":%d,\"ts\":", d->id);
+		put_us(f, m->t);
+		fputs(",\"args\":{", f);
+		for (int k = 0; k < MEM_NCAT; k++)
+			fprintf(f, "%s\"%s\":%llu", k ? "," : "", mem_cat_name(k), (unsigned long long)m->cur[k]);
+		fputs("}}", f);
+	}
+}
+
+int trace_write_json(const struct emu_cluster *c, const char *path)
+{
+	FILE *f = fopen(path, "w");
+	int err;
+
+	if (!f)
+		return -1;
+	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"pemu\",\"cluster\":\"%s\",\"devices\":%d},\n\"traceEvents\":[\n",
+		c->cfg.topo.name, c->cfg.ndev);
+	fputs("{\"name\":\"pemu\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{}}", f);
+	for (int i = 0; i < c->cfg.ndev; i++)
+		write_device(f, c, &c->devs[i]);
+	fputs("\n]}\n", f);
+	err = ferror(f);
+	if (fclose(f) || err) {
+		if (!errno)
+			errno = EIO;
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ASCII timeline                                                                       */
+
+static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64_t T)
+{
+	char row[512];
+	int64_t best[512];
+
+	memset(row, '.', (size_t)width);
+	memset(best, 0, sizeof best);
+	for (size_t i = 0; i < d->trace.nev; i++) {
+		const struct trace_ev *e = &d->trace.ev[i];
+		int first, last;
+
+		if (e->stream != s || e->t1 <= e->t0)
+			continue;
+		first = (int)((__extension__(__int128) e->t0 * width) / T);
+		last = (int)((__extension__(__int128)(e->t1 - 1) * width) / T);
+		for (int x = first; x <= last && x < width; x++) {
+			int64_t lo = (int64_t)((__extension__(__int128) x * T) / width);
+			int64_t hi = (int64_t)((__extension__(__int128)(x + 1) * T) / width);
+			int64_t ov = (e->t1 < hi ? e->t1 : hi) - (e->t0 > lo ? e->t0 : lo);
+
+			if (ov > best[x]) {
+				best[x] = ov;
+				row[x] = e->sym;
+			}
+		}
+	}
+	row[width] = '\0';
+	fprintf(out, "gpu%-4d %-7s |%s|\n", d->id, stream_names[s], row);
+}
+
+void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_devs)
+{
+	int64_t T = 0;
+	char tbuf[32];
+	int shown = 0;
+
+	if (width < 10)
+		width = 10;
+	if (width > 500)
+		width = 500;
+	for (int i = 0; i < c->cfg.ndev; i++)
+		for (size_t k = 0; k < c->devs[i].trace.nev; k++)
+			if (c->devs[i].trace.ev[k].t1 > T)
+				T = c->devs[i].trace.ev[k].t1;
+	if (T == 0) {
+		fprintf(out, "timeline: nothing took virtual time%s\n",
+			c->cfg.trace ? "" : " (trace recording was off)");
+		return;
+	}
+	units_fmt_time(tbuf, sizeof tbuf, T);
+	fprintf(out, "timeline: 0 .. %s of virtual time, %d columns (one column = %.3g us)\n", tbuf, width,
+		(double)T / width / 1e3);
+	for (int i = 0; i < c->cfg.ndev; i++) {
+		const struct emu_dev *d = &c->devs[i];
+
+		if (shown == max_devs) {
+			fprintf(out, "... %d more devices not drawn\n", c->cfg.ndev - i);
+			break;
+		}
+		shown++;
+		for (int s = 0; s < EMU_NSTREAMS; s++) {
+			int used = 0;
+
+			for (size_t k = 0; k < d->trace.nev && !used; k++)
+				used = d->trace.ev[k].stream == s;
+			if (used)
+				draw_row(out, d, s, width, T);
+		}
+	}
+	fprintf(out, "legend: # compute  A all-reduce  S reduce-scatter  G all-gather  T all-to-all  "
+		     "V all-to-all-v  B broadcast  R reduce  > send  < recv  . idle\n");
+}
