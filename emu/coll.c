@@ -3,8 +3,12 @@
  * ../shared/REFERENCES.md (nccl-tests doc/PERFORMANCE.md), and the op's data movement is
  * cut into tasks (coll_op_run_task) that add in the ring algorithm's order: see coll.h
  * for the order and the formulas. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "clock.h"
 #include "internal.h"
@@ -15,6 +19,10 @@
 #define TASK_ELEMS (1u << 16)
 /* Elements reduced at a time in a local accumulator. */
 #define BLK 512
+/* Ops that write at least this much bypass the cache when they write results: the data
+ * will not be read again soon, and a plain store would first read every line it
+ * writes. */
+#define STREAM_BYTES (8u << 20)
 
 static const struct {
 	const char *name;
@@ -297,10 +305,34 @@ static int chunk_of(size_t len, int n, size_t j)
 	return c;
 }
 
+/* dst[0..len) = src[0..len), with non-temporal stores where the CPU has them. */
+static void store_stream(float *dst, const float *src, size_t len)
+{
+#if defined(__SSE2__)
+	size_t i = 0;
+
+	for (; i < len && ((uintptr_t)(dst + i) & 15); i++)
+		dst[i] = src[i];
+	for (; i + 4 <= len; i += 4)
+		_mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+	for (; i < len; i++)
+		dst[i] = src[i];
+#else
+	memcpy(dst, src, len * sizeof *dst);
+#endif
+}
+
+/* The result of a block, to every member's recv. */
 static void write_all(const struct op *op, size_t off, const float *v, size_t len)
 {
-	for (int m = 0; m < op->ch->n; m++)
-		memcpy(op->arg[m].recv + off, v, len * sizeof *v);
+	int stream = op->arg[0].count * sizeof(float) * (size_t)op->ch->n >= STREAM_BYTES;
+
+	for (int m = 0; m < op->ch->n; m++) {
+		if (stream)
+			store_stream(op->arg[m].recv + off, v, len);
+		else
+			memcpy(op->arg[m].recv + off, v, len * sizeof *v);
+	}
 }
 
 static void all_reduce_ring(const struct op *op, size_t lo, size_t hi)
@@ -489,6 +521,9 @@ void coll_op_run_task(struct op *op, int task)
 	default:
 		EMU_ASSERT(0);
 	}
+#if defined(__SSE2__)
+	_mm_sfence(); /* non-temporal stores are weakly ordered: finish them before done */
+#endif
 }
 
 /* ------------------------------------------------------------------------------------ */

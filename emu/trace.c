@@ -4,6 +4,7 @@
  * decimals, so nanoseconds survive exactly). */
 #include "trace.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 
@@ -143,12 +144,15 @@ static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64
 
 	memset(row, '.', (size_t)width);
 	memset(best, 0, sizeof best);
-	for (size_t i = 0; i < d->trace.nev; i++) {
+	for (size_t i = 0, k = 0; i < d->trace.nev; i++) {
 		const struct trace_ev *e = &d->trace.ev[i];
 		int first, last;
+		char sym;
 
 		if (e->stream != s || e->t1 <= e->t0)
 			continue;
+		/* Every other op of a row in lower case, so that back-to-back ops show apart. */
+		sym = k++ % 2 && isupper((unsigned char)e->sym) ? (char)tolower((unsigned char)e->sym) : e->sym;
 		first = (int)((__extension__(__int128) e->t0 * width) / T);
 		last = (int)((__extension__(__int128)(e->t1 - 1) * width) / T);
 		for (int x = first; x <= last && x < width; x++) {
@@ -158,7 +162,7 @@ static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64
 
 			if (ov > best[x]) {
 				best[x] = ov;
-				row[x] = e->sym;
+				row[x] = sym;
 			}
 		}
 	}
@@ -206,5 +210,6 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 		}
 	}
 	fprintf(out, "legend: # compute  A all-reduce  S reduce-scatter  G all-gather  T all-to-all  "
-		     "V all-to-all-v  B broadcast  R reduce  > send  < recv  . idle\n");
+		     "V all-to-all-v  B broadcast  R reduce  > send  < recv  . idle\n"
+		     "        (every other op of a row in lower case)\n");
 }

@@ -163,12 +163,12 @@ void units_fmt_bw(char *buf, size_t n, uint64_t bytes_per_s)
 
 void units_fmt_time(char *buf, size_t n, int64_t ns)
 {
-	if (ns < 10000)
+	if (ns < 1000)
 		snprintf(buf, n, "%lld ns", (long long)ns);
-	else if (ns < 10000000)
-		snprintf(buf, n, "%.2f us", (double)ns / 1e3);
-	else if (ns < 10000000000LL)
-		snprintf(buf, n, "%.2f ms", (double)ns / 1e6);
+	else if (ns < 1000000)
+		snprintf(buf, n, "%.4g us", (double)ns / 1e3);
+	else if (ns < 1000000000)
+		snprintf(buf, n, "%.4g ms", (double)ns / 1e6);
 	else
-		snprintf(buf, n, "%.3f s", (double)ns / 1e9);
+		snprintf(buf, n, "%.4g s", (double)ns / 1e9);
 }

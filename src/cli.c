@@ -1,0 +1,258 @@
+/* cli: shared option parsing; see cli.h. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "units.h"
+
+const struct cli_opt cli_cluster_opts[] = {
+	{"cluster", 0, 1, CLI_CLUSTER, "NAME", "hardware preset (default dgx-a100): see 'pemu --help'"},
+	{"nodes", 0, 1, CLI_NODES, "N", "number of nodes (default: as many as the devices need)"},
+	{"gpus-per-node", 0, 1, CLI_GPUS_PER_NODE, "N", "GPUs in each node (default: the preset's)"},
+	{"intra-bw", 0, 1, CLI_INTRA_BW, "BW", "bandwidth between GPUs of a node, e.g. 300GB/s"},
+	{"intra-lat", 0, 1, CLI_INTRA_LAT, "TIME", "latency between GPUs of a node, e.g. 3us"},
+	{"inter-bw", 0, 1, CLI_INTER_BW, "BW", "bandwidth per GPU between nodes, e.g. 200Gb/s"},
+	{"inter-lat", 0, 1, CLI_INTER_LAT, "TIME", "latency between nodes, e.g. 5us"},
+	{"nodes-per-dc", 0, 1, CLI_NODES_PER_DC, "N", "nodes per datacenter (default: one datacenter)"},
+	{"dc-bw", 0, 1, CLI_DC_BW, "BW", "bandwidth between datacenters (default 100Gb/s)"},
+	{"dc-lat", 0, 1, CLI_DC_LAT, "TIME", "latency between datacenters (default 10ms)"},
+	{"gpu-flops", 0, 1, CLI_GPU_FLOPS, "X", "peak FLOP/s of a GPU, e.g. 312e12"},
+	{"gpu-efficiency", 0, 1, CLI_GPU_EFF, "X", "fraction of peak a GEMM reaches (default 0.7)"},
+	{"hbm-bw", 0, 1, CLI_HBM_BW, "BW", "memory bandwidth of a GPU, e.g. 2.04TB/s"},
+	{"mem-cap", 0, 1, CLI_MEM_CAP, "SIZE", "memory cap per GPU, e.g. 80GB (default: its HBM)"},
+	{"pace", 0, 1, CLI_PACE, "X", "wall clock follows virtual time times X (default 0: off)"},
+	{"dry-run", 0, 0, CLI_DRY_RUN, NULL, "shapes only: account time and memory, move no data"},
+	{"trace", 0, 1, CLI_TRACE, "FILE", "write a Chrome trace (open it in Perfetto)"},
+	{"timeline", 0, 0, CLI_TIMELINE, NULL, "draw an ASCII timeline per device and stream"},
+	{"json", 0, 0, CLI_JSON, NULL, "print one JSON object instead of the table"},
+	{NULL, 0, 0, 0, NULL, NULL},
+};
+
+void cli_fail(const struct cli *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", c->prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(CLI_EXIT_USAGE);
+}
+
+static const struct cli_opt *find(const struct cli *c, const char *name, size_t len, char s)
+{
+	for (int t = 0; c->opts[t]; t++)
+		for (const struct cli_opt *o = c->opts[t]; o->name; o++)
+			if (s ? o->shortname == s : strlen(o->name) == len && !strncmp(o->name, name, len))
+				return o;
+	return NULL;
+}
+
+int cli_next(struct cli *c, const char **val)
+{
+	const struct cli_opt *o;
+	const char *a, *eq = NULL;
+
+	*val = NULL;
+	if (c->i >= c->argc)
+		return 0;
+	a = c->argv[c->i++];
+	if (a[0] == '-' && a[1] == '-' && a[2]) {
+		eq = strchr(a, '=');
+		o = find(c, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2), 0);
+	} else if (a[0] == '-' && a[1] && !a[2]) {
+		o = find(c, NULL, 0, a[1]);
+	} else {
+		cli_fail(c, "unexpected argument '%s' (options start with --; try '%s --help')", a, c->prog);
+	}
+	if (!o)
+		cli_fail(c, "unknown option '%s' (try '%s --help')", a, c->prog);
+	if (!o->has_arg) {
+		if (eq)
+			cli_fail(c, "option --%s takes no value", o->name);
+		return o->id;
+	}
+	if (eq) {
+		*val = eq + 1;
+	} else {
+		if (c->i >= c->argc)
+			cli_fail(c, "option %s needs a value (%s)", a, o->arg);
+		*val = c->argv[c->i++];
+	}
+	return o->id;
+}
+
+long cli_int(const struct cli *c, const char *opt, const char *val, long min, long max)
+{
+	long v;
+
+	if (units_parse_int(val, min, max, &v))
+		cli_fail(c, "%s: '%s' is not a whole number from %ld to %ld", opt, val, min, max);
+	return v;
+}
+
+uint64_t cli_size(const struct cli *c, const char *opt, const char *val)
+{
+	uint64_t v;
+
+	if (units_parse_size(val, &v))
+		cli_fail(c, "%s: malformed size '%s' (a whole number of bytes with an optional suffix: K, M, G, T are powers of 1024, KB, MB, GB, TB powers of 1000)",
+			 opt, val);
+	return v;
+}
+
+double cli_double(const struct cli *c, const char *opt, const char *val, double min, double max)
+{
+	double v;
+
+	if (units_parse_double(val, &v) || v < min || v > max)
+		cli_fail(c, "%s: '%s' is not a number from %g to %g", opt, val, min, max);
+	return v;
+}
+
+void cli_print_opts(FILE *f, const struct cli_opt *opts)
+{
+	for (const struct cli_opt *o = opts; o->name; o++) {
+		char left[64];
+
+		if (o->shortname)
+			snprintf(left, sizeof left, "-%c, --%s%s%s", o->shortname, o->name, o->arg ? " " : "",
+				 o->arg ? o->arg : "");
+		else
+			snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+		fprintf(f, "  %-30s %s\n", left, o->help);
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+void cli_cluster_init(struct cli_cluster *cc)
+{
+	memset(cc, 0, sizeof *cc);
+	cc->preset = "dgx-a100";
+}
+
+int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val)
+{
+	switch (id) {
+	case CLI_CLUSTER: cc->preset = val; return 1;
+	case CLI_DRY_RUN: cc->cfg.dry_run = 1; return 1;
+	case CLI_TRACE: cc->trace_path = val; return 1;
+	case CLI_TIMELINE: cc->timeline = 1; return 1;
+	case CLI_JSON: cc->json = 1; return 1;
+	default:
+		if (id < CLI_CLUSTER || id > CLI_JSON)
+			return 0;
+		cc->ov[id - CLI_CLUSTER] = val;
+		return 1;
+	}
+}
+
+static void link_override(const struct cli *c, struct topo_link *l, const char *bw_opt,
+			  const char *bw, const char *lat_opt, const char *lat)
+{
+	if (bw && units_parse_bw(bw, &l->bw_bytes))
+		cli_fail(c, "--%s: malformed bandwidth '%s' (for example 50GB/s or 200Gb/s)", bw_opt, bw);
+	if (lat && units_parse_time(lat, &l->lat_ns))
+		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt, lat);
+}
+
+void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices)
+{
+	struct emu_config *cfg = &cc->cfg;
+	const char **ov = cc->ov;
+	int dry = cfg->dry_run;
+	char why[256];
+
+#define OV(id) ov[(id)-CLI_CLUSTER]
+	if (emu_config_default(cfg, cc->preset)) {
+		struct emu_str s = {0};
+
+		for (int i = 0; topo_preset_names[i]; i++)
+			emu_str_addf(&s, "%s%s", i ? ", " : "", topo_preset_names[i]);
+		cli_fail(c, "--cluster: unknown preset '%s' (one of: %s)", cc->preset, s.s);
+	}
+	cfg->dry_run = dry;
+	if (OV(CLI_GPUS_PER_NODE))
+		cfg->topo.gpus_per_node = (int)cli_int(c, "--gpus-per-node", OV(CLI_GPUS_PER_NODE), 1, 1024);
+	if (OV(CLI_NODES)) {
+		cfg->topo.nodes = (int)cli_int(c, "--nodes", OV(CLI_NODES), 1, 65536);
+		cc->nodes_given = 1;
+	} else if (devices > 0) {
+		cfg->topo.nodes = (devices + cfg->topo.gpus_per_node - 1) / cfg->topo.gpus_per_node;
+	}
+	if (OV(CLI_NODES_PER_DC))
+		cfg->topo.nodes_per_dc = (int)cli_int(c, "--nodes-per-dc", OV(CLI_NODES_PER_DC), 1, 65536);
+	link_override(c, &cfg->topo.link[TOPO_LINK_INTRA], "intra-bw", OV(CLI_INTRA_BW), "intra-lat",
+		      OV(CLI_INTRA_LAT));
+	link_override(c, &cfg->topo.link[TOPO_LINK_INTER], "inter-bw", OV(CLI_INTER_BW), "inter-lat",
+		      OV(CLI_INTER_LAT));
+	link_override(c, &cfg->topo.link[TOPO_LINK_DC], "dc-bw", OV(CLI_DC_BW), "dc-lat", OV(CLI_DC_LAT));
+	if (OV(CLI_GPU_FLOPS))
+		cfg->topo.gpu.peak_flops = cli_double(c, "--gpu-flops", OV(CLI_GPU_FLOPS), 1e9, 1e20);
+	if (OV(CLI_GPU_EFF))
+		cfg->topo.gpu.efficiency = cli_double(c, "--gpu-efficiency", OV(CLI_GPU_EFF), 1e-3, 1);
+	if (OV(CLI_HBM_BW)) {
+		uint64_t bw;
+
+		if (units_parse_bw(OV(CLI_HBM_BW), &bw))
+			cli_fail(c, "--hbm-bw: malformed bandwidth '%s' (for example 2TB/s)", OV(CLI_HBM_BW));
+		cfg->topo.gpu.hbm_bw = (double)bw;
+	}
+	if (OV(CLI_MEM_CAP)) {
+		cfg->mem_cap = cli_size(c, "--mem-cap", OV(CLI_MEM_CAP));
+		if (cfg->mem_cap == 0)
+			cli_fail(c, "--mem-cap: a GPU needs more than 0 bytes of memory");
+	}
+	if (OV(CLI_PACE))
+		cfg->pace = cli_double(c, "--pace", OV(CLI_PACE), 0, 1e6);
+#undef OV
+	cfg->trace = cc->trace_path || cc->timeline;
+	cfg->ndev = devices > 0 ? devices : topo_ndev(&cfg->topo);
+	if (devices > topo_ndev(&cfg->topo))
+		cli_fail(c, "%d devices are more than the cluster has (%d node%s x %d GPUs = %d)%s", devices,
+			 cfg->topo.nodes, cfg->topo.nodes == 1 ? "" : "s", cfg->topo.gpus_per_node,
+			 topo_ndev(&cfg->topo), cc->nodes_given ? "; raise --nodes" : "");
+	if (emu_config_check(cfg, why, sizeof why))
+		cli_fail(c, "%s", why);
+}
+
+void cli_cluster_describe(FILE *f, const struct emu_config *cfg)
+{
+	const struct topo *t = &cfg->topo;
+	char cap[32], ib[32], eb[32], il[32], el[32];
+
+	units_fmt_bytes(cap, sizeof cap, cfg->mem_cap ? cfg->mem_cap : t->gpu.hbm_bytes);
+	units_fmt_bw(ib, sizeof ib, t->link[TOPO_LINK_INTRA].bw_bytes);
+	units_fmt_bw(eb, sizeof eb, t->link[TOPO_LINK_INTER].bw_bytes);
+	units_fmt_time(il, sizeof il, t->link[TOPO_LINK_INTRA].lat_ns);
+	units_fmt_time(el, sizeof el, t->link[TOPO_LINK_INTER].lat_ns);
+	fprintf(f, "%s: %d node%s x %d %s (%.0f TFLOP/s, %s cap); in a node %s %s, %s; between nodes %s %s, %s",
+		t->name, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, t->gpu.name,
+		t->gpu.peak_flops / 1e12, cap, t->link[TOPO_LINK_INTRA].name, ib, il,
+		t->link[TOPO_LINK_INTER].name, eb, el);
+}
+
+static void json_link(FILE *f, const char *key, const struct topo_link *l)
+{
+	fprintf(f, "\"%s\":{\"name\":\"%s\",\"bw_bytes_per_s\":%llu,\"lat_ns\":%lld}", key, l->name,
+		(unsigned long long)l->bw_bytes, (long long)l->lat_ns);
+}
+
+void cli_cluster_json(FILE *f, const struct emu_config *cfg)
+{
+	const struct topo *t = &cfg->topo;
+
+	fprintf(f, "{\"preset\":\"%s\",\"nodes\":%d,\"gpus_per_node\":%d,\"devices\":%d,\"gpu\":\"%s\",\"peak_flops\":%.6g,\"efficiency\":%g,\"hbm_bw\":%.6g,\"mem_cap\":%llu,",
+		t->name, t->nodes, t->gpus_per_node, cfg->ndev, t->gpu.name, t->gpu.peak_flops,
+		t->gpu.efficiency, t->gpu.hbm_bw,
+		(unsigned long long)(cfg->mem_cap ? cfg->mem_cap : t->gpu.hbm_bytes));
+	json_link(f, "intra", &t->link[TOPO_LINK_INTRA]);
+	fputc(',', f);
+	json_link(f, "inter", &t->link[TOPO_LINK_INTER]);
+	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g}", t->nodes_per_dc,
+		cfg->dry_run ? "true" : "false", cfg->pace);
+}

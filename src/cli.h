@@ -1,0 +1,94 @@
+/* cli: the option parsing every pemu subcommand shares: a table of options, Megatron-style
+ * long names with short forms, "--name value" and "--name=value", and the cluster options
+ * (--cluster, --nodes, link and GPU overrides, --mem-cap, --pace, --dry-run, --trace,
+ * --timeline, --json). Bad input is one line on stderr and exit code 2 (DESIGN.md §5). */
+#ifndef PEMU_CLI_H
+#define PEMU_CLI_H
+
+#include <stdio.h>
+
+#include "cluster.h"
+#include "util.h"
+
+#define CLI_EXIT_USAGE 2
+
+struct cli_opt {
+	const char *name;  /* long name without "--" */
+	char shortname;    /* 0 if none */
+	int has_arg;       /* 1: takes a value */
+	int id;            /* returned by cli_next */
+	const char *arg;   /* the value's name in --help, "N", "SIZE", ... */
+	const char *help;  /* one line */
+};
+
+struct cli {
+	const char *prog;  /* "pemu coll", for messages */
+	int argc;
+	char **argv;
+	int i;             /* next argument */
+	const struct cli_opt *opts[4]; /* option tables, NULL-terminated list */
+};
+
+/* The next option: its id, with *val its value (or NULL); 0 at the end. An unknown
+ * option, a missing value or a stray argument exits with code 2. */
+int cli_next(struct cli *c, const char **val);
+
+/* Prints a one-line error "prog: message" and exits with code 2. */
+EMU_NORETURN void cli_fail(const struct cli *c, const char *fmt, ...) EMU_PRINTF(2, 3);
+
+/* Value parsers that exit with code 2 and a clear line on bad input. */
+long cli_int(const struct cli *c, const char *opt, const char *val, long min, long max);
+uint64_t cli_size(const struct cli *c, const char *opt, const char *val);
+double cli_double(const struct cli *c, const char *opt, const char *val, double min, double max);
+
+/* Prints the options of a table for --help. */
+void cli_print_opts(FILE *f, const struct cli_opt *opts);
+
+/* The cluster options. */
+enum {
+	CLI_CLUSTER = 1000,
+	CLI_NODES,
+	CLI_GPUS_PER_NODE,
+	CLI_INTRA_BW,
+	CLI_INTRA_LAT,
+	CLI_INTER_BW,
+	CLI_INTER_LAT,
+	CLI_NODES_PER_DC,
+	CLI_DC_BW,
+	CLI_DC_LAT,
+	CLI_GPU_FLOPS,
+	CLI_GPU_EFF,
+	CLI_HBM_BW,
+	CLI_MEM_CAP,
+	CLI_PACE,
+	CLI_DRY_RUN,
+	CLI_TRACE,
+	CLI_TIMELINE,
+	CLI_JSON,
+};
+extern const struct cli_opt cli_cluster_opts[];
+
+struct cli_cluster {
+	struct emu_config cfg;  /* the cluster, after the options */
+	int nodes_given;        /* --nodes was on the command line */
+	const char *trace_path; /* --trace FILE, or NULL */
+	int timeline;           /* --timeline */
+	int json;               /* --json */
+	/* Overrides, applied after --cluster whatever the order on the command line. */
+	const char *preset;
+	const char *ov[CLI_JSON - CLI_CLUSTER + 1];
+};
+
+void cli_cluster_init(struct cli_cluster *cc);
+/* Takes option id with value val if it is a cluster option (returns 1), else 0. */
+int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val);
+/* Builds cc->cfg from the preset and overrides; with devices > 0 and no --nodes, uses
+ * as many nodes as devices needs. Exits with code 2 on a bad value. */
+void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices);
+
+/* One line describing the cluster, for report headers. */
+void cli_cluster_describe(FILE *f, const struct emu_config *cfg);
+/* The same as a JSON object. */
+void cli_cluster_json(FILE *f, const struct emu_config *cfg);
+
+#endif
