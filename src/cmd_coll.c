@@ -315,7 +315,7 @@ int cmd_coll(int argc, char **argv)
 		sum_bus += busbw;
 		sum_bus_n++;
 		if (cc.json) {
-			printf("%s{\"size\":%llu,\"count\":%zu,\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":",
+			printf("%s{\"size\":%llu,\"count\":%zu,\"time_us\":%.3f,\"algbw\":%.6g,\"busbw\":%.6g,\"wrong\":",
 			       first ? "" : ",", (unsigned long long)bytes, b->count, t_us, algbw, busbw);
 			if (b->check)
 				printf("%llu", (unsigned long long)wrong);
@@ -323,7 +323,7 @@ int cmd_coll(int argc, char **argv)
 				printf("null");
 			printf(",\"wall_us\":%.3f}", wall_us);
 		} else if (csv) {
-			printf("%s,%d,%llu,%zu,%.3f,%.4f,%.4f,", cops[b->op].name, b->n, (unsigned long long)bytes,
+			printf("%s,%d,%llu,%zu,%.3f,%.6g,%.6g,", cops[b->op].name, b->n, (unsigned long long)bytes,
 			       b->count, t_us, algbw, busbw);
 			if (b->check)
 				printf("%llu", (unsigned long long)wrong);

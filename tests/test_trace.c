@@ -25,7 +25,7 @@ static int workload(struct emu_dev *d, void *arg)
 	int id = emu_dev_id(d), n = emu_dev_count(d), node_devs[8], rc;
 	struct mem_block *w = mem_alloc(d, MEM_PARAM, 4096 * 4, "w");
 	struct mem_block *a = mem_alloc(d, MEM_ACT, 4096 * 4 * n, "gathered");
-	float *x, *y, ring[64];
+	float *x, *y, ring[64], out[64];
 	struct coll_req *req, *rs, *rr;
 	struct emu_group *node;
 
@@ -43,11 +43,13 @@ static int workload(struct emu_dev *d, void *arg)
 		return EMU_EINVAL;
 	for (int step = 0; step < 3; step++) {
 		emu_compute(d, "forward", 2e9 * (1 + id % 3), 1e6);
+		/* The send reads its own copy: x belongs to the all-reduce until its wait. */
+		memcpy(out, x, sizeof out);
 		if ((rc = coll_iall_reduce(d, node, x, x, 4096, COLL_SUM, &req)))
 			return rc;
 		emu_compute(d, "backward", 4e9, 1e6);
 		if ((rc = coll_irecv(d, (id + n - 1) % n, ring, 64, &rr)) ||
-		    (rc = coll_isend(d, (id + 1) % n, x, 64, &rs)) || (rc = coll_wait(d, rr)) ||
+		    (rc = coll_isend(d, (id + 1) % n, out, 64, &rs)) || (rc = coll_wait(d, rr)) ||
 		    (rc = coll_wait(d, rs)) || (rc = coll_wait(d, req)))
 			return rc;
 		if ((rc = coll_all_gather(d, emu_world(d), x, y, 4096)))

@@ -1,0 +1,161 @@
+/* The pemu program as a user meets it: bad input is one clear line on stderr and exit
+ * code 2, never a crash; pemu coll checks its results (0 wrong) and its --json parses to
+ * the fields scripts read. Runs the binary named by $PEMU (default build/pemu). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+/* Runs "pemu args", capturing stdout (or stderr with err set) into out; returns the exit
+ * code. */
+static int run(const char *args, int err, char *out, size_t n)
+{
+	const char *pemu = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
+	char cmd[1024];
+	size_t len;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof cmd, err ? "%s %s 2>&1 >/dev/null" : "%s %s 2>/dev/null", pemu, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	len = fread(out, 1, n - 1, p);
+	out[len] = '\0';
+	st = pclose(p);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static int lines(const char *s)
+{
+	int k = 0;
+
+	for (; *s; s++)
+		k += *s == '\n';
+	return k;
+}
+
+static void test_bad_input(void **state)
+{
+	static const struct {
+		const char *args, *says;
+	} cases[] = {
+		{"coll --frobnicate", "unknown option '--frobnicate'"},
+		{"coll -b 8Q", "malformed size '8Q'"},
+		{"coll -e 12XB", "malformed size '12XB'"},
+		{"coll -g 16 --nodes 1", "16 devices are more than the cluster has (1 node x 8 GPUs = 8)"},
+		{"coll --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
+		{"coll -g 0", "-g: '0' is not a whole number"},
+		{"coll -g", "option -g needs a value"},
+		{"coll --cluster tpu-v9", "unknown preset 'tpu-v9'"},
+		{"coll --inter-bw fast", "malformed bandwidth 'fast'"},
+		{"coll --inter-lat 5parsecs", "malformed time '5parsecs'"},
+		{"coll --op allreduce", "unknown collective 'allreduce'"},
+		{"coll -b 1M -e 1K", "is larger than -e"},
+		{"coll -r 9 -g 4", "the root must be a rank of the group"},
+		{"coll --dry-run=yes", "takes no value"},
+		{"coll stray", "unexpected argument 'stray'"},
+		{"train-me", "unknown command 'train-me'"},
+		{"", "usage: pemu"},
+	};
+	char out[8192];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rc = run(cases[i].args, 1, out, sizeof out);
+
+		if (rc != 2 || !strstr(out, cases[i].says))
+			fail_msg("pemu %s: exit %d, stderr:\n%s\nwant exit 2 and \"%s\"", cases[i].args, rc, out,
+				 cases[i].says);
+		if (*cases[i].args && lines(out) != 1)
+			fail_msg("pemu %s: want one line, got:\n%s", cases[i].args, out);
+	}
+}
+
+static void test_help(void **state)
+{
+	char out[16384];
+
+	(void)state;
+	assert_int_equal(run("--help", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "coll"));
+	assert_non_null(strstr(out, "rtx3090-nvlink"));
+	assert_int_equal(run("coll --help", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "--inter-bw"));
+	assert_non_null(strstr(out, "-b, --minbytes SIZE"));
+}
+
+static void test_coll_checks_every_op(void **state)
+{
+	static const char *const ops[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
+					  "broadcast", "reduce", "send-recv"};
+	char args[256], out[16384];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		snprintf(args, sizeof args, "coll --op %s -g 12 --nodes 2 -b 4 -e 1M -f 16 -n 2 -w 1 -r 3 --csv",
+			 ops[i]);
+		assert_int_equal(run(args, 0, out, sizeof out), 0);
+		/* Header plus one line per size (4, 64, 1K, 16K, 256K), and no wrong element. */
+		assert_int_equal(lines(out), 6);
+		for (const char *l = strchr(out, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+			unsigned long long size, count, wrong;
+			double t, alg, bus, wall;
+			char op[32];
+
+			assert_int_equal(sscanf(l, "%31[^,],12,%llu,%llu,%lf,%lf,%lf,%llu,%lf", op, &size, &count,
+						&t, &alg, &bus, &wrong, &wall),
+					 8);
+			assert_string_equal(op, ops[i]);
+			assert_int_equal(wrong, 0);
+			assert_true(t > 0 && alg > 0 && bus > 0);
+		}
+	}
+}
+
+static void test_coll_json(void **state)
+{
+	char out[16384];
+
+	(void)state;
+	assert_int_equal(run("coll -g 8 -b 1M -e 4M -f 4 --json", 0, out, sizeof out), 0);
+	assert_int_equal(out[0], '{');
+	assert_non_null(strstr(out, "\"command\":\"coll\""));
+	assert_non_null(strstr(out, "\"results\":[{\"size\":1048576,\"count\":262144,\"time_us\":"));
+	assert_non_null(strstr(out, "\"wrong\":0"));
+	assert_non_null(strstr(out, "\"passed\":true}"));
+	/* 1 MiB on 8 A100s: 14 * 3 us + 14/8 * 1 MiB / 300 GB/s = 48.117 us (ceil to ns). */
+	assert_non_null(strstr(out, "\"time_us\":48.117"));
+	assert_int_equal(run("coll -g 8 -b 1M -e 1M --json --dry-run", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "\"wrong\":null"));
+	assert_non_null(strstr(out, "\"time_us\":48.117"));
+}
+
+static void test_coll_oom_is_a_report(void **state)
+{
+	char out[8192];
+
+	(void)state;
+	assert_int_equal(run("coll -g 4 -b 64M -e 64M --mem-cap 100M", 1, out, sizeof out), 1);
+	assert_non_null(strstr(out, "out of memory allocating 'recv buffer'"));
+	assert_non_null(strstr(out, "cap 104857600 bytes"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_help),
+		cmocka_unit_test(test_coll_checks_every_op),
+		cmocka_unit_test(test_coll_json),
+		cmocka_unit_test(test_coll_oom_is_a_report),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
