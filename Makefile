@@ -9,6 +9,8 @@
 
 CC      ?= cc
 BUILD   ?= build
+V       ?= 0
+Q       := $(if $(filter 1,$(V)),,@)
 OPT     ?= -O3
 PREFIX  ?= /usr/local
 SANFLAGS ?=
@@ -38,20 +40,24 @@ all: $(BUILD)/pemu $(TESTS) $(BENCHES)
 
 $(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*.h) | check-pkgs
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/libpemu.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/pemu: $(BUILD)/src/pemu.o $(BUILD)/libpemu.a
-	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpemu.a
-	$(CC) $(CFLAGS_ALL) -o $@ $^ $(CMOCKA) $(LDLIBS_ALL)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(CMOCKA) $(LDLIBS_ALL)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpemu.a
-	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 # The default demo: the collective benchmark on 8 virtual A100s, with a timeline.
 run: deps $(BUILD)/pemu

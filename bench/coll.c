@@ -18,8 +18,8 @@
 #include "util.h"
 
 #define BIG_ELEMS (16u << 20) /* 64 MiB of float */
-#define BIG_DEVS 8
-#define ROUNDS 7
+#define BIG_DEVS  8
+#define ROUNDS    7
 
 struct big {
 	int iters;
@@ -165,8 +165,10 @@ int main(int argc, char **argv)
 	{
 		double e = median_us(emu_ns, ROUNDS), s = median_us(serial_ns, ROUNDS);
 
-		fprintf(csv, "all-reduce-64MiB,%d,%llu,%.1f,%.1f,%.3f\n", BIG_DEVS, BIG_ELEMS * 4ULL, e, s, e / s);
-		printf("all-reduce of 64 MiB on %d devices: %.1f ms wall; serial sum of the same %d buffers: %.1f ms; ratio %.2fx (target <= 2x)\n",
+		fprintf(csv, "all-reduce-64MiB,%d,%llu,%.1f,%.1f,%.3f\n", BIG_DEVS,
+			BIG_ELEMS * 4ULL, e, s, e / s);
+		printf("all-reduce of 64 MiB on %d devices: %.1f ms wall; serial sum of the same "
+		       "%d buffers: %.1f ms; ratio %.2fx (target <= 2x)\n",
 		       BIG_DEVS, e / 1e3, BIG_DEVS, s / 1e3, e / s);
 	}
 
@@ -185,7 +187,8 @@ int main(int argc, char **argv)
 		tiny_us[i] = median_us(per, ROUNDS);
 		fprintf(csv, "all-reduce-1-element,%d,4,%.2f,,\n", tiny_devs[i], tiny_us[i]);
 	}
-	printf("one 1-element all-reduce: %.1f us wall among 8 devices (target < 20), %.1f us among 64 (target < 150)\n",
+	printf("one 1-element all-reduce: %.1f us wall among 8 devices (target < 20), %.1f us "
+	       "among 64 (target < 150)\n",
 	       tiny_us[0], tiny_us[1]);
 	fclose(csv);
 	printf("wrote %s\n", path);

@@ -25,8 +25,8 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 	int64_t dur = emu_compute_cost(d, flops, bytes);
 
 	if (d->c->cfg.trace) {
-		struct trace_ev ev = {.t0 = st->t, .t1 = st->t + dur, .stream = EMU_STREAM_COMPUTE,
-				      .sym = '#'};
+		struct trace_ev ev = {
+			.t0 = st->t, .t1 = st->t + dur, .stream = EMU_STREAM_COMPUTE, .sym = '#'};
 
 		snprintf(ev.name, sizeof ev.name, "%s", name);
 		trace_add_op(d, &ev);

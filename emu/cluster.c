@@ -11,13 +11,13 @@
 #include "clock.h"
 #include "util.h"
 
-#define CHAN_BUCKETS 4096
+#define CHAN_BUCKETS    4096
 #define DEV_STACK_BYTES (2u << 20)
 /* Yields a waiting device makes before it sleeps, shared among the live devices: a few
  * hundred for 8 devices (a tiny collective then costs microseconds), a handful for 1024
  * (where spinning would only steal the core from the devices still to arrive). */
 #define SPIN_TOTAL 2048
-#define SPIN_MAX 256
+#define SPIN_MAX   256
 /* Devices listed in a deadlock report before the rest are counted. */
 #define REPORT_MAX_DEVS 32
 
@@ -38,13 +38,15 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
 	const struct topo *t = &cfg->topo;
 
 	if (t->nodes < 1 || t->gpus_per_node < 1) {
-		snprintf(buf, n, "the cluster needs at least 1 node of at least 1 GPU (got %d x %d)",
+		snprintf(buf, n,
+			 "the cluster needs at least 1 node of at least 1 GPU (got %d x %d)",
 			 t->nodes, t->gpus_per_node);
 		return -1;
 	}
 	if (cfg->ndev < 1 || cfg->ndev > topo_ndev(t)) {
-		snprintf(buf, n, "%d devices do not fit a cluster of %d node%s x %d GPUs = %d", cfg->ndev,
-			 t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, topo_ndev(t));
+		snprintf(buf, n, "%d devices do not fit a cluster of %d node%s x %d GPUs = %d",
+			 cfg->ndev, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node,
+			 topo_ndev(t));
 		return -1;
 	}
 	if (cfg->pace < 0) {
@@ -53,15 +55,17 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
 	}
 	for (int k = TOPO_LINK_INTRA; k < TOPO_LINK_NCLASS; k++) {
 		if (t->link[k].bw_bytes == 0 || t->link[k].lat_ns < 0) {
-			snprintf(buf, n, "the %s link needs a positive bandwidth and a latency >= 0",
+			snprintf(buf, n,
+				 "the %s link needs a positive bandwidth and a latency >= 0",
 				 topo_link_class_name(k));
 			return -1;
 		}
 	}
 	if (t->gpu.peak_flops <= 0 || t->gpu.efficiency <= 0 || t->gpu.efficiency > 1 ||
 	    t->gpu.hbm_bw <= 0) {
-		snprintf(buf, n, "the GPU needs positive peak FLOP/s, HBM bandwidth, and an "
-				 "efficiency in (0, 1]");
+		snprintf(buf, n,
+			 "the GPU needs positive peak FLOP/s, HBM bandwidth, and an "
+			 "efficiency in (0, 1]");
 		return -1;
 	}
 	return 0;
@@ -210,14 +214,22 @@ const struct topo *emu_dev_topo(const struct emu_dev *d)
 const char *emu_err_name(int err)
 {
 	switch (err) {
-	case EMU_OK: return "ok";
-	case EMU_EOOM: return "device out of memory";
-	case EMU_EMISMATCH: return "collective mismatch";
-	case EMU_EDEADLOCK: return "deadlock";
-	case EMU_EABORTED: return "aborted";
-	case EMU_EDEVICE: return "device failure";
-	case EMU_EINVAL: return "invalid argument";
-	default: return "unknown error";
+	case EMU_OK:
+		return "ok";
+	case EMU_EOOM:
+		return "device out of memory";
+	case EMU_EMISMATCH:
+		return "collective mismatch";
+	case EMU_EDEADLOCK:
+		return "deadlock";
+	case EMU_EABORTED:
+		return "aborted";
+	case EMU_EDEVICE:
+		return "device failure";
+	case EMU_EINVAL:
+		return "invalid argument";
+	default:
+		return "unknown error";
 	}
 }
 
@@ -310,7 +322,7 @@ static uint64_t chan_hash(enum chan_kind kind, const int *devs, int n)
 static void chan_find_hier(const struct topo *t, struct emu_group *ch)
 {
 	int *node_of = emu_xmalloc((size_t)ch->n * sizeof *node_of); /* node slot per member */
-	int *first = emu_xmalloc((size_t)ch->n * sizeof *first);    /* node id per slot */
+	int *first = emu_xmalloc((size_t)ch->n * sizeof *first);     /* node id per slot */
 	int *cnt = emu_xcalloc((size_t)ch->n, sizeof *cnt);
 	int k = 0, ok = 1;
 
@@ -388,26 +400,29 @@ struct emu_group *emu_group_get(struct emu_dev *d, const int *devs, int n)
 	int member = 0;
 
 	if (n < 1 || n > c->cfg.ndev) {
-		dev_fail(d, EMU_EINVAL, "emu_group_get: a group of %d devices on a cluster of %d", n,
-			 c->cfg.ndev);
+		dev_fail(d, EMU_EINVAL, "emu_group_get: a group of %d devices on a cluster of %d",
+			 n, c->cfg.ndev);
 		return NULL;
 	}
 	for (int i = 0; i < n; i++) {
 		if (devs[i] < 0 || devs[i] >= c->cfg.ndev) {
-			dev_fail(d, EMU_EINVAL, "emu_group_get: device %d is not in the cluster (0..%d)", devs[i],
-				     c->cfg.ndev - 1);
+			dev_fail(d, EMU_EINVAL,
+				 "emu_group_get: device %d is not in the cluster (0..%d)", devs[i],
+				 c->cfg.ndev - 1);
 			return NULL;
 		}
 		for (int j = 0; j < i; j++) {
 			if (devs[j] == devs[i]) {
-				dev_fail(d, EMU_EINVAL, "emu_group_get: device %d is listed twice", devs[i]);
+				dev_fail(d, EMU_EINVAL, "emu_group_get: device %d is listed twice",
+					 devs[i]);
 				return NULL;
 			}
 		}
 		member |= devs[i] == d->id;
 	}
 	if (!member) {
-		dev_fail(d, EMU_EINVAL, "emu_group_get: device %d asked for a group it is not in", d->id);
+		dev_fail(d, EMU_EINVAL, "emu_group_get: device %d asked for a group it is not in",
+			 d->id);
 		return NULL;
 	}
 	pthread_mutex_lock(&c->lock);
@@ -565,7 +580,8 @@ static void describe_wait(struct emu_str *s, struct emu_cluster *c, const struct
 		if (p->finished)
 			emu_str_addf(s, " (returned)");
 		else if (p->blocked)
-			emu_str_addf(s, " (blocked in %s)", coll_op_name(p->wait_op->arg[p->wait_member].kind));
+			emu_str_addf(s, " (blocked in %s)",
+				     coll_op_name(p->wait_op->arg[p->wait_member].kind));
 	}
 }
 
@@ -583,11 +599,15 @@ static char *group_mismatch_report(struct emu_cluster *c)
 			struct emu_str s = {0};
 
 			if (!db->blocked || db->wait_op->ch->kind != CHAN_GROUP ||
-			    db->wait_op->ch == da->wait_op->ch || emu_group_rank(da->wait_op->ch, db) < 0 ||
+			    db->wait_op->ch == da->wait_op->ch ||
+			    emu_group_rank(da->wait_op->ch, db) < 0 ||
 			    emu_group_rank(db->wait_op->ch, da) < 0)
 				continue;
-			emu_str_addf(&s, "collective mismatch: devices %d and %d called a collective on "
-					 "different groups:", a, b);
+			emu_str_addf(
+				&s,
+				"collective mismatch: devices %d and %d called a collective on "
+				"different groups:",
+				a, b);
 			emu_str_addf(&s, "\n  device %d: ", a);
 			coll_describe_arg(&s, da->wait_op->ch, &da->wait_op->arg[da->wait_member]);
 			emu_str_addf(&s, "\n  device %d: ", b);
@@ -621,15 +641,16 @@ static void check_deadlock_locked(struct emu_cluster *c)
 	}
 	for (int i = 0; i < c->cfg.ndev; i++)
 		nfinished += c->devs[i].finished;
-	emu_str_addf(&s, "deadlock: no device can make progress (%d blocked, %d returned)", c->nblocked,
-		     nfinished);
+	emu_str_addf(&s, "deadlock: no device can make progress (%d blocked, %d returned)",
+		     c->nblocked, nfinished);
 	for (int i = 0; i < c->cfg.ndev; i++) {
 		struct emu_dev *d = &c->devs[i];
 
 		if (!d->blocked)
 			continue;
 		if (listed++ == REPORT_MAX_DEVS) {
-			emu_str_addf(&s, "\n  ... and %d more blocked devices", c->nblocked - REPORT_MAX_DEVS);
+			emu_str_addf(&s, "\n  ... and %d more blocked devices",
+				     c->nblocked - REPORT_MAX_DEVS);
 			break;
 		}
 		emu_str_addf(&s, "\n  device %d: ", d->id);
@@ -659,7 +680,8 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member)
 			break;
 	}
 	pthread_mutex_lock(&c->lock);
-	while (!atomic_load_explicit(&op->ready, memory_order_acquire) && !atomic_load(&c->failed)) {
+	while (!atomic_load_explicit(&op->ready, memory_order_acquire) &&
+	       !atomic_load(&c->failed)) {
 		d->blocked = 1;
 		d->wait_op = op;
 		d->wait_member = member;

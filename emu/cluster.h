@@ -38,15 +38,21 @@ enum emu_err {
 
 /* The streams of a device, each with its own virtual time cursor. Collectives run on
  * COMM, sends on SEND and receives on RECV, so a send never waits behind a receive. */
-enum emu_stream { EMU_STREAM_COMPUTE, EMU_STREAM_COMM, EMU_STREAM_SEND, EMU_STREAM_RECV, EMU_NSTREAMS };
+enum emu_stream {
+	EMU_STREAM_COMPUTE,
+	EMU_STREAM_COMM,
+	EMU_STREAM_SEND,
+	EMU_STREAM_RECV,
+	EMU_NSTREAMS
+};
 
 struct emu_config {
-	struct topo topo;  /* the hardware */
-	int ndev;          /* devices to start: the first ndev of the topology */
-	int dry_run;       /* 1: no data, only shapes, time and memory accounting */
-	uint64_t mem_cap;  /* bytes per device; 0: the GPU's HBM size */
-	double pace;       /* >0: wall clock follows virtual clock * pace (a demo aid) */
-	int trace;         /* 1: record every op for trace_write_json / trace_timeline */
+	struct topo topo; /* the hardware */
+	int ndev;         /* devices to start: the first ndev of the topology */
+	int dry_run;      /* 1: no data, only shapes, time and memory accounting */
+	uint64_t mem_cap; /* bytes per device; 0: the GPU's HBM size */
+	double pace;      /* >0: wall clock follows virtual clock * pace (a demo aid) */
+	int trace;        /* 1: record every op for trace_write_json / trace_timeline */
 };
 
 /* A config for preset topo_name (see topo.h) with every device of one node, execute mode,

@@ -28,11 +28,16 @@ static const struct {
 	const char *name;
 	char sym; /* the ASCII timeline's letter */
 } kinds[OP_NKIND] = {
-	[OP_BARRIER] = {"barrier", '|'},	  [OP_SEND] = {"send", '>'},
-	[OP_RECV] = {"recv", '<'},		  [OP_BROADCAST] = {"broadcast", 'B'},
-	[OP_REDUCE] = {"reduce", 'R'},		  [OP_ALL_REDUCE] = {"all-reduce", 'A'},
-	[OP_REDUCE_SCATTER] = {"reduce-scatter", 'S'}, [OP_ALL_GATHER] = {"all-gather", 'G'},
-	[OP_ALL_TO_ALL] = {"all-to-all", 'T'},	  [OP_ALL_TO_ALL_V] = {"all-to-all-v", 'V'},
+	[OP_BARRIER] = {"barrier", '|'},
+	[OP_SEND] = {"send", '>'},
+	[OP_RECV] = {"recv", '<'},
+	[OP_BROADCAST] = {"broadcast", 'B'},
+	[OP_REDUCE] = {"reduce", 'R'},
+	[OP_ALL_REDUCE] = {"all-reduce", 'A'},
+	[OP_REDUCE_SCATTER] = {"reduce-scatter", 'S'},
+	[OP_ALL_GATHER] = {"all-gather", 'G'},
+	[OP_ALL_TO_ALL] = {"all-to-all", 'T'},
+	[OP_ALL_TO_ALL_V] = {"all-to-all-v", 'V'},
 };
 
 const char *coll_op_name(enum op_kind k)
@@ -51,7 +56,8 @@ void coll_set_wire_bytes(struct emu_dev *d, int bytes)
 
 int coll_mismatch(const struct op_arg *a, const struct op_arg *b)
 {
-	int p2p = (a->kind == OP_SEND && b->kind == OP_RECV) || (a->kind == OP_RECV && b->kind == OP_SEND);
+	int p2p = (a->kind == OP_SEND && b->kind == OP_RECV) ||
+		  (a->kind == OP_RECV && b->kind == OP_SEND);
 
 	if (a->kind != b->kind && !p2p)
 		return 1;
@@ -97,18 +103,20 @@ void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const stru
 		emu_str_addf(s, "barrier");
 		break;
 	case OP_ALL_TO_ALL_V:
-		emu_str_addf(s, "all-to-all-v(sends %zu, receives %zu elements)", sum_counts(a->send_counts, ch->n),
-			     sum_counts(a->recv_counts, ch->n));
+		emu_str_addf(s, "all-to-all-v(sends %zu, receives %zu elements)",
+			     sum_counts(a->send_counts, ch->n), sum_counts(a->recv_counts, ch->n));
 		break;
 	case OP_REDUCE:
-		emu_str_addf(s, "reduce(count=%zu, %s, root=%d)", a->count, redops[a->redop], a->root);
+		emu_str_addf(s, "reduce(count=%zu, %s, root=%d)", a->count, redops[a->redop],
+			     a->root);
 		break;
 	case OP_BROADCAST:
 		emu_str_addf(s, "broadcast(count=%zu, root=%d)", a->count, a->root);
 		break;
 	case OP_ALL_REDUCE:
 	case OP_REDUCE_SCATTER:
-		emu_str_addf(s, "%s(count=%zu, %s)", kinds[a->kind].name, a->count, redops[a->redop]);
+		emu_str_addf(s, "%s(count=%zu, %s)", kinds[a->kind].name, a->count,
+			     redops[a->redop]);
 		break;
 	default:
 		emu_str_addf(s, "%s(count=%zu)", kinds[a->kind].name, a->count);
@@ -207,7 +215,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 
 			op->hier = 1;
 			dur = 2 * ring_ns(li, L, S, 0) + (int64_t)(2 * (k - 1)) * l->lat_ns +
-			      bw_ns(2 * (uint64_t)(k - 1), S, (uint64_t)k * (uint64_t)L, l->bw_bytes);
+			      bw_ns(2 * (uint64_t)(k - 1), S, (uint64_t)k * (uint64_t)L,
+				    l->bw_bytes);
 		} else {
 			dur = ring_ns(l, n, S, 1);
 		}
@@ -218,7 +227,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	case OP_ALL_TO_ALL:
 		S *= (uint64_t)n;
 		dur = ring_ns(l, n, S, 0);
-		work = (uint64_t)a->count * (uint64_t)n * (a->kind == OP_ALL_TO_ALL ? (uint64_t)n : 1);
+		work = (uint64_t)a->count * (uint64_t)n *
+		       (a->kind == OP_ALL_TO_ALL ? (uint64_t)n : 1);
 		break;
 	case OP_ALL_TO_ALL_V: {
 		uint64_t worst = 0;
@@ -229,7 +239,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		 * the member that moves the most across links, sending or receiving. */
 		S = 0;
 		for (int i = 0; i < n; i++) {
-			uint64_t all = (uint64_t)sum_counts(op->arg[i].send_counts, n) * (uint64_t)a->wire_bytes;
+			uint64_t all = (uint64_t)sum_counts(op->arg[i].send_counts, n) *
+				       (uint64_t)a->wire_bytes;
 			uint64_t sent = a2av_cross(op, i, 0), got = a2av_cross(op, i, 1);
 
 			S = all > S ? all : S;
@@ -376,8 +387,8 @@ static void all_reduce_hier(const struct op *op, size_t lo, size_t hi)
 			for (int t = 0; t < k; t++) {
 				int node = (r + 1 + t) % k;
 
-				ordered_reduce(op, ch->hier_order + (size_t)node * (size_t)L, L, q + 1, b, len,
-					       t ? tmp : acc);
+				ordered_reduce(op, ch->hier_order + (size_t)node * (size_t)L, L,
+					       q + 1, b, len, t ? tmp : acc);
 				if (t)
 					combine(acc, tmp, len, op->arg[0].redop);
 			}
@@ -424,7 +435,8 @@ static void all_gather(const struct op *op, size_t lo, size_t hi)
 
 		end = end < hi ? end : hi;
 		for (int m = 0; m < op->ch->n; m++)
-			copy(op->arg[m].recv + lo, op->arg[i].send + (lo - (size_t)i * sc), end - lo);
+			copy(op->arg[m].recv + lo, op->arg[i].send + (lo - (size_t)i * sc),
+			     end - lo);
 		lo = end;
 	}
 }
@@ -441,7 +453,8 @@ static void all_to_all(const struct op *op, size_t lo, size_t hi)
 		size_t off = r - (size_t)i * cnt, len = cnt - off;
 
 		len = len < hi - lo ? len : hi - lo;
-		copy(op->arg[j].recv + (size_t)i * cnt + off, op->arg[i].send + (size_t)j * cnt + off, len);
+		copy(op->arg[j].recv + (size_t)i * cnt + off,
+		     op->arg[i].send + (size_t)j * cnt + off, len);
 		lo += len;
 	}
 }
@@ -597,14 +610,19 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	d->stats.time_ns[a->kind] += op->t_end - op->t_start;
 	count_link_bytes(d, op, r->member);
 	if (d->c->cfg.trace) {
-		struct trace_ev ev = {.t0 = op->t_start, .t1 = op->t_end, .bytes = op->bytes,
-				      .stream = (uint8_t)r->stream, .sym = kinds[a->kind].sym};
+		struct trace_ev ev = {.t0 = op->t_start,
+				      .t1 = op->t_end,
+				      .bytes = op->bytes,
+				      .stream = (uint8_t)r->stream,
+				      .sym = kinds[a->kind].sym};
 
 		snprintf(ev.name, sizeof ev.name, "%s", kinds[a->kind].name);
 		if (op->ch->kind == CHAN_P2P) {
 			/* Unique per (src, dst, call): the same number on both ends. */
 			ev.flow = ((uint64_t)op->ch->devs[0] * (uint64_t)d->c->cfg.ndev +
-				   (uint64_t)op->ch->devs[1]) * (1ULL << 20) + op->seq + 1;
+				   (uint64_t)op->ch->devs[1]) *
+					  (1ULL << 20) +
+				  op->seq + 1;
 			ev.flow_end = a->kind == OP_RECV;
 		}
 		trace_add_op(d, &ev);
@@ -679,7 +697,8 @@ static int check_call(struct emu_dev *d, struct emu_group *g, const char *what, 
 	if (!g)
 		return dev_fail(d, EMU_EINVAL, "%s: no group", what);
 	if (emu_group_rank(g, d) < 0)
-		return dev_fail(d, EMU_EINVAL, "%s on a group that device %d is not in", what, d->id);
+		return dev_fail(d, EMU_EINVAL, "%s on a group that device %d is not in", what,
+				d->id);
 	if (!d->c->cfg.dry_run && count > 0 && (!b1 || (nbuf > 1 && !b2)))
 		return dev_fail(d, EMU_EINVAL, "%s: NULL buffer in execute mode", what);
 	return dev_check_failed(d);
@@ -697,8 +716,8 @@ static int post_group(struct emu_dev *d, struct emu_group *g, struct op_arg *arg
 	rc = check_call(d, g, kinds[arg->kind].name, nbuf, arg->send, b2, arg->count);
 	if (!rc && (arg->kind == OP_BROADCAST || arg->kind == OP_REDUCE) &&
 	    (arg->root < 0 || arg->root >= g->n))
-		rc = dev_fail(d, EMU_EINVAL, "%s: root %d is not a rank of a group of %d", kinds[arg->kind].name,
-			      arg->root, g->n);
+		rc = dev_fail(d, EMU_EINVAL, "%s: root %d is not a rank of a group of %d",
+			      kinds[arg->kind].name, arg->root, g->n);
 	if (rc) {
 		free(arg->send_counts);
 		free(arg->recv_counts);
@@ -720,17 +739,17 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 	int is_send = kind == OP_SEND, rc;
 
 	if (peer < 0 || peer >= d->c->cfg.ndev)
-		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)", kinds[kind].name, peer,
-				d->c->cfg.ndev - 1);
+		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)",
+				kinds[kind].name, peer, d->c->cfg.ndev - 1);
 	if (peer == d->id)
-		return dev_fail(d, EMU_EINVAL, "%s: device %d cannot %s itself", kinds[kind].name, d->id,
-				is_send ? "send to" : "receive from");
+		return dev_fail(d, EMU_EINVAL, "%s: device %d cannot %s itself", kinds[kind].name,
+				d->id, is_send ? "send to" : "receive from");
 	if (!d->c->cfg.dry_run && count > 0 && !(is_send ? (const void *)send : (const void *)recv))
 		return dev_fail(d, EMU_EINVAL, "%s: NULL buffer in execute mode", kinds[kind].name);
 	if ((rc = dev_check_failed(d)))
 		return rc;
-	return post(d, is_send ? chan_p2p(d, d->id, peer) : chan_p2p(d, peer, d->id), is_send ? 0 : 1,
-		    is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV, &arg, req);
+	return post(d, is_send ? chan_p2p(d, d->id, peer) : chan_p2p(d, peer, d->id),
+		    is_send ? 0 : 1, is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV, &arg, req);
 }
 
 int coll_isend(struct emu_dev *d, int peer, const float *buf, size_t count, struct coll_req **req)
@@ -760,7 +779,8 @@ int coll_recv(struct emu_dev *d, int peer, float *buf, size_t count)
 int coll_iall_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
 		     size_t count, enum coll_redop op, struct coll_req **req)
 {
-	struct op_arg a = {.kind = OP_ALL_REDUCE, .redop = op, .count = count, .send = send, .recv = recv};
+	struct op_arg a = {
+		.kind = OP_ALL_REDUCE, .redop = op, .count = count, .send = send, .recv = recv};
 
 	return post_group(d, g, &a, req);
 }
@@ -768,7 +788,10 @@ int coll_iall_reduce(struct emu_dev *d, struct emu_group *g, const float *send, 
 int coll_ireduce_scatter(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
 			 size_t recv_count, enum coll_redop op, struct coll_req **req)
 {
-	struct op_arg a = {.kind = OP_REDUCE_SCATTER, .redop = op, .count = recv_count, .send = send,
+	struct op_arg a = {.kind = OP_REDUCE_SCATTER,
+			   .redop = op,
+			   .count = recv_count,
+			   .send = send,
 			   .recv = recv};
 
 	return post_group(d, g, &a, req);
@@ -792,7 +815,8 @@ int coll_iall_to_all(struct emu_dev *d, struct emu_group *g, const float *send, 
 
 int coll_broadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root)
 {
-	struct op_arg a = {.kind = OP_BROADCAST, .count = count, .root = root, .send = buf, .recv = buf};
+	struct op_arg a = {
+		.kind = OP_BROADCAST, .count = count, .root = root, .send = buf, .recv = buf};
 	struct coll_req *r = NULL;
 
 	return blocking(d, post_group(d, g, &a, &r), &r);
@@ -801,7 +825,11 @@ int coll_broadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t co
 int coll_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
 		size_t count, enum coll_redop op, int root)
 {
-	struct op_arg a = {.kind = OP_REDUCE, .redop = op, .count = count, .root = root, .send = send,
+	struct op_arg a = {.kind = OP_REDUCE,
+			   .redop = op,
+			   .count = count,
+			   .root = root,
+			   .send = send,
 			   .recv = recv};
 	struct coll_req *r = NULL;
 

@@ -81,14 +81,14 @@ struct op {
 /* A channel: a group of devices (collectives) or one direction of a pair (send/recv). */
 struct emu_group {
 	enum chan_kind kind;
-	int n;             /* members */
-	int *devs;         /* [n] global device ids, in group-rank order */
-	uint64_t *seq;     /* [n] calls made so far by each member */
+	int n;              /* members */
+	int *devs;          /* [n] global device ids, in group-rank order */
+	uint64_t *seq;      /* [n] calls made so far by each member */
 	struct op *pending; /* ops not yet complete in arrivals, by seq */
-	int link;          /* enum topo_link_class: slowest link among members */
-	int hier_nodes;    /* >1: spans this many nodes with hier_local members each ... */
-	int hier_local;    /* ... evenly: the hierarchical all-reduce applies */
-	int *hier_order;   /* [n]: member indices node by node, local rank order */
+	int link;           /* enum topo_link_class: slowest link among members */
+	int hier_nodes;     /* >1: spans this many nodes with hier_local members each ... */
+	int hier_local;     /* ... evenly: the hierarchical all-reduce applies */
+	int *hier_order;    /* [n]: member indices node by node, local rank order */
 	uint64_t hash;
 	struct emu_group *hnext; /* hash chain */
 };
@@ -96,10 +96,10 @@ struct emu_group {
 /* A posted communication on one member, until waited. */
 struct coll_req {
 	struct op *op;
-	int member;   /* index of the device in op->ch */
-	int stream;   /* enum emu_stream the op runs on */
-	int resolved; /* times read into the stream and the trace */
-	int waited;   /* data movement finished */
+	int member;            /* index of the device in op->ch */
+	int stream;            /* enum emu_stream the op runs on */
+	int resolved;          /* times read into the stream and the trace */
+	int waited;            /* data movement finished */
 	struct coll_req *next; /* the device's outstanding requests, in post order */
 };
 
@@ -109,30 +109,30 @@ struct emu_stream_state {
 };
 
 struct dev_stats {
-	uint64_t ops[OP_NKIND];          /* calls */
-	uint64_t bytes[OP_NKIND];        /* message bytes S, summed */
-	int64_t time_ns[OP_NKIND];       /* modelled duration, summed */
+	uint64_t ops[OP_NKIND];                /* calls */
+	uint64_t bytes[OP_NKIND];              /* message bytes S, summed */
+	int64_t time_ns[OP_NKIND];             /* modelled duration, summed */
 	uint64_t link_bytes[TOPO_LINK_NCLASS]; /* bytes this device put on each link class */
 };
 
 struct mem_state {
-	uint64_t cap;               /* bytes */
-	uint64_t cur[MEM_NCAT];     /* in use now, by category */
-	uint64_t peak[MEM_NCAT];    /* highest cur[cat] so far */
-	uint64_t cur_total;         /* sum of cur */
-	uint64_t peak_total;        /* highest cur_total so far */
-	struct mem_block *live;     /* live blocks, newest first */
+	uint64_t cap;            /* bytes */
+	uint64_t cur[MEM_NCAT];  /* in use now, by category */
+	uint64_t peak[MEM_NCAT]; /* highest cur[cat] so far */
+	uint64_t cur_total;      /* sum of cur */
+	uint64_t peak_total;     /* highest cur_total so far */
+	struct mem_block *live;  /* live blocks, newest first */
 };
 
 /* One op on one stream, in virtual time. */
 struct trace_ev {
-	int64_t t0, t1;  /* start and end, ns */
-	uint64_t bytes;  /* message bytes (communication) or 0 */
-	uint64_t flow;   /* send->recv flow id, 0 if none */
-	char name[32];   /* "all-reduce", "matmul", ... */
-	uint8_t stream;  /* enum emu_stream */
+	int64_t t0, t1;   /* start and end, ns */
+	uint64_t bytes;   /* message bytes (communication) or 0 */
+	uint64_t flow;    /* send->recv flow id, 0 if none */
+	char name[32];    /* "all-reduce", "matmul", ... */
+	uint8_t stream;   /* enum emu_stream */
 	uint8_t flow_end; /* 1: this is the receiving end of flow */
-	char sym;        /* letter for the ASCII timeline */
+	char sym;         /* letter for the ASCII timeline */
 };
 
 /* The memory of a device at one moment, for the counter tracks. */
@@ -155,36 +155,36 @@ struct emu_dev {
 	pthread_cond_t cond; /* signalled under c->lock when this device may go on */
 
 	/* Waiting state, under c->lock. */
-	int blocked;           /* counted in c->nblocked */
-	int finished;          /* the device function has returned */
-	struct op *wait_op;    /* what the blocked device waits for */
-	int wait_member;       /* its index in wait_op->ch */
+	int blocked;        /* counted in c->nblocked */
+	int finished;       /* the device function has returned */
+	struct op *wait_op; /* what the blocked device waits for */
+	int wait_member;    /* its index in wait_op->ch */
 
 	struct emu_stream_state stream[EMU_NSTREAMS];
 	struct coll_req *reqs; /* outstanding requests, oldest first */
 	struct coll_req *reqs_tail;
-	int wire_bytes;        /* bytes per element charged on the wire (default 4) */
+	int wire_bytes; /* bytes per element charged on the wire (default 4) */
 
 	struct mem_state mem;
 	struct trace_buf trace;
 	struct dev_stats stats;
 
-	int err;             /* this device's own error (enum emu_err), 0 if none */
-	char *err_report;    /* its report, malloc'd */
-	int64_t wall_t0;     /* wall clock at the start of the run, for pacing */
+	int err;          /* this device's own error (enum emu_err), 0 if none */
+	char *err_report; /* its report, malloc'd */
+	int64_t wall_t0;  /* wall clock at the start of the run, for pacing */
 };
 
 struct emu_cluster {
 	struct emu_config cfg;
 	struct emu_dev *devs; /* [cfg.ndev] */
 
-	pthread_mutex_t lock;  /* arrivals, channels, waiting state, errors */
-	int nlive;             /* devices whose function has not returned */
-	int nblocked;          /* live devices registered as blocked */
-	atomic_int failed;     /* an error stopped the run: every wait returns */
-	int err;               /* the run's error (enum emu_err) */
-	char *err_report;      /* its report */
-	int err_dev;           /* device whose own error it is, -1 for cluster-level */
+	pthread_mutex_t lock; /* arrivals, channels, waiting state, errors */
+	int nlive;            /* devices whose function has not returned */
+	int nblocked;         /* live devices registered as blocked */
+	atomic_int failed;    /* an error stopped the run: every wait returns */
+	int err;              /* the run's error (enum emu_err) */
+	char *err_report;     /* its report */
+	int err_dev;          /* device whose own error it is, -1 for cluster-level */
 
 	struct emu_group **chan_tab; /* hash table of channels */
 	size_t chan_nbuckets;
@@ -206,7 +206,8 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member);
 void dev_wait_tasks(struct emu_dev *d, struct op *op);
 void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
 /* Fails d with err and a report (printf format, prefixed "device N: "); returns err. */
-int dev_fail(struct emu_dev *d, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 int dev_check_failed(struct emu_dev *d);
 
 /* coll.c: what the last arrival does (nonzero: the members' calls do not fit together),

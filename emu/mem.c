@@ -25,9 +25,11 @@ static int oom(struct emu_dev *d, enum mem_cat cat, uint64_t bytes, const char *
 	units_fmt_bytes(b, sizeof b, bytes);
 	units_fmt_bytes(cap, sizeof cap, m->cap);
 	units_fmt_bytes(used, sizeof used, m->cur_total);
-	emu_str_addf(&s, "out of memory allocating '%s' (%llu bytes = %s, %s): cap %llu bytes (%s), in use %llu bytes (%s):",
-		     name, (unsigned long long)bytes, b, cat_names[cat], (unsigned long long)m->cap, cap,
-		     (unsigned long long)m->cur_total, used);
+	emu_str_addf(&s,
+		     "out of memory allocating '%s' (%llu bytes = %s, %s): cap %llu bytes (%s), in "
+		     "use %llu bytes (%s):",
+		     name, (unsigned long long)bytes, b, cat_names[cat], (unsigned long long)m->cap,
+		     cap, (unsigned long long)m->cur_total, used);
 	for (int k = 0; k < MEM_NCAT; k++) {
 		units_fmt_bytes(b, sizeof b, m->cur[k]);
 		emu_str_addf(&s, "%s %s=%s", k ? "," : "", cat_names[k], b);
@@ -55,8 +57,8 @@ struct mem_block *mem_alloc(struct emu_dev *d, enum mem_cat cat, uint64_t bytes,
 
 		b->data = aligned_alloc(64, sz);
 		if (!b->data)
-			emu_die("out of host memory: device %d allocating %llu bytes for '%s'", d->id,
-				(unsigned long long)bytes, name);
+			emu_die("out of host memory: device %d allocating %llu bytes for '%s'",
+				d->id, (unsigned long long)bytes, name);
 		memset(b->data, 0, sz);
 	}
 	b->bytes = bytes;

@@ -18,10 +18,10 @@ struct emu_dev;
 enum mem_cat { MEM_PARAM, MEM_GRAD, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_WORK, MEM_NCAT };
 
 struct mem_block {
-	void *data;            /* bytes of host memory; NULL in dry-run */
-	uint64_t bytes;        /* accounted size */
-	enum mem_cat cat;      /* what it is for */
-	char name[48];         /* for the OOM report and the trace */
+	void *data;                    /* bytes of host memory; NULL in dry-run */
+	uint64_t bytes;                /* accounted size */
+	enum mem_cat cat;              /* what it is for */
+	char name[48];                 /* for the OOM report and the trace */
 	struct mem_block *prev, *next; /* the device's live blocks */
 };
 

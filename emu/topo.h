@@ -24,20 +24,20 @@ struct topo_link {
 };
 
 struct topo_gpu {
-	char name[24];       /* "A100-SXM-80GB" */
-	double peak_flops;   /* dense 16-bit tensor peak, FLOP/s */
-	double efficiency;   /* fraction of peak a large GEMM achieves (see topo.c) */
-	uint64_t hbm_bytes;  /* memory per GPU: the default cap */
-	double hbm_bw;       /* bytes per second */
-	int64_t launch_ns;   /* fixed cost of every kernel */
+	char name[24];      /* "A100-SXM-80GB" */
+	double peak_flops;  /* dense 16-bit tensor peak, FLOP/s */
+	double efficiency;  /* fraction of peak a large GEMM achieves (see topo.c) */
+	uint64_t hbm_bytes; /* memory per GPU: the default cap */
+	double hbm_bw;      /* bytes per second */
+	int64_t launch_ns;  /* fixed cost of every kernel */
 };
 
 struct topo {
-	char name[24];       /* preset name, "dgx-a100" */
-	struct topo_gpu gpu; /* every GPU of the cluster is this one */
-	int nodes;           /* number of nodes */
-	int gpus_per_node;   /* GPUs in each node */
-	int nodes_per_dc;    /* nodes in each datacenter; 0: one datacenter */
+	char name[24];                           /* preset name, "dgx-a100" */
+	struct topo_gpu gpu;                     /* every GPU of the cluster is this one */
+	int nodes;                               /* number of nodes */
+	int gpus_per_node;                       /* GPUs in each node */
+	int nodes_per_dc;                        /* nodes in each datacenter; 0: one datacenter */
 	struct topo_link link[TOPO_LINK_NCLASS]; /* indexed by enum topo_link_class */
 };
 

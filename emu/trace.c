@@ -74,12 +74,18 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 	const struct trace_buf *t = &d->trace;
 	int node = topo_node(&c->cfg.topo, d->id);
 
-	fprintf(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"gpu %d (node %d, local %d)\"}}",
+	fprintf(f,
+		",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
+		"\"name\":\"gpu %d (node %d, local %d)\"}}",
 		d->id, d->id, node, d->id % c->cfg.topo.gpus_per_node);
-	fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+	fprintf(f,
+		",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
+		"\"sort_index\":%d}}",
 		d->id, d->id);
 	for (int s = 0; s < EMU_NSTREAMS; s++)
-		fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+		fprintf(f,
+			",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
+			"\"name\":\"%s\"}}",
 			d->id, s, stream_names[s]);
 	for (size_t i = 0; i < t->nev; i++) {
 		const struct trace_ev *e = &t->ev[i];
@@ -93,9 +99,12 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 		put_us(f, e->t1 - e->t0);
 		fprintf(f, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)e->bytes);
 		if (e->flow) {
-			fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"p2p\",\"ph\":\"%s\",%s\"id\":%llu,\"pid\":%d,\"tid\":%d,\"ts\":",
+			fprintf(f,
+				",\n{\"name\":\"%s\",\"cat\":\"p2p\",\"ph\":\"%s\",%s\"id\":%llu,"
+				"\"pid\":%d,\"tid\":%d,\"ts\":",
 				e->flow_end ? "recv" : "send", e->flow_end ? "f" : "s",
-				e->flow_end ? "\"bp\":\"e\"," : "", (unsigned long long)e->flow, d->id, e->stream);
+				e->flow_end ? "\"bp\":\"e\"," : "", (unsigned long long)e->flow,
+				d->id, e->stream);
 			put_us(f, e->flow_end ? e->t0 + (e->t1 - e->t0) / 2 : e->t0);
 			fputs("}", f);
 		}
@@ -103,11 +112,13 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 	for (size_t i = 0; i < t->nmem; i++) {
 		const struct trace_mem *m = &t->mem[i];
 
-		fprintf(f, ",\n{\"name\":\"memory (bytes)\",\"ph\":\"C\",\"pid\":%d,\"ts\":", d->id);
+		fprintf(f,
+			",\n{\"name\":\"memory (bytes)\",\"ph\":\"C\",\"pid\":%d,\"ts\":", d->id);
 		put_us(f, m->t);
 		fputs(",\"args\":{", f);
 		for (int k = 0; k < MEM_NCAT; k++)
-			fprintf(f, "%s\"%s\":%llu", k ? "," : "", mem_cat_name(k), (unsigned long long)m->cur[k]);
+			fprintf(f, "%s\"%s\":%llu", k ? "," : "", mem_cat_name(k),
+				(unsigned long long)m->cur[k]);
 		fputs("}}", f);
 	}
 }
@@ -119,7 +130,9 @@ int trace_write_json(const struct emu_cluster *c, const char *path)
 
 	if (!f)
 		return -1;
-	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"pemu\",\"cluster\":\"%s\",\"devices\":%d},\n\"traceEvents\":[\n",
+	fprintf(f,
+		"{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"pemu\",\"cluster\":\"%"
+		"s\",\"devices\":%d},\n\"traceEvents\":[\n",
 		c->cfg.topo.name, c->cfg.ndev);
 	fputs("{\"name\":\"pemu\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{}}", f);
 	for (int i = 0; i < c->cfg.ndev; i++)
@@ -152,7 +165,9 @@ static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64
 		if (e->stream != s || e->t1 <= e->t0)
 			continue;
 		/* Every other op of a row in lower case, so that back-to-back ops show apart. */
-		sym = k++ % 2 && isupper((unsigned char)e->sym) ? (char)tolower((unsigned char)e->sym) : e->sym;
+		sym = k++ % 2 && isupper((unsigned char)e->sym)
+			      ? (char)tolower((unsigned char)e->sym)
+			      : e->sym;
 		first = (int)((__extension__(__int128) e->t0 * width) / T);
 		last = (int)((__extension__(__int128)(e->t1 - 1) * width) / T);
 		for (int x = first; x <= last && x < width; x++) {
@@ -190,8 +205,8 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 		return;
 	}
 	units_fmt_time(tbuf, sizeof tbuf, T);
-	fprintf(out, "timeline: 0 .. %s of virtual time, %d columns (one column = %.3g us)\n", tbuf, width,
-		(double)T / width / 1e3);
+	fprintf(out, "timeline: 0 .. %s of virtual time, %d columns (one column = %.3g us)\n", tbuf,
+		width, (double)T / width / 1e3);
 	for (int i = 0; i < c->cfg.ndev; i++) {
 		const struct emu_dev *d = &c->devs[i];
 
@@ -209,7 +224,8 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 				draw_row(out, d, s, width, T);
 		}
 	}
-	fprintf(out, "legend: # compute  A all-reduce  S reduce-scatter  G all-gather  T all-to-all  "
-		     "V all-to-all-v  B broadcast  R reduce  > send  < recv  . idle\n"
-		     "        (every other op of a row in lower case)\n");
+	fprintf(out,
+		"legend: # compute  A all-reduce  S reduce-scatter  G all-gather  T all-to-all  "
+		"V all-to-all-v  B broadcast  R reduce  > send  < recv  . idle\n"
+		"        (every other op of a row in lower case)\n");
 }

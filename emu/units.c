@@ -71,8 +71,9 @@ int units_parse_bw(const char *s, uint64_t *bytes_per_s)
 		const char *suffix;
 		double mult;
 	} tab[] = {
-		{"", 1},	  {"B/s", 1},	  {"KB/s", 1e3},  {"MB/s", 1e6},  {"GB/s", 1e9},
-		{"TB/s", 1e12}, {"Kb/s", 125.0}, {"Mb/s", 1.25e5}, {"Gb/s", 1.25e8}, {"Tb/s", 1.25e11},
+		{"", 1},          {"B/s", 1},        {"KB/s", 1e3},   {"MB/s", 1e6},
+		{"GB/s", 1e9},    {"TB/s", 1e12},    {"Kb/s", 125.0}, {"Mb/s", 1.25e5},
+		{"Gb/s", 1.25e8}, {"Tb/s", 1.25e11},
 	};
 	const char *suf;
 	double v;

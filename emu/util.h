@@ -12,7 +12,7 @@
 
 #if defined(__GNUC__)
 #define EMU_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define EMU_NORETURN __attribute__((noreturn))
+#define EMU_NORETURN     __attribute__((noreturn))
 #else
 #define EMU_PRINTF(f, a)
 #define EMU_NORETURN
@@ -23,18 +23,19 @@ EMU_NORETURN void emu_die_at(const char *file, int line, const char *fmt, ...) E
 #define emu_die(...) emu_die_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* An invariant of pemu's own code; never compiled out. */
-#define EMU_ASSERT(cond)                                                                  \
-	do {                                                                                  \
-		if (!(cond))                                                                      \
-			emu_die_at(__FILE__, __LINE__, "internal error: assertion '%s' failed", #cond); \
+#define EMU_ASSERT(cond)                                                                           \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			emu_die_at(__FILE__, __LINE__, "internal error: assertion '%s' failed",    \
+				   #cond);                                                         \
 	} while (0)
 
 /* Allocation that cannot fail: dies with file:line on host out-of-memory. */
 void *emu_xmalloc_at(const char *file, int line, size_t bytes);
 void *emu_xcalloc_at(const char *file, int line, size_t n, size_t size);
 void *emu_xrealloc_at(const char *file, int line, void *p, size_t bytes);
-#define emu_xmalloc(b) emu_xmalloc_at(__FILE__, __LINE__, (b))
-#define emu_xcalloc(n, s) emu_xcalloc_at(__FILE__, __LINE__, (n), (s))
+#define emu_xmalloc(b)     emu_xmalloc_at(__FILE__, __LINE__, (b))
+#define emu_xcalloc(n, s)  emu_xcalloc_at(__FILE__, __LINE__, (n), (s))
 #define emu_xrealloc(p, b) emu_xrealloc_at(__FILE__, __LINE__, (p), (b))
 
 /* Grows *arr (of *cap elements of elem_size bytes) so that it holds at least need. */

@@ -8,14 +8,17 @@
 #include "units.h"
 
 const struct cli_opt cli_cluster_opts[] = {
-	{"cluster", 0, 1, CLI_CLUSTER, "NAME", "hardware preset (default dgx-a100): see 'pemu --help'"},
+	{"cluster", 0, 1, CLI_CLUSTER, "NAME",
+	 "hardware preset (default dgx-a100): see 'pemu --help'"},
 	{"nodes", 0, 1, CLI_NODES, "N", "number of nodes (default: as many as the devices need)"},
-	{"gpus-per-node", 0, 1, CLI_GPUS_PER_NODE, "N", "GPUs in each node (default: the preset's)"},
+	{"gpus-per-node", 0, 1, CLI_GPUS_PER_NODE, "N",
+	 "GPUs in each node (default: the preset's)"},
 	{"intra-bw", 0, 1, CLI_INTRA_BW, "BW", "bandwidth between GPUs of a node, e.g. 300GB/s"},
 	{"intra-lat", 0, 1, CLI_INTRA_LAT, "TIME", "latency between GPUs of a node, e.g. 3us"},
 	{"inter-bw", 0, 1, CLI_INTER_BW, "BW", "bandwidth per GPU between nodes, e.g. 200Gb/s"},
 	{"inter-lat", 0, 1, CLI_INTER_LAT, "TIME", "latency between nodes, e.g. 5us"},
-	{"nodes-per-dc", 0, 1, CLI_NODES_PER_DC, "N", "nodes per datacenter (default: one datacenter)"},
+	{"nodes-per-dc", 0, 1, CLI_NODES_PER_DC, "N",
+	 "nodes per datacenter (default: one datacenter)"},
 	{"dc-bw", 0, 1, CLI_DC_BW, "BW", "bandwidth between datacenters (default 100Gb/s)"},
 	{"dc-lat", 0, 1, CLI_DC_LAT, "TIME", "latency between datacenters (default 10ms)"},
 	{"gpu-flops", 0, 1, CLI_GPU_FLOPS, "X", "peak FLOP/s of a GPU, e.g. 312e12"},
@@ -46,7 +49,8 @@ static const struct cli_opt *find(const struct cli *c, const char *name, size_t 
 {
 	for (int t = 0; c->opts[t]; t++)
 		for (const struct cli_opt *o = c->opts[t]; o->name; o++)
-			if (s ? o->shortname == s : strlen(o->name) == len && !strncmp(o->name, name, len))
+			if (s ? o->shortname == s
+			      : strlen(o->name) == len && !strncmp(o->name, name, len))
 				return o;
 	return NULL;
 }
@@ -66,7 +70,8 @@ int cli_next(struct cli *c, const char **val)
 	} else if (a[0] == '-' && a[1] && !a[2]) {
 		o = find(c, NULL, 0, a[1]);
 	} else {
-		cli_fail(c, "unexpected argument '%s' (options start with --; try '%s --help')", a, c->prog);
+		cli_fail(c, "unexpected argument '%s' (options start with --; try '%s --help')", a,
+			 c->prog);
 	}
 	if (!o)
 		cli_fail(c, "unknown option '%s' (try '%s --help')", a, c->prog);
@@ -99,7 +104,9 @@ uint64_t cli_size(const struct cli *c, const char *opt, const char *val)
 	uint64_t v;
 
 	if (units_parse_size(val, &v))
-		cli_fail(c, "%s: malformed size '%s' (a whole number of bytes with an optional suffix: K, M, G, T are powers of 1024, KB, MB, GB, TB powers of 1000)",
+		cli_fail(c,
+			 "%s: malformed size '%s' (a whole number of bytes with an optional "
+			 "suffix: K, M, G, T are powers of 1024, KB, MB, GB, TB powers of 1000)",
 			 opt, val);
 	return v;
 }
@@ -119,10 +126,11 @@ void cli_print_opts(FILE *f, const struct cli_opt *opts)
 		char left[64];
 
 		if (o->shortname)
-			snprintf(left, sizeof left, "-%c, --%s%s%s", o->shortname, o->name, o->arg ? " " : "",
-				 o->arg ? o->arg : "");
+			snprintf(left, sizeof left, "-%c, --%s%s%s", o->shortname, o->name,
+				 o->arg ? " " : "", o->arg ? o->arg : "");
 		else
-			snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+			snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "",
+				 o->arg ? o->arg : "");
 		fprintf(f, "  %-30s %s\n", left, o->help);
 	}
 }
@@ -138,11 +146,21 @@ void cli_cluster_init(struct cli_cluster *cc)
 int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val)
 {
 	switch (id) {
-	case CLI_CLUSTER: cc->preset = val; return 1;
-	case CLI_DRY_RUN: cc->cfg.dry_run = 1; return 1;
-	case CLI_TRACE: cc->trace_path = val; return 1;
-	case CLI_TIMELINE: cc->timeline = 1; return 1;
-	case CLI_JSON: cc->json = 1; return 1;
+	case CLI_CLUSTER:
+		cc->preset = val;
+		return 1;
+	case CLI_DRY_RUN:
+		cc->cfg.dry_run = 1;
+		return 1;
+	case CLI_TRACE:
+		cc->trace_path = val;
+		return 1;
+	case CLI_TIMELINE:
+		cc->timeline = 1;
+		return 1;
+	case CLI_JSON:
+		cc->json = 1;
+		return 1;
 	default:
 		if (id < CLI_CLUSTER || id > CLI_JSON)
 			return 0;
@@ -155,9 +173,11 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 			  const char *bw, const char *lat_opt, const char *lat)
 {
 	if (bw && units_parse_bw(bw, &l->bw_bytes))
-		cli_fail(c, "--%s: malformed bandwidth '%s' (for example 50GB/s or 200Gb/s)", bw_opt, bw);
+		cli_fail(c, "--%s: malformed bandwidth '%s' (for example 50GB/s or 200Gb/s)",
+			 bw_opt, bw);
 	if (lat && units_parse_time(lat, &l->lat_ns))
-		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt, lat);
+		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
+			 lat);
 }
 
 void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices)
@@ -177,7 +197,8 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 	}
 	cfg->dry_run = dry;
 	if (OV(CLI_GPUS_PER_NODE))
-		cfg->topo.gpus_per_node = (int)cli_int(c, "--gpus-per-node", OV(CLI_GPUS_PER_NODE), 1, 1024);
+		cfg->topo.gpus_per_node =
+			(int)cli_int(c, "--gpus-per-node", OV(CLI_GPUS_PER_NODE), 1, 1024);
 	if (OV(CLI_NODES)) {
 		cfg->topo.nodes = (int)cli_int(c, "--nodes", OV(CLI_NODES), 1, 65536);
 		cc->nodes_given = 1;
@@ -185,21 +206,26 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 		cfg->topo.nodes = (devices + cfg->topo.gpus_per_node - 1) / cfg->topo.gpus_per_node;
 	}
 	if (OV(CLI_NODES_PER_DC))
-		cfg->topo.nodes_per_dc = (int)cli_int(c, "--nodes-per-dc", OV(CLI_NODES_PER_DC), 1, 65536);
-	link_override(c, &cfg->topo.link[TOPO_LINK_INTRA], "intra-bw", OV(CLI_INTRA_BW), "intra-lat",
-		      OV(CLI_INTRA_LAT));
-	link_override(c, &cfg->topo.link[TOPO_LINK_INTER], "inter-bw", OV(CLI_INTER_BW), "inter-lat",
-		      OV(CLI_INTER_LAT));
-	link_override(c, &cfg->topo.link[TOPO_LINK_DC], "dc-bw", OV(CLI_DC_BW), "dc-lat", OV(CLI_DC_LAT));
+		cfg->topo.nodes_per_dc =
+			(int)cli_int(c, "--nodes-per-dc", OV(CLI_NODES_PER_DC), 1, 65536);
+	link_override(c, &cfg->topo.link[TOPO_LINK_INTRA], "intra-bw", OV(CLI_INTRA_BW),
+		      "intra-lat", OV(CLI_INTRA_LAT));
+	link_override(c, &cfg->topo.link[TOPO_LINK_INTER], "inter-bw", OV(CLI_INTER_BW),
+		      "inter-lat", OV(CLI_INTER_LAT));
+	link_override(c, &cfg->topo.link[TOPO_LINK_DC], "dc-bw", OV(CLI_DC_BW), "dc-lat",
+		      OV(CLI_DC_LAT));
 	if (OV(CLI_GPU_FLOPS))
-		cfg->topo.gpu.peak_flops = cli_double(c, "--gpu-flops", OV(CLI_GPU_FLOPS), 1e9, 1e20);
+		cfg->topo.gpu.peak_flops =
+			cli_double(c, "--gpu-flops", OV(CLI_GPU_FLOPS), 1e9, 1e20);
 	if (OV(CLI_GPU_EFF))
-		cfg->topo.gpu.efficiency = cli_double(c, "--gpu-efficiency", OV(CLI_GPU_EFF), 1e-3, 1);
+		cfg->topo.gpu.efficiency =
+			cli_double(c, "--gpu-efficiency", OV(CLI_GPU_EFF), 1e-3, 1);
 	if (OV(CLI_HBM_BW)) {
 		uint64_t bw;
 
 		if (units_parse_bw(OV(CLI_HBM_BW), &bw))
-			cli_fail(c, "--hbm-bw: malformed bandwidth '%s' (for example 2TB/s)", OV(CLI_HBM_BW));
+			cli_fail(c, "--hbm-bw: malformed bandwidth '%s' (for example 2TB/s)",
+				 OV(CLI_HBM_BW));
 		cfg->topo.gpu.hbm_bw = (double)bw;
 	}
 	if (OV(CLI_MEM_CAP)) {
@@ -213,9 +239,10 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 	cfg->trace = cc->trace_path || cc->timeline;
 	cfg->ndev = devices > 0 ? devices : topo_ndev(&cfg->topo);
 	if (devices > topo_ndev(&cfg->topo))
-		cli_fail(c, "%d devices are more than the cluster has (%d node%s x %d GPUs = %d)%s", devices,
-			 cfg->topo.nodes, cfg->topo.nodes == 1 ? "" : "s", cfg->topo.gpus_per_node,
-			 topo_ndev(&cfg->topo), cc->nodes_given ? "; raise --nodes" : "");
+		cli_fail(c, "%d devices are more than the cluster has (%d node%s x %d GPUs = %d)%s",
+			 devices, cfg->topo.nodes, cfg->topo.nodes == 1 ? "" : "s",
+			 cfg->topo.gpus_per_node, topo_ndev(&cfg->topo),
+			 cc->nodes_given ? "; raise --nodes" : "");
 	if (emu_config_check(cfg, why, sizeof why))
 		cli_fail(c, "%s", why);
 }
@@ -230,7 +257,9 @@ void cli_cluster_describe(FILE *f, const struct emu_config *cfg)
 	units_fmt_bw(eb, sizeof eb, t->link[TOPO_LINK_INTER].bw_bytes);
 	units_fmt_time(il, sizeof il, t->link[TOPO_LINK_INTRA].lat_ns);
 	units_fmt_time(el, sizeof el, t->link[TOPO_LINK_INTER].lat_ns);
-	fprintf(f, "%s: %d node%s x %d %s (%.0f TFLOP/s, %s cap); in a node %s %s, %s; between nodes %s %s, %s",
+	fprintf(f,
+		"%s: %d node%s x %d %s (%.0f TFLOP/s, %s cap); in a node %s %s, %s; between nodes "
+		"%s %s, %s",
 		t->name, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, t->gpu.name,
 		t->gpu.peak_flops / 1e12, cap, t->link[TOPO_LINK_INTRA].name, ib, il,
 		t->link[TOPO_LINK_INTER].name, eb, el);
@@ -246,7 +275,9 @@ void cli_cluster_json(FILE *f, const struct emu_config *cfg)
 {
 	const struct topo *t = &cfg->topo;
 
-	fprintf(f, "{\"preset\":\"%s\",\"nodes\":%d,\"gpus_per_node\":%d,\"devices\":%d,\"gpu\":\"%s\",\"peak_flops\":%.6g,\"efficiency\":%g,\"hbm_bw\":%.6g,\"mem_cap\":%llu,",
+	fprintf(f,
+		"{\"preset\":\"%s\",\"nodes\":%d,\"gpus_per_node\":%d,\"devices\":%d,\"gpu\":\"%"
+		"s\",\"peak_flops\":%.6g,\"efficiency\":%g,\"hbm_bw\":%.6g,\"mem_cap\":%llu,",
 		t->name, t->nodes, t->gpus_per_node, cfg->ndev, t->gpu.name, t->gpu.peak_flops,
 		t->gpu.efficiency, t->gpu.hbm_bw,
 		(unsigned long long)(cfg->mem_cap ? cfg->mem_cap : t->gpu.hbm_bytes));

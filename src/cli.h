@@ -13,19 +13,19 @@
 #define CLI_EXIT_USAGE 2
 
 struct cli_opt {
-	const char *name;  /* long name without "--" */
-	char shortname;    /* 0 if none */
-	int has_arg;       /* 1: takes a value */
-	int id;            /* returned by cli_next */
-	const char *arg;   /* the value's name in --help, "N", "SIZE", ... */
-	const char *help;  /* one line */
+	const char *name; /* long name without "--" */
+	char shortname;   /* 0 if none */
+	int has_arg;      /* 1: takes a value */
+	int id;           /* returned by cli_next */
+	const char *arg;  /* the value's name in --help, "N", "SIZE", ... */
+	const char *help; /* one line */
 };
 
 struct cli {
-	const char *prog;  /* "pemu coll", for messages */
+	const char *prog; /* "pemu coll", for messages */
 	int argc;
 	char **argv;
-	int i;             /* next argument */
+	int i;                         /* next argument */
 	const struct cli_opt *opts[4]; /* option tables, NULL-terminated list */
 };
 

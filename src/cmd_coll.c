@@ -19,32 +19,40 @@
 #include "trace.h"
 #include "units.h"
 
-enum cop { C_ALL_REDUCE, C_REDUCE_SCATTER, C_ALL_GATHER, C_ALL_TO_ALL, C_BROADCAST, C_REDUCE,
-	   C_SEND_RECV, C_N };
+enum cop {
+	C_ALL_REDUCE,
+	C_REDUCE_SCATTER,
+	C_ALL_GATHER,
+	C_ALL_TO_ALL,
+	C_BROADCAST,
+	C_REDUCE,
+	C_SEND_RECV,
+	C_N
+};
 
 static const struct {
 	const char *name;
-	int bus_num, bus_den_n; /* busbw factor: bus_num * (n-1) / n, or 1 when bus_num is 0 */
-	int split;              /* the size is cut into n pieces */
+	int bus_num; /* busbw factor: bus_num * (n-1) / n, or 1 when bus_num is 0 */
+	int split;   /* the size is cut into n pieces */
 } cops[C_N] = {
-	[C_ALL_REDUCE] = {"all-reduce", 2, 1, 0},  [C_REDUCE_SCATTER] = {"reduce-scatter", 1, 1, 1},
-	[C_ALL_GATHER] = {"all-gather", 1, 1, 1},  [C_ALL_TO_ALL] = {"all-to-all", 1, 1, 1},
-	[C_BROADCAST] = {"broadcast", 0, 0, 0},	   [C_REDUCE] = {"reduce", 0, 0, 0},
-	[C_SEND_RECV] = {"send-recv", 0, 0, 0},
+	[C_ALL_REDUCE] = {"all-reduce", 2, 0}, [C_REDUCE_SCATTER] = {"reduce-scatter", 1, 1},
+	[C_ALL_GATHER] = {"all-gather", 1, 1}, [C_ALL_TO_ALL] = {"all-to-all", 1, 1},
+	[C_BROADCAST] = {"broadcast", 0, 0},   [C_REDUCE] = {"reduce", 0, 0},
+	[C_SEND_RECV] = {"send-recv", 0, 0},
 };
 
 struct coll_bench {
 	enum cop op;
-	int n;              /* devices in the group */
-	size_t count;       /* the call's count argument */
+	int n;        /* devices in the group */
+	size_t count; /* the call's count argument */
 	size_t nsend, nrecv;
 	enum coll_redop redop;
 	int root;
 	int iters, warmup, check;
 	/* Results, written by the devices. */
 	uint64_t wrong[1024];
-	int64_t t_iter_ns;  /* virtual time of the timed iterations, device 0 */
-	int64_t wall_ns;    /* wall time of the timed iterations, device 0 */
+	int64_t t_iter_ns; /* virtual time of the timed iterations, device 0 */
+	int64_t wall_ns;   /* wall time of the timed iterations, device 0 */
 };
 
 /* Rank r's input element i: small whole numbers, so any sum of up to 2^16 is exact. */
@@ -58,7 +66,8 @@ static float reduce_inputs(const struct coll_bench *b, size_t i)
 	float acc = input(0, i);
 
 	for (int r = 1; r < b->n; r++)
-		acc = b->redop == COLL_SUM ? acc + input(r, i) : (input(r, i) > acc ? input(r, i) : acc);
+		acc = b->redop == COLL_SUM ? acc + input(r, i)
+					   : (input(r, i) > acc ? input(r, i) : acc);
 	return acc;
 }
 
@@ -68,14 +77,22 @@ static float expect(const struct coll_bench *b, int r, size_t i)
 	size_t cnt = b->count;
 
 	switch (b->op) {
-	case C_ALL_REDUCE: return reduce_inputs(b, i);
-	case C_REDUCE_SCATTER: return reduce_inputs(b, (size_t)r * cnt + i);
-	case C_ALL_GATHER: return input((int)(i / cnt), i % cnt);
-	case C_ALL_TO_ALL: return input((int)(i / cnt), (size_t)r * cnt + i % cnt);
-	case C_BROADCAST: return input(b->root, i);
-	case C_REDUCE: return r == b->root ? reduce_inputs(b, i) : 0.0f;
-	case C_SEND_RECV: return input((r + b->n - 1) % b->n, i);
-	default: return 0;
+	case C_ALL_REDUCE:
+		return reduce_inputs(b, i);
+	case C_REDUCE_SCATTER:
+		return reduce_inputs(b, (size_t)r * cnt + i);
+	case C_ALL_GATHER:
+		return input((int)(i / cnt), i % cnt);
+	case C_ALL_TO_ALL:
+		return input((int)(i / cnt), (size_t)r * cnt + i % cnt);
+	case C_BROADCAST:
+		return input(b->root, i);
+	case C_REDUCE:
+		return r == b->root ? reduce_inputs(b, i) : 0.0f;
+	case C_SEND_RECV:
+		return input((r + b->n - 1) % b->n, i);
+	default:
+		return 0;
 	}
 }
 
@@ -86,15 +103,20 @@ static int call(struct emu_dev *d, const struct coll_bench *b, float *send, floa
 	struct coll_req *rq, *sq;
 
 	switch (b->op) {
-	case C_ALL_REDUCE: return coll_all_reduce(d, g, send, recv, b->count, b->redop);
-	case C_REDUCE_SCATTER: return coll_reduce_scatter(d, g, send, recv, b->count, b->redop);
-	case C_ALL_GATHER: return coll_all_gather(d, g, send, recv, b->count);
-	case C_ALL_TO_ALL: return coll_all_to_all(d, g, send, recv, b->count);
+	case C_ALL_REDUCE:
+		return coll_all_reduce(d, g, send, recv, b->count, b->redop);
+	case C_REDUCE_SCATTER:
+		return coll_reduce_scatter(d, g, send, recv, b->count, b->redop);
+	case C_ALL_GATHER:
+		return coll_all_gather(d, g, send, recv, b->count);
+	case C_ALL_TO_ALL:
+		return coll_all_to_all(d, g, send, recv, b->count);
 	case C_BROADCAST:
 		if (r == b->root && send && recv)
 			memcpy(recv, send, b->count * sizeof *recv);
 		return coll_broadcast(d, g, recv, b->count, b->root);
-	case C_REDUCE: return coll_reduce(d, g, send, recv, b->count, b->redop, b->root);
+	case C_REDUCE:
+		return coll_reduce(d, g, send, recv, b->count, b->redop, b->root);
 	case C_SEND_RECV:
 		/* Every rank sends to the next and receives from the previous, at once. */
 		if (n == 1) {
@@ -106,7 +128,8 @@ static int call(struct emu_dev *d, const struct coll_bench *b, float *send, floa
 		    (rc = coll_isend(d, (r + 1) % n, send, b->count, &sq)))
 			return rc;
 		return (rc = coll_wait(d, rq)) ? rc : coll_wait(d, sq);
-	default: return EMU_EINVAL;
+	default:
+		return EMU_EINVAL;
 	}
 }
 
@@ -115,7 +138,8 @@ static int bench_device(struct emu_dev *d, void *arg)
 	struct coll_bench *b = arg;
 	int r = emu_dev_id(d), rc = 0;
 	struct mem_block *sb = mem_alloc(d, MEM_COMM, b->nsend * sizeof(float), "send buffer");
-	struct mem_block *rb = sb ? mem_alloc(d, MEM_COMM, b->nrecv * sizeof(float), "recv buffer") : NULL;
+	struct mem_block *rb =
+		sb ? mem_alloc(d, MEM_COMM, b->nrecv * sizeof(float), "recv buffer") : NULL;
 	float *send, *recv;
 	int64_t t0, w0;
 
@@ -154,7 +178,9 @@ static int bench_device(struct emu_dev *d, void *arg)
 }
 
 static const struct cli_opt coll_opts[] = {
-	{"op", 0, 1, 1, "NAME", "all-reduce (default), reduce-scatter, all-gather, all-to-all, broadcast, reduce, send-recv"},
+	{"op", 0, 1, 1, "NAME",
+	 "all-reduce (default), reduce-scatter, all-gather, all-to-all, broadcast, reduce, "
+	 "send-recv"},
 	{"ngpus", 'g', 1, 2, "N", "devices in the group (default 8)"},
 	{"minbytes", 'b', 1, 3, "SIZE", "smallest message (default 8)"},
 	{"maxbytes", 'e', 1, 4, "SIZE", "largest message (default 64M)"},
@@ -172,16 +198,22 @@ static const struct cli_opt coll_opts[] = {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pemu coll [options]\n\n"
-		   "Runs one collective on a group of virtual GPUs for a range of message sizes and prints,\n"
-		   "per size, the virtual time it takes on the emulated cluster, the algorithm and bus\n"
-		   "bandwidths that follow (as nccl-tests prints them), the number of wrong elements, and\n"
-		   "the wall time the emulator took.\n\n"
-		   "  pemu coll --op all-reduce -g 8 -b 8 -e 64M -f 2 --cluster dgx-a100\n"
-		   "  pemu coll -g 16 --cluster dgx-h100 --inter-bw 50GB/s --dry-run -e 1G --json\n\n"
-		   "Sizes take K, M, G (powers of 1024) or KB, MB, GB (powers of 1000). For reduce-scatter,\n"
-		   "all-gather and all-to-all the size is the whole buffer, cut into one piece per device.\n\n"
-		   "Collective options:\n");
+	fprintf(f,
+		"usage: pemu coll [options]\n\n"
+		"Runs one collective on a group of virtual GPUs for a range of message sizes and "
+		"prints,\n"
+		"per size, the virtual time it takes on the emulated cluster, the algorithm and "
+		"bus\n"
+		"bandwidths that follow (as nccl-tests prints them), the number of wrong elements, "
+		"and\n"
+		"the wall time the emulator took.\n\n"
+		"  pemu coll --op all-reduce -g 8 -b 8 -e 64M -f 2 --cluster dgx-a100\n"
+		"  pemu coll -g 16 --cluster dgx-h100 --inter-bw 50GB/s --dry-run -e 1G --json\n\n"
+		"Sizes take K, M, G (powers of 1024) or KB, MB, GB (powers of 1000). For "
+		"reduce-scatter,\n"
+		"all-gather and all-to-all the size is the whole buffer, cut into one piece per "
+		"device.\n\n"
+		"Collective options:\n");
 	cli_print_opts(f, coll_opts);
 	fprintf(f, "\nCluster options:\n");
 	cli_print_opts(f, cli_cluster_opts);
@@ -213,7 +245,10 @@ static double bus_factor(const struct coll_bench *b)
 
 int cmd_coll(int argc, char **argv)
 {
-	struct cli c = {.prog = "pemu coll", .argc = argc, .argv = argv, .i = 1,
+	struct cli c = {.prog = "pemu coll",
+			.argc = argc,
+			.argv = argv,
+			.i = 1,
 			.opts = {coll_opts, cli_cluster_opts, NULL}};
 	struct coll_bench *b = calloc(1, sizeof *b);
 	struct cli_cluster cc;
@@ -242,34 +277,63 @@ int cmd_coll(int argc, char **argv)
 			for (k = 0; k < C_N && strcmp(cops[k].name, v); k++)
 				;
 			if (k == C_N)
-				cli_fail(&c, "--op: unknown collective '%s' (all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, reduce, send-recv)", v);
+				cli_fail(&c,
+					 "--op: unknown collective '%s' (all-reduce, "
+					 "reduce-scatter, all-gather, all-to-all, broadcast, "
+					 "reduce, send-recv)",
+					 v);
 			b->op = (enum cop)k;
 			break;
 		}
-		case 2: b->n = (int)cli_int(&c, "-g", v, 1, 1024); break;
-		case 3: minb = cli_size(&c, "-b", v); break;
-		case 4: maxb = cli_size(&c, "-e", v); break;
-		case 5: factor = cli_int(&c, "-f", v, 2, 1 << 20); break;
-		case 6: stepb = cli_size(&c, "-i", v); break;
-		case 7: b->iters = (int)cli_int(&c, "-n", v, 1, 1000000); break;
-		case 8: b->warmup = (int)cli_int(&c, "-w", v, 0, 1000000); break;
-		case 9: b->check = (int)cli_int(&c, "-c", v, 0, 1); break;
+		case 2:
+			b->n = (int)cli_int(&c, "-g", v, 1, 1024);
+			break;
+		case 3:
+			minb = cli_size(&c, "-b", v);
+			break;
+		case 4:
+			maxb = cli_size(&c, "-e", v);
+			break;
+		case 5:
+			factor = cli_int(&c, "-f", v, 2, 1 << 20);
+			break;
+		case 6:
+			stepb = cli_size(&c, "-i", v);
+			break;
+		case 7:
+			b->iters = (int)cli_int(&c, "-n", v, 1, 1000000);
+			break;
+		case 8:
+			b->warmup = (int)cli_int(&c, "-w", v, 0, 1000000);
+			break;
+		case 9:
+			b->check = (int)cli_int(&c, "-c", v, 0, 1);
+			break;
 		case 10:
 			if (strcmp(v, "sum") && strcmp(v, "max"))
 				cli_fail(&c, "-o: unknown reduction '%s' (sum or max)", v);
 			b->redop = strcmp(v, "sum") ? COLL_MAX : COLL_SUM;
 			break;
-		case 11: b->root = (int)cli_int(&c, "-r", v, 0, 1023); break;
-		case 12: csv = 1; break;
-		case 13: usage(stdout); free(b); return 0;
+		case 11:
+			b->root = (int)cli_int(&c, "-r", v, 0, 1023);
+			break;
+		case 12:
+			csv = 1;
+			break;
+		case 13:
+			usage(stdout);
+			free(b);
+			return 0;
 		}
 	}
 	if (minb == 0)
 		cli_fail(&c, "-b 0: the smallest message must be at least 1 byte");
 	if (minb > maxb)
-		cli_fail(&c, "-b %llu is larger than -e %llu", (unsigned long long)minb, (unsigned long long)maxb);
+		cli_fail(&c, "-b %llu is larger than -e %llu", (unsigned long long)minb,
+			 (unsigned long long)maxb);
 	if (b->root >= b->n)
-		cli_fail(&c, "-r %d: the root must be a rank of the group (0..%d)", b->root, b->n - 1);
+		cli_fail(&c, "-r %d: the root must be a rank of the group (0..%d)", b->root,
+			 b->n - 1);
 	cli_cluster_finish(&cc, &c, b->n);
 	if (cc.json && csv)
 		cli_fail(&c, "--json and --csv: choose one");
@@ -277,33 +341,39 @@ int cmd_coll(int argc, char **argv)
 		b->check = 0;
 
 	if (cc.json) {
-		printf("{\"command\":\"coll\",\"op\":\"%s\",\"devices\":%d,\"redop\":\"%s\",\"root\":%d,\"iters\":%d,\"cluster\":",
-		       cops[b->op].name, b->n, b->redop == COLL_SUM ? "sum" : "max", b->root, b->iters);
+		printf("{\"command\":\"coll\",\"op\":\"%s\",\"devices\":%d,\"redop\":\"%s\","
+		       "\"root\":%d,\"iters\":%d,\"cluster\":",
+		       cops[b->op].name, b->n, b->redop == COLL_SUM ? "sum" : "max", b->root,
+		       b->iters);
 		cli_cluster_json(stdout, &cc.cfg);
 		printf(",\"results\":[");
 	} else if (csv) {
 		printf("op,devices,size_bytes,count,time_us,algbw_GBps,busbw_GBps,wrong,wall_us\n");
 	} else {
-		printf("# pemu coll: %s on %d device%s, %s\n# ", cops[b->op].name, b->n, b->n == 1 ? "" : "s",
+		printf("# pemu coll: %s on %d device%s, %s\n# ", cops[b->op].name, b->n,
+		       b->n == 1 ? "" : "s",
 		       cc.cfg.dry_run ? "dry-run (no data moves)" : "execute mode");
 		cli_cluster_describe(stdout, &cc.cfg);
 		printf("\n# %d timed call%s per size after %d warm-up; check %s\n#\n", b->iters,
 		       b->iters == 1 ? "" : "s", b->warmup, b->check ? "on" : "off");
-		printf("# %12s %12s %6s %5s %5s %11s %12s %12s %7s %10s\n", "size(B)", "count", "type", "redop",
-		       "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "wall(us)");
+		printf("# %12s %12s %6s %5s %5s %11s %12s %12s %7s %10s\n", "size(B)", "count",
+		       "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
+		       "wall(us)");
 	}
 	fflush(stdout);
 
 	cl = emu_cluster_new(&cc.cfg);
-	for (uint64_t size = minb; size <= maxb; size = stepb ? size + stepb : size * (uint64_t)factor) {
+	for (uint64_t size = minb; size <= maxb;
+	     size = stepb ? size + stepb : size * (uint64_t)factor) {
 		uint64_t bytes = set_size(b, size), wrong = 0;
 		double t_us, algbw, busbw, wall_us;
 
 		rc = emu_cluster_run(cl, bench_device, b);
 		if (rc) {
 			fflush(stdout);
-			fprintf(stderr, "pemu coll: %s failed at %llu bytes:\n%s\n", cops[b->op].name,
-				(unsigned long long)bytes, emu_cluster_report(cl));
+			fprintf(stderr, "pemu coll: %s failed at %llu bytes:\n%s\n",
+				cops[b->op].name, (unsigned long long)bytes,
+				emu_cluster_report(cl));
 			break;
 		}
 		for (int r = 0; r < b->n; r++)
@@ -315,16 +385,18 @@ int cmd_coll(int argc, char **argv)
 		sum_bus += busbw;
 		sum_bus_n++;
 		if (cc.json) {
-			printf("%s{\"size\":%llu,\"count\":%zu,\"time_us\":%.3f,\"algbw\":%.6g,\"busbw\":%.6g,\"wrong\":",
-			       first ? "" : ",", (unsigned long long)bytes, b->count, t_us, algbw, busbw);
+			printf("%s{\"size\":%llu,\"count\":%zu,\"time_us\":%.3f,\"algbw\":%.6g,"
+			       "\"busbw\":%.6g,\"wrong\":",
+			       first ? "" : ",", (unsigned long long)bytes, b->count, t_us, algbw,
+			       busbw);
 			if (b->check)
 				printf("%llu", (unsigned long long)wrong);
 			else
 				printf("null");
 			printf(",\"wall_us\":%.3f}", wall_us);
 		} else if (csv) {
-			printf("%s,%d,%llu,%zu,%.3f,%.6g,%.6g,", cops[b->op].name, b->n, (unsigned long long)bytes,
-			       b->count, t_us, algbw, busbw);
+			printf("%s,%d,%llu,%zu,%.3f,%.6g,%.6g,", cops[b->op].name, b->n,
+			       (unsigned long long)bytes, b->count, t_us, algbw, busbw);
 			if (b->check)
 				printf("%llu", (unsigned long long)wrong);
 			printf(",%.3f\n", wall_us);
@@ -335,9 +407,11 @@ int cmd_coll(int argc, char **argv)
 				snprintf(wbuf, sizeof wbuf, "%llu", (unsigned long long)wrong);
 			else
 				snprintf(wbuf, sizeof wbuf, "N/A");
-			printf("  %12llu %12zu %6s %5s %5d %11.2f %12.2f %12.2f %7s %10.1f\n", (unsigned long long)bytes,
-			       b->count, "float", b->redop == COLL_SUM ? "sum" : "max",
-			       b->op == C_BROADCAST || b->op == C_REDUCE ? b->root : -1, t_us, algbw, busbw, wbuf, wall_us);
+			printf("  %12llu %12zu %6s %5s %5d %11.2f %12.2f %12.2f %7s %10.1f\n",
+			       (unsigned long long)bytes, b->count, "float",
+			       b->redop == COLL_SUM ? "sum" : "max",
+			       b->op == C_BROADCAST || b->op == C_REDUCE ? b->root : -1, t_us,
+			       algbw, busbw, wbuf, wall_us);
 		}
 		first = 0;
 		fflush(stdout);
@@ -347,17 +421,20 @@ int cmd_coll(int argc, char **argv)
 			break;
 	}
 	if (cc.json) {
-		printf("],\"avg_busbw\":%.4f,\"passed\":%s}\n", sum_bus_n ? sum_bus / (double)sum_bus_n : 0,
-		       rc ? "false" : "true");
+		printf("],\"avg_busbw\":%.4f,\"passed\":%s}\n",
+		       sum_bus_n ? sum_bus / (double)sum_bus_n : 0, rc ? "false" : "true");
 	} else if (!csv) {
 		printf("# Out of bounds values : %s\n", rc == 1 ? "FOUND" : "0 OK");
-		printf("# Avg bus bandwidth    : %.4g GB/s\n", sum_bus_n ? sum_bus / (double)sum_bus_n : 0);
+		printf("# Avg bus bandwidth    : %.4g GB/s\n",
+		       sum_bus_n ? sum_bus / (double)sum_bus_n : 0);
 	}
 	if (cc.trace_path) {
 		if (trace_write_json(cl, cc.trace_path))
-			fprintf(stderr, "pemu coll: cannot write trace '%s': %s\n", cc.trace_path, strerror(errno));
+			fprintf(stderr, "pemu coll: cannot write trace '%s': %s\n", cc.trace_path,
+				strerror(errno));
 		else if (!cc.json && !csv)
-			printf("# trace of the last size written to %s (open it in https://ui.perfetto.dev)\n",
+			printf("# trace of the last size written to %s (open it in "
+			       "https://ui.perfetto.dev)\n",
 			       cc.trace_path);
 	}
 	if (cc.timeline)

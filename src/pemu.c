@@ -12,23 +12,30 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pemu <command> [options]\n\n"
-		   "pemu emulates a GPU cluster inside one process: each virtual GPU is a thread with a\n"
-		   "memory cap, joined to the others by links with a bandwidth and a latency, and a\n"
-		   "deterministic virtual clock says how long each operation takes on real hardware.\n\n"
-		   "commands:\n"
-		   "  coll      collective benchmark in the manner of nccl-tests (pemu coll --help)\n\n"
-		   "The training commands of the design (run, verify, plan, train) arrive with the model\n"
-		   "layer; this build has the virtual cluster.\n\n"
-		   "cluster presets (--cluster):");
+	fprintf(f,
+		"usage: pemu <command> [options]\n\n"
+		"pemu emulates a GPU cluster inside one process: each virtual GPU is a thread with "
+		"a\n"
+		"memory cap, joined to the others by links with a bandwidth and a latency, and a\n"
+		"deterministic virtual clock says how long each operation takes on real "
+		"hardware.\n\n"
+		"commands:\n"
+		"  coll      collective benchmark in the manner of nccl-tests (pemu coll "
+		"--help)\n\n"
+		"The training commands of the design (run, verify, plan, train) arrive with the "
+		"model\n"
+		"layer; this build has the virtual cluster.\n\n"
+		"cluster presets (--cluster):");
 	for (int i = 0; topo_preset_names[i]; i++) {
 		struct topo t;
 
 		topo_preset(topo_preset_names[i], &t);
-		fprintf(f, "\n  %-16s %d x %s per node, %s in a node, %s between nodes", topo_preset_names[i],
-			t.gpus_per_node, t.gpu.name, t.link[TOPO_LINK_INTRA].name, t.link[TOPO_LINK_INTER].name);
+		fprintf(f, "\n  %-16s %d x %s per node, %s in a node, %s between nodes",
+			topo_preset_names[i], t.gpus_per_node, t.gpu.name,
+			t.link[TOPO_LINK_INTRA].name, t.link[TOPO_LINK_INTER].name);
 	}
-	fprintf(f, "\n\nexit codes: 0 success, 1 a run failed or a check found wrong results, 2 bad input\n");
+	fprintf(f, "\n\nexit codes: 0 success, 1 a run failed or a check found wrong results, 2 "
+		   "bad input\n");
 }
 
 int main(int argc, char **argv)

@@ -49,7 +49,8 @@ static void test_bad_input(void **state)
 		{"coll --frobnicate", "unknown option '--frobnicate'"},
 		{"coll -b 8Q", "malformed size '8Q'"},
 		{"coll -e 12XB", "malformed size '12XB'"},
-		{"coll -g 16 --nodes 1", "16 devices are more than the cluster has (1 node x 8 GPUs = 8)"},
+		{"coll -g 16 --nodes 1",
+		 "16 devices are more than the cluster has (1 node x 8 GPUs = 8)"},
 		{"coll --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
 		{"coll -g 0", "-g: '0' is not a whole number"},
 		{"coll -g", "option -g needs a value"},
@@ -71,8 +72,8 @@ static void test_bad_input(void **state)
 		int rc = run(cases[i].args, 1, out, sizeof out);
 
 		if (rc != 2 || !strstr(out, cases[i].says))
-			fail_msg("pemu %s: exit %d, stderr:\n%s\nwant exit 2 and \"%s\"", cases[i].args, rc, out,
-				 cases[i].says);
+			fail_msg("pemu %s: exit %d, stderr:\n%s\nwant exit 2 and \"%s\"",
+				 cases[i].args, rc, out, cases[i].says);
 		if (*cases[i].args && lines(out) != 1)
 			fail_msg("pemu %s: want one line, got:\n%s", cases[i].args, out);
 	}
@@ -93,13 +94,15 @@ static void test_help(void **state)
 
 static void test_coll_checks_every_op(void **state)
 {
-	static const char *const ops[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
-					  "broadcast", "reduce", "send-recv"};
+	static const char *const ops[] = {"all-reduce", "reduce-scatter", "all-gather",
+					  "all-to-all", "broadcast",      "reduce",
+					  "send-recv"};
 	char args[256], out[16384];
 
 	(void)state;
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-		snprintf(args, sizeof args, "coll --op %s -g 12 --nodes 2 -b 4 -e 1M -f 16 -n 2 -w 1 -r 3 --csv",
+		snprintf(args, sizeof args,
+			 "coll --op %s -g 12 --nodes 2 -b 4 -e 1M -f 16 -n 2 -w 1 -r 3 --csv",
 			 ops[i]);
 		assert_int_equal(run(args, 0, out, sizeof out), 0);
 		/* Header plus one line per size (4, 64, 1K, 16K, 256K), and no wrong element. */
@@ -109,8 +112,8 @@ static void test_coll_checks_every_op(void **state)
 			double t, alg, bus, wall;
 			char op[32];
 
-			assert_int_equal(sscanf(l, "%31[^,],12,%llu,%llu,%lf,%lf,%lf,%llu,%lf", op, &size, &count,
-						&t, &alg, &bus, &wrong, &wall),
+			assert_int_equal(sscanf(l, "%31[^,],12,%llu,%llu,%lf,%lf,%lf,%llu,%lf", op,
+						&size, &count, &t, &alg, &bus, &wrong, &wall),
 					 8);
 			assert_string_equal(op, ops[i]);
 			assert_int_equal(wrong, 0);
@@ -127,7 +130,8 @@ static void test_coll_json(void **state)
 	assert_int_equal(run("coll -g 8 -b 1M -e 4M -f 4 --json", 0, out, sizeof out), 0);
 	assert_int_equal(out[0], '{');
 	assert_non_null(strstr(out, "\"command\":\"coll\""));
-	assert_non_null(strstr(out, "\"results\":[{\"size\":1048576,\"count\":262144,\"time_us\":"));
+	assert_non_null(
+		strstr(out, "\"results\":[{\"size\":1048576,\"count\":262144,\"time_us\":"));
 	assert_non_null(strstr(out, "\"wrong\":0"));
 	assert_non_null(strstr(out, "\"passed\":true}"));
 	/* 1 MiB on 8 A100s: 14 * 3 us + 14/8 * 1 MiB / 300 GB/s = 48.117 us (ceil to ns). */

@@ -18,11 +18,20 @@
 #include "coll.h"
 #include "common.h"
 
-enum which { W_ALL_REDUCE, W_REDUCE_SCATTER, W_ALL_GATHER, W_ALL_TO_ALL, W_ALL_TO_ALL_V,
-	     W_BROADCAST, W_REDUCE, W_SEND_RECV, W_N };
+enum which {
+	W_ALL_REDUCE,
+	W_REDUCE_SCATTER,
+	W_ALL_GATHER,
+	W_ALL_TO_ALL,
+	W_ALL_TO_ALL_V,
+	W_BROADCAST,
+	W_REDUCE,
+	W_SEND_RECV,
+	W_N
+};
 static const char *const which_name[W_N] = {"all-reduce", "reduce-scatter", "all-gather",
-					    "all-to-all", "all-to-all-v", "broadcast", "reduce",
-					    "send/recv"};
+					    "all-to-all", "all-to-all-v",   "broadcast",
+					    "reduce",     "send/recv"};
 
 /* Groups by size: some inside node 0, {7,8} and {6,7,8,9} across the two nodes, {2,0,1}
  * out of id order so that group rank and device id differ. */
@@ -143,7 +152,9 @@ static void expect_all_reduce(const struct run *r, const struct topo *t, float *
 	for (int i = 0; i < r->n; i++) {
 		int node = r->devs[i] / t->gpus_per_node, s;
 
-		for (s = 0; s < nnode && nodes[s][0] >= 0 && r->devs[nodes[s][0]] / t->gpus_per_node != node; s++)
+		for (s = 0; s < nnode && nodes[s][0] >= 0 &&
+			    r->devs[nodes[s][0]] / t->gpus_per_node != node;
+		     s++)
 			;
 		if (s == nnode) {
 			nnode++;
@@ -175,7 +186,8 @@ static void expect_all_reduce(const struct run *r, const struct topo *t, float *
 			float acc = 0;
 
 			for (int k = 0; k < nnode; k++) {
-				float part = ordered_sum(r->send, nodes[(sub + 1 + k) % nnode], L, q + 1, j);
+				float part = ordered_sum(r->send, nodes[(sub + 1 + k) % nnode], L,
+							 q + 1, j);
 
 				acc = k ? acc + part : part;
 			}
@@ -228,7 +240,8 @@ static void expected(const struct run *r, const struct topo *t, int m, float *ou
 		break;
 	case W_REDUCE:
 		for (size_t j = 0; j < r->count; j++)
-			out[j] = m == r->root ? ordered_sum(r->send, ident, r->n, r->root + 1, j) : 0.0f;
+			out[j] = m == r->root ? ordered_sum(r->send, ident, r->n, r->root + 1, j)
+					      : 0.0f;
 		break;
 	case W_SEND_RECV:
 		if (m == 1)
@@ -351,7 +364,8 @@ static void setup(struct run *r, enum which w, const int *devs, int n, size_t co
 			r->send[i][j] = test_value((uint64_t)i, j);
 		if (w == W_BROADCAST)
 			for (size_t j = 0; j < r->nrecv; j++)
-				r->recv[i][j] = i == r->root ? test_value(100 + (uint64_t)i, j) : -1.0f;
+				r->recv[i][j] =
+					i == r->root ? test_value(100 + (uint64_t)i, j) : -1.0f;
 	}
 }
 
@@ -382,22 +396,25 @@ static void check_case(struct emu_cluster *c, enum which w, int gi, size_t count
 		if (w == W_SEND_RECV && m == 0)
 			continue;
 		{
-		size_t nrecv = r.nrecv;
+			size_t nrecv = r.nrecv;
 
-		if (w == W_ALL_TO_ALL_V) /* members receive different amounts */
-			for (int i = nrecv = 0; i < r.n; i++)
-				nrecv += r.sc[i][m];
-		expected(&r, t, m, want);
-		if (memcmp(want, r.recv[m], nrecv * sizeof *want)) {
-			for (size_t j = 0; j < nrecv; j++)
-				if (memcmp(&want[j], &r.recv[m][j], sizeof *want))
-					fail_msg("%s n=%d count=%zu: member %d element %zu is %a, want %a",
-						 which_name[w], r.n, count, m, j, (double)r.recv[m][j],
-						 (double)want[j]);
-		}
-		if (r.t_end[m] != t_want)
-			fail_msg("%s n=%d count=%zu: member %d ends at %lld ns, formula says %lld",
-				 which_name[w], r.n, count, m, (long long)r.t_end[m], (long long)t_want);
+			if (w == W_ALL_TO_ALL_V) /* members receive different amounts */
+				for (int i = nrecv = 0; i < r.n; i++)
+					nrecv += r.sc[i][m];
+			expected(&r, t, m, want);
+			if (memcmp(want, r.recv[m], nrecv * sizeof *want)) {
+				for (size_t j = 0; j < nrecv; j++)
+					if (memcmp(&want[j], &r.recv[m][j], sizeof *want))
+						fail_msg("%s n=%d count=%zu: member %d element %zu "
+							 "is %a, want %a",
+							 which_name[w], r.n, count, m, j,
+							 (double)r.recv[m][j], (double)want[j]);
+			}
+			if (r.t_end[m] != t_want)
+				fail_msg("%s n=%d count=%zu: member %d ends at %lld ns, formula "
+					 "says %lld",
+					 which_name[w], r.n, count, m, (long long)r.t_end[m],
+					 (long long)t_want);
 		}
 	}
 	free(want);
@@ -410,8 +427,8 @@ static void run_op(enum which w)
 
 	for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
 		for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
-			int scaled = w == W_REDUCE_SCATTER || w == W_ALL_GATHER || w == W_ALL_TO_ALL ||
-				     w == W_ALL_TO_ALL_V;
+			int scaled = w == W_REDUCE_SCATTER || w == W_ALL_GATHER ||
+				     w == W_ALL_TO_ALL || w == W_ALL_TO_ALL_V;
 
 			if (test_skip_large() && counts[ci] > 1000 && scaled && groups[gi].n > 4)
 				continue;
@@ -535,7 +552,8 @@ static void test_overlap(void **state)
 
 	(void)state;
 	for (int f = 0; f < 2; f++) {
-		struct overlap o = {.flops = flops[f], .async = 1}, b = {.flops = flops[f], .async = 0};
+		struct overlap o = {.flops = flops[f], .async = 1},
+			       b = {.flops = flops[f], .async = 0};
 
 		assert_int_equal(emu_cluster_run(c, overlap_device, &o), 0);
 		assert_int_equal(emu_cluster_run(c, overlap_device, &b), 0);

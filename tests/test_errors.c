@@ -17,10 +17,10 @@
 #include "mem.h"
 #include "util.h"
 
-#define assert_report_has(c, s)                                                            \
-	do {                                                                               \
-		if (!strstr(emu_cluster_report(c), (s)))                                   \
-			fail_msg("report lacks \"%s\":\n%s", (s), emu_cluster_report(c)); \
+#define assert_report_has(c, s)                                                                    \
+	do {                                                                                       \
+		if (!strstr(emu_cluster_report(c), (s)))                                           \
+			fail_msg("report lacks \"%s\":\n%s", (s), emu_cluster_report(c));          \
 	} while (0)
 
 /* Runs fn on c and checks it fails with err within a second, every device's memory
@@ -32,8 +32,8 @@ static void run_expect(struct emu_cluster *c, emu_dev_fn fn, void *arg, int err)
 	int64_t wall = emu_wall_ns() - t0;
 
 	if (rc != err)
-		fail_msg("run returned %d (%s), want %d (%s); report:\n%s", rc, emu_err_name(rc), err,
-			 emu_err_name(err), emu_cluster_report(c));
+		fail_msg("run returned %d (%s), want %d (%s); report:\n%s", rc, emu_err_name(rc),
+			 err, emu_err_name(err), emu_cluster_report(c));
 	assert_true(wall < 1000000000);
 	for (int i = 0; i < emu_cluster_config(c)->ndev; i++)
 		assert_int_equal(mem_cur_total(emu_cluster_dev(c, i)), 0);
@@ -262,8 +262,9 @@ static void test_deadlock_cycle(void **state)
 		char line[128];
 
 		snprintf(line, sizeof line,
-			 "device %d: recv(count=16) from device %d waits for device %d (blocked in recv)", i,
-			 (i + 1) % 4, (i + 1) % 4);
+			 "device %d: recv(count=16) from device %d waits for device %d (blocked in "
+			 "recv)",
+			 i, (i + 1) % 4, (i + 1) % 4);
 		assert_report_has(c, line);
 	}
 	emu_cluster_free(c);
@@ -287,8 +288,12 @@ static void test_deadlock_missing_member(void **state)
 	(void)state;
 	run_expect(c, missing_device, NULL, EMU_EDEADLOCK);
 	assert_report_has(c, "3 blocked, 1 returned");
-	assert_report_has(c, "device 0: all-reduce(count=4, sum) on group {0..3} waits for device 2 (returned)");
-	assert_report_has(c, "device 3: all-reduce(count=4, sum) on group {0..3} waits for device 2 (returned)");
+	assert_report_has(
+		c,
+		"device 0: all-reduce(count=4, sum) on group {0..3} waits for device 2 (returned)");
+	assert_report_has(
+		c,
+		"device 3: all-reduce(count=4, sum) on group {0..3} waits for device 2 (returned)");
 	emu_cluster_free(c);
 }
 
@@ -353,20 +358,26 @@ static int bad_arg_device(struct emu_dev *d, void *arg)
 	if (emu_dev_id(d) != 0)
 		return 0;
 	switch (which) {
-	case 0: return emu_group_get(d, dup, 2) ? 0 : EMU_EINVAL;
-	case 1: return emu_group_get(d, outside, 2) ? 0 : EMU_EINVAL;
-	case 2: return emu_group_get(d, other, 1) ? 0 : EMU_EINVAL;
-	case 3: return coll_send(d, 0, x, 4);
-	case 4: return coll_send(d, 7, x, 4);
-	default: return coll_all_reduce(d, emu_world(d), NULL, NULL, 4, COLL_SUM);
+	case 0:
+		return emu_group_get(d, dup, 2) ? 0 : EMU_EINVAL;
+	case 1:
+		return emu_group_get(d, outside, 2) ? 0 : EMU_EINVAL;
+	case 2:
+		return emu_group_get(d, other, 1) ? 0 : EMU_EINVAL;
+	case 3:
+		return coll_send(d, 0, x, 4);
+	case 4:
+		return coll_send(d, 7, x, 4);
+	default:
+		return coll_all_reduce(d, emu_world(d), NULL, NULL, 4, COLL_SUM);
 	}
 }
 
 static void test_bad_arguments(void **state)
 {
-	static const char *const want[] = {"listed twice", "device 99 is not in the cluster",
-					   "not in", "cannot send to itself", "peer 7 is not in the cluster",
-					   "NULL buffer"};
+	static const char *const want[] = {
+		"listed twice",          "device 99 is not in the cluster", "not in",
+		"cannot send to itself", "peer 7 is not in the cluster",    "NULL buffer"};
 	struct emu_cluster *c = test_cluster("dgx-a100", 1, 2, 0, 0);
 
 	(void)state;

@@ -14,7 +14,7 @@
 #include "coll.h"
 #include "common.h"
 
-#define NDEV 1024
+#define NDEV  1024
 #define COUNT (1u << 20)
 
 struct result {

@@ -126,7 +126,8 @@ static void test_trace_content(void **state)
 	assert_non_null(strstr(t, "\"args\":{\"name\":\"compute\"}"));
 	assert_non_null(strstr(t, "\"args\":{\"name\":\"comm\"}"));
 	assert_non_null(strstr(t, "\"name\":\"all-reduce\",\"cat\":\"comm\",\"ph\":\"X\""));
-	assert_non_null(strstr(t, "\"name\":\"forward\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":0.000"));
+	assert_non_null(strstr(t, "\"name\":\"forward\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,"
+				  "\"tid\":0,\"ts\":0.000"));
 	assert_non_null(strstr(t, "\"ph\":\"C\""));
 	assert_non_null(strstr(t, "\"param\":16384"));
 	assert_non_null(strstr(t, "\"cat\":\"p2p\",\"ph\":\"s\""));
