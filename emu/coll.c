@@ -813,17 +813,17 @@ int coll_iall_to_all(struct emu_dev *d, struct emu_group *g, const float *send, 
 	return post_group(d, g, &a, req);
 }
 
-int coll_broadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root)
+int coll_ibroadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root,
+		    struct coll_req **req)
 {
 	struct op_arg a = {
 		.kind = OP_BROADCAST, .count = count, .root = root, .send = buf, .recv = buf};
-	struct coll_req *r = NULL;
 
-	return blocking(d, post_group(d, g, &a, &r), &r);
+	return post_group(d, g, &a, req);
 }
 
-int coll_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
-		size_t count, enum coll_redop op, int root)
+int coll_ireduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		 size_t count, enum coll_redop op, int root, struct coll_req **req)
 {
 	struct op_arg a = {.kind = OP_REDUCE,
 			   .redop = op,
@@ -831,9 +831,23 @@ int coll_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float
 			   .root = root,
 			   .send = send,
 			   .recv = recv};
+
+	return post_group(d, g, &a, req);
+}
+
+int coll_broadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root)
+{
 	struct coll_req *r = NULL;
 
-	return blocking(d, post_group(d, g, &a, &r), &r);
+	return blocking(d, coll_ibroadcast(d, g, buf, count, root, &r), &r);
+}
+
+int coll_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		size_t count, enum coll_redop op, int root)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_ireduce(d, g, send, recv, count, op, root, &r), &r);
 }
 
 int coll_all_reduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
@@ -868,22 +882,31 @@ int coll_all_to_all(struct emu_dev *d, struct emu_group *g, const float *send, f
 	return blocking(d, coll_iall_to_all(d, g, send, recv, count, &r), &r);
 }
 
-int coll_all_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
-		      const size_t *send_counts, float *recv, const size_t *recv_counts)
+int coll_iall_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
+		       const size_t *send_counts, float *recv, const size_t *recv_counts,
+		       struct coll_req **req)
 {
 	struct op_arg a = {.kind = OP_ALL_TO_ALL_V, .send = send, .recv = recv};
-	struct coll_req *r = NULL;
 	size_t bytes;
 
 	if (!g || emu_group_rank(g, d) < 0)
 		return check_call(d, g, "all-to-all-v", 2, send, recv, 0);
+	/* The op keeps its own copies of the counts: the caller's may go out of scope. */
 	bytes = (size_t)g->n * sizeof *send_counts;
 	a.send_counts = emu_xmalloc(bytes);
 	a.recv_counts = emu_xmalloc(bytes);
 	memcpy(a.send_counts, send_counts, bytes);
 	memcpy(a.recv_counts, recv_counts, bytes);
 	a.count = sum_counts(send_counts, g->n) + sum_counts(recv_counts, g->n);
-	return blocking(d, post_group(d, g, &a, &r), &r);
+	return post_group(d, g, &a, req);
+}
+
+int coll_all_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
+		      const size_t *send_counts, float *recv, const size_t *recv_counts)
+{
+	struct coll_req *r = NULL;
+
+	return blocking(d, coll_iall_to_all_v(d, g, send, send_counts, recv, recv_counts, &r), &r);
 }
 
 /* ------------------------------------------------------------------------------------ */

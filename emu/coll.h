@@ -91,6 +91,14 @@ int coll_iall_gather(struct emu_dev *d, struct emu_group *g, const float *send, 
 int coll_iall_to_all(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
 		     size_t count, struct coll_req **req);
 
+int coll_ibroadcast(struct emu_dev *d, struct emu_group *g, float *buf, size_t count, int root,
+		    struct coll_req **req);
+int coll_ireduce(struct emu_dev *d, struct emu_group *g, const float *send, float *recv,
+		 size_t count, enum coll_redop op, int root, struct coll_req **req);
+int coll_iall_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
+		       const size_t *send_counts, float *recv, const size_t *recv_counts,
+		       struct coll_req **req);
+
 /* Waits for req's data, makes the compute stream wait for its end, and frees req. */
 int coll_wait(struct emu_dev *d, struct coll_req *req);
 

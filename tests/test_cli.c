@@ -141,6 +141,25 @@ static void test_coll_json(void **state)
 	assert_non_null(strstr(out, "\"time_us\":48.117"));
 }
 
+/* Per-figure overrides reach the clock. 16 devices on nodes 0 and 1 of 4 run the
+ * hierarchical all-reduce of 16 MiB: reduce-scatter and all-gather over NVLink4 (3 us,
+ * 450 GB/s), each 7 * 3 us + 7/8 * 16 MiB / 450 GB/s = 21000 + 32623 ns; between the nodes
+ * 2 * 7 us + 2/16 * 16 MiB / 10 GB/s = 14000 + 209716 ns. In all 330.962 us. */
+static void test_coll_overrides(void **state)
+{
+	char out[16384];
+
+	(void)state;
+	assert_int_equal(
+		run("coll -g 16 --cluster dgx-h100 --nodes 4 --inter-bw 10GB/s --inter-lat 7us "
+		    "-b 16M -e 16M -n 1 -w 0 --dry-run --json",
+		    0, out, sizeof out),
+		0);
+	assert_non_null(strstr(out, "\"nodes\":4,\"gpus_per_node\":8,\"devices\":16"));
+	assert_non_null(strstr(out, "\"bw_bytes_per_s\":10000000000,\"lat_ns\":7000"));
+	assert_non_null(strstr(out, "\"time_us\":330.962"));
+}
+
 static void test_coll_oom_is_a_report(void **state)
 {
 	char out[8192];
@@ -158,6 +177,7 @@ int main(void)
 		cmocka_unit_test(test_help),
 		cmocka_unit_test(test_coll_checks_every_op),
 		cmocka_unit_test(test_coll_json),
+		cmocka_unit_test(test_coll_overrides),
 		cmocka_unit_test(test_coll_oom_is_a_report),
 	};
 

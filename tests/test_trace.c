@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -18,10 +19,22 @@
 #include "trace.h"
 #include "util.h"
 
+/* With *jitter set, a device sleeps a random 0-200 us (seeded from the wall clock) before
+ * each step: host scheduling that differs on every run. */
+static void host_jitter(const int *jitter, unsigned *seed)
+{
+	if (jitter && *jitter) {
+		struct timespec ts = {0, (long)(rand_r(seed) % 200) * 1000};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* A little of everything: compute, a posted all-reduce inside the node overlapping
  * compute, a ring of sends, an all-gather over everyone, memory coming and going. */
 static int workload(struct emu_dev *d, void *arg)
 {
+	unsigned seed = (unsigned)emu_wall_ns() ^ (unsigned)emu_dev_id(d);
 	int id = emu_dev_id(d), n = emu_dev_count(d), node_devs[8], rc;
 	struct mem_block *w = mem_alloc(d, MEM_PARAM, 4096 * 4, "w");
 	struct mem_block *a = mem_alloc(d, MEM_ACT, 4096 * 4 * n, "gathered");
@@ -29,7 +42,6 @@ static int workload(struct emu_dev *d, void *arg)
 	struct coll_req *req, *rs, *rr;
 	struct emu_group *node;
 
-	(void)arg;
 	if (!w || !a)
 		return EMU_EOOM;
 	x = w->data;
@@ -42,12 +54,14 @@ static int workload(struct emu_dev *d, void *arg)
 	if (!node)
 		return EMU_EINVAL;
 	for (int step = 0; step < 3; step++) {
+		host_jitter(arg, &seed);
 		emu_compute(d, "forward", 2e9 * (1 + id % 3), 1e6);
 		/* The send reads its own copy: x belongs to the all-reduce until its wait. */
 		memcpy(out, x, sizeof out);
 		if ((rc = coll_iall_reduce(d, node, x, x, 4096, COLL_SUM, &req)))
 			return rc;
 		emu_compute(d, "backward", 4e9, 1e6);
+		host_jitter(arg, &seed);
 		if ((rc = coll_irecv(d, (id + n - 1) % n, ring, 64, &rr)) ||
 		    (rc = coll_isend(d, (id + 1) % n, out, 64, &rs)) || (rc = coll_wait(d, rr)) ||
 		    (rc = coll_wait(d, rs)) || (rc = coll_wait(d, req)))
@@ -78,7 +92,7 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static char *run_and_trace(double pace, const char *path, size_t *len)
+static char *run_and_trace(double pace, int jitter, const char *path, size_t *len)
 {
 	struct emu_config cfg;
 	struct emu_cluster *c;
@@ -89,7 +103,7 @@ static char *run_and_trace(double pace, const char *path, size_t *len)
 	cfg.trace = 1;
 	cfg.pace = pace;
 	c = emu_cluster_new(&cfg);
-	assert_int_equal(emu_cluster_run(c, workload, NULL), 0);
+	assert_int_equal(emu_cluster_run(c, workload, &jitter), 0);
 	assert_int_equal(trace_write_json(c, path), 0);
 	emu_cluster_free(c);
 	return slurp(path, len);
@@ -97,19 +111,24 @@ static char *run_and_trace(double pace, const char *path, size_t *len)
 
 static void test_identical_traces(void **state)
 {
-	size_t n1, n2, n3;
-	char *a, *b, *p;
+	size_t n1, n2, n3, n4;
+	char *a, *b, *p, *j;
 
 	(void)state;
-	a = run_and_trace(0, "build/test_trace_a.json", &n1);
-	b = run_and_trace(0, "build/test_trace_b.json", &n2);
-	/* Pacing makes the host sleep; it must not change a thing in virtual time. */
-	p = run_and_trace(0.5, "build/test_trace_p.json", &n3);
+	a = run_and_trace(0, 0, "build/test_trace_a.json", &n1);
+	b = run_and_trace(0, 0, "build/test_trace_b.json", &n2);
+	/* Pacing and random host delays make the threads run in another order; neither may
+	 * change a thing in virtual time. */
+	p = run_and_trace(0.5, 0, "build/test_trace_p.json", &n3);
+	j = run_and_trace(0, 1, "build/test_trace_j.json", &n4);
 	assert_true(n1 > 1000);
 	assert_int_equal(n1, n2);
 	assert_memory_equal(a, b, n1);
 	assert_int_equal(n1, n3);
 	assert_memory_equal(a, p, n1);
+	assert_int_equal(n1, n4);
+	assert_memory_equal(a, j, n1);
+	free(j);
 	free(a);
 	free(b);
 	free(p);
@@ -118,7 +137,7 @@ static void test_identical_traces(void **state)
 static void test_trace_content(void **state)
 {
 	size_t n;
-	char *t = run_and_trace(0, "build/test_trace_c.json", &n);
+	char *t = run_and_trace(0, 0, "build/test_trace_c.json", &n);
 
 	(void)state;
 	assert_non_null(strstr(t, "\"traceEvents\":["));

@@ -1,0 +1,168 @@
+/* Virtual time: the roofline of DESIGN.md to the nanosecond, events ordering one stream
+ * after another, ops on one stream running back to back, and the posted forms of every
+ * collective keeping the same data and time as the blocking ones. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "clock.h"
+#include "coll.h"
+#include "common.h"
+
+struct probe {
+	int64_t t[8][8];
+	float data[8][16];
+};
+
+/* launch + max(flops / (peak * eff), bytes / hbm_bw), rounded up. */
+static int64_t roofline(const struct topo_gpu *g, double flops, double bytes)
+{
+	double a = flops / (g->peak_flops * g->efficiency) * 1e9, b = bytes / g->hbm_bw * 1e9;
+
+	return g->launch_ns + (int64_t)ceil(a > b ? a : b);
+}
+
+static int compute_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+
+	if (emu_dev_id(d))
+		return 0;
+	p->t[0][0] = emu_compute(d, "gemm", 1e12, 1e6);     /* math-bound */
+	p->t[0][1] = emu_compute(d, "layernorm", 1e6, 1e9); /* memory-bound */
+	p->t[0][2] = emu_compute(d, "empty", 0, 0);         /* the launch alone */
+	p->t[0][3] = emu_now(d);
+	return 0;
+}
+
+static void test_roofline(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 1, 0, 0);
+	const struct topo_gpu *g = &emu_cluster_config(c)->topo.gpu;
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, compute_device, &p), 0);
+	assert_int_equal(p.t[0][0], roofline(g, 1e12, 1e6));
+	assert_int_equal(p.t[0][0], 3000 + 4578755); /* 1e12 / 218.4e12 s, rounded up */
+	assert_int_equal(p.t[0][1], roofline(g, 1e6, 1e9));
+	assert_int_equal(p.t[0][1], 3000 + 490197); /* 1e9 B / 2.04 TB/s, rounded up */
+	assert_int_equal(p.t[0][2], 3000);
+	assert_int_equal(p.t[0][3], p.t[0][0] + p.t[0][1] + p.t[0][2]);
+	emu_cluster_free(c);
+}
+
+/* Two posted all-reduces run back to back on the comm stream; an event recorded after
+ * the first orders a compute-stream wait on it, without waiting for the second. */
+static int stream_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	struct coll_req *a, *b;
+	struct emu_event ev;
+	float x[256] = {0}, y[256] = {0};
+	int id = emu_dev_id(d), rc;
+
+	if ((rc = coll_iall_reduce(d, emu_world(d), x, x, 256, COLL_SUM, &a)))
+		return rc;
+	if ((rc = emu_event_record(d, EMU_STREAM_COMM, &ev)))
+		return rc;
+	if ((rc = coll_iall_reduce(d, emu_world(d), y, y, 256, COLL_SUM, &b)))
+		return rc;
+	p->t[id][0] = ev.t;
+	p->t[id][1] = emu_now(d); /* nothing waited yet: still 0 */
+	emu_stream_wait_event(d, EMU_STREAM_COMPUTE, &ev);
+	p->t[id][2] = emu_now(d);
+	p->t[id][3] = emu_stream_time(d, EMU_STREAM_COMM);
+	if ((rc = coll_wait(d, a)) || (rc = coll_wait(d, b)))
+		return rc;
+	p->t[id][4] = emu_now(d);
+	return 0;
+}
+
+static void test_streams_and_events(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
+	const struct topo_link *l = &emu_cluster_config(c)->topo.link[TOPO_LINK_INTRA];
+	/* 6 alpha + 6/4 * 1 KiB / 300 GB/s = 18000 + 5.12 -> 18006 ns */
+	int64_t one = 6 * l->lat_ns + (int64_t)ceil(6.0 * 1024 * 1e9 / (4.0 * (double)l->bw_bytes));
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(one, 18006);
+	assert_int_equal(emu_cluster_run(c, stream_device, &p), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(p.t[i][0], one);
+		assert_int_equal(p.t[i][1], 0);
+		assert_int_equal(p.t[i][2], one);
+		assert_int_equal(p.t[i][3], 2 * one);
+		assert_int_equal(p.t[i][4], 2 * one);
+	}
+	emu_cluster_free(c);
+}
+
+/* The posted broadcast, reduce and all-to-all-v: same data and time as blocking. */
+static int posted_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	struct emu_group *g = emu_world(d);
+	int id = emu_dev_id(d), rc;
+	float b[4], r[4] = {0}, s[4] = {0}, v[4] = {0};
+	size_t sc[4] = {1, 1, 1, 1}, rcnt[4] = {1, 1, 1, 1};
+	struct coll_req *q1, *q2, *q3;
+
+	for (int i = 0; i < 4; i++) {
+		b[i] = id == 2 ? (float)(10 + i) : 0.0f;
+		s[i] = (float)(id * 4 + i);
+	}
+	if ((rc = coll_ibroadcast(d, g, b, 4, 2, &q1)) || (rc = coll_wait(d, q1)))
+		return rc;
+	p->t[id][0] = emu_now(d);
+	if ((rc = coll_ireduce(d, g, s, r, 4, COLL_MAX, 1, &q2)) || (rc = coll_wait(d, q2)))
+		return rc;
+	p->t[id][1] = emu_now(d);
+	if ((rc = coll_iall_to_all_v(d, g, s, sc, v, rcnt, &q3)) || (rc = coll_wait(d, q3)))
+		return rc;
+	memcpy(p->data[id], b, sizeof b);
+	memcpy(p->data[id] + 4, r, sizeof r);
+	memcpy(p->data[id] + 8, v, sizeof v);
+	return 0;
+}
+
+static void test_posted_forms(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
+	const struct topo_link *l = &emu_cluster_config(c)->topo.link[TOPO_LINK_INTRA];
+	/* broadcast and reduce of 16 bytes: 3 alpha + 16 B / 300 GB/s, rounded up */
+	int64_t one = 3 * l->lat_ns + 1;
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, posted_device, &p), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(p.t[i][0], one);
+		assert_int_equal(p.t[i][1], 2 * one);
+		for (int j = 0; j < 4; j++) {
+			assert_true(p.data[i][j] == (float)(10 + j));        /* broadcast from 2 */
+			assert_true(p.data[i][8 + j] == (float)(j * 4 + i)); /* element i of j */
+		}
+	}
+	for (int j = 0; j < 4; j++)
+		assert_true(p.data[1][4 + j] == (float)(12 + j)); /* max over devices, at root 1 */
+	emu_cluster_free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roofline),
+		cmocka_unit_test(test_streams_and_events),
+		cmocka_unit_test(test_posted_forms),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
