@@ -89,15 +89,19 @@ plots: bench
 # Installs what the build needs from Debian's packages (as root, or through sudo), or says
 # exactly what to install.
 deps:
-	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "pemu needs:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && \
-	    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	  else echo "install them with: apt-get install --no-install-recommends$$missing" >&2; exit 1; fi; \
-	fi
+	@if pkg-config --exists openblas cmocka 2>/dev/null && command -v gnuplot >/dev/null 2>&1; then \
+	  exit 0; fi; \
+	if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "pemu needs OpenBLAS and cmocka (found by pkg-config as openblas, cmocka) and gnuplot;" \
+	       "on Debian/Ubuntu: apt-get install --no-install-recommends $(DEBS)" >&2; exit 1; fi; \
+	missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	echo "pemu needs:$$missing"; \
+	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && \
+	  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "install them with: apt-get install --no-install-recommends$$missing" >&2; exit 1; fi
 
 check-pkgs:
 	@pkg-config --exists openblas cmocka 2>/dev/null || { \

@@ -38,7 +38,10 @@
  * A posted op starts no earlier than the compute stream's cursor at the call (the data it
  * sends was produced there) and no earlier than the end of the previous op on its
  * stream; coll_wait makes the compute stream wait for its end (max(compute, comm), not
- * the sum). Buffers must not be touched between coll_i* and coll_wait.
+ * the sum). As with NCCL and MPI, the buffers of a posted call belong to it until
+ * coll_wait: the caller must not touch them, nor let them go (a stack buffer, a
+ * mem_free) before that. A device function that returns without waiting has its
+ * requests waited for it, when it returns 0.
  *
  * Errors: members that call different things (op, count, root, reduction, element
  * size) fail the run with a mismatch report naming each device and its call; waits that
