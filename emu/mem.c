@@ -41,6 +41,12 @@ static int oom(struct emu_dev *d, enum mem_cat cat, uint64_t bytes, const char *
 
 struct mem_block *mem_alloc(struct emu_dev *d, enum mem_cat cat, uint64_t bytes, const char *name)
 {
+	return mem_alloc_host(d, cat, bytes, bytes, name);
+}
+
+struct mem_block *mem_alloc_host(struct emu_dev *d, enum mem_cat cat, uint64_t bytes,
+				 uint64_t host_bytes, const char *name)
+{
 	struct mem_state *m = &d->mem;
 	struct mem_block *b;
 
@@ -50,10 +56,10 @@ struct mem_block *mem_alloc(struct emu_dev *d, enum mem_cat cat, uint64_t bytes,
 		return NULL;
 	}
 	b = emu_xcalloc(1, sizeof *b);
-	if (!d->c->cfg.dry_run && bytes) {
+	if (!d->c->cfg.dry_run && host_bytes) {
 		/* Rounded up to the alignment, as aligned_alloc wants; zeroed so that every
 		 * run starts from the same bytes. */
-		size_t sz = (size_t)((bytes + 63) / 64 * 64);
+		size_t sz = (size_t)((host_bytes + 63) / 64 * 64);
 
 		b->data = aligned_alloc(64, sz);
 		if (!b->data)

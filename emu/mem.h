@@ -28,6 +28,10 @@ struct mem_block {
 /* Allocates bytes for name in category cat on device d. NULL on OOM (the device is then
  * failed: return EMU_EOOM from the device function). */
 struct mem_block *mem_alloc(struct emu_dev *d, enum mem_cat cat, uint64_t bytes, const char *name);
+/* The same, accounting bytes but holding host_bytes of real memory in execute mode: for
+ * a tensor accounted at 16 bits that the host computes on in fp32. */
+struct mem_block *mem_alloc_host(struct emu_dev *d, enum mem_cat cat, uint64_t bytes,
+				 uint64_t host_bytes, const char *name);
 void mem_free(struct emu_dev *d, struct mem_block *b);
 
 uint64_t mem_cap_bytes(const struct emu_dev *d);

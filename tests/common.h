@@ -44,6 +44,19 @@ static inline float test_value(uint64_t seed, uint64_t i)
 	}
 }
 
+/* A float uniform in [-1, 1), a function of (seed, i) alone. */
+static inline float test_uniform(uint64_t seed, uint64_t i)
+{
+	uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ULL + i * 0xD1B54A32D192ED03ULL;
+
+	x ^= x >> 30;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	x ^= x >> 27;
+	x *= 0x94D049BB133111EBULL;
+	x ^= x >> 31;
+	return (float)((double)(x >> 40) / (double)(1ULL << 23) - 1.0);
+}
+
 static inline int test_skip_large(void)
 {
 	const char *s = getenv("PEMU_TEST_SCALE");

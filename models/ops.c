@@ -1,0 +1,188 @@
+#include "ops.h"
+
+#include <math.h>
+
+#include "clock.h"
+
+void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, const float *inp,
+		   const float *w, const float *b, int M, int C)
+{
+	double mc = (double)M * C;
+
+	emu_compute(k->d, "layernorm", 8 * mc, (2 * mc + 2.0 * C + 2.0 * M) * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < M; i++) {
+		const float *x = inp + (size_t)i * C;
+		float *y = out + (size_t)i * C;
+		float m = 0, v = 0, s;
+
+		for (int j = 0; j < C; j++)
+			m += x[j];
+		m /= (float)C;
+		for (int j = 0; j < C; j++)
+			v += (x[j] - m) * (x[j] - m);
+		v /= (float)C;
+		s = 1.0f / sqrtf(v + LAYERNORM_EPS);
+		for (int j = 0; j < C; j++)
+			y[j] = (x[j] - m) * s * w[j] + b[j];
+		mean[i] = m;
+		rstd[i] = s;
+	}
+}
+
+void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, const float *dout,
+		   const float *inp, const float *w, const float *mean, const float *rstd, int M, int C)
+{
+	double mc = (double)M * C;
+
+	emu_compute(k->d, "layernorm.bwd", 14 * mc, (4 * mc + 4.0 * C + 2.0 * M) * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < M; i++) {
+		const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+		float *dx = dinp + (size_t)i * C;
+		float m = mean[i], s = rstd[i], dnorm_mean = 0, dnorm_norm_mean = 0;
+
+		for (int j = 0; j < C; j++) {
+			float norm = (x[j] - m) * s, dnorm = w[j] * dy[j];
+
+			dnorm_mean += dnorm;
+			dnorm_norm_mean += dnorm * norm;
+		}
+		dnorm_mean /= (float)C;
+		dnorm_norm_mean /= (float)C;
+		for (int j = 0; j < C; j++) {
+			float norm = (x[j] - m) * s, dnorm = w[j] * dy[j];
+
+			db[j] += dy[j];
+			dw[j] += norm * dy[j];
+			dx[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+		}
+	}
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+
+void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
+{
+	emu_compute(k->d, "gelu", 10.0 * (double)n, 2.0 * (double)n * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		float x = inp[i];
+
+		out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+	}
+}
+
+void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *dout, size_t n)
+{
+	emu_compute(k->d, "gelu.bwd", 20.0 * (double)n, 3.0 * (double)n * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
+		float t = tanhf(u), sech2 = 1.0f - t * t;
+		float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+
+		dinp[i] += g * dout[i];
+	}
+}
+
+void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b, size_t n)
+{
+	emu_compute(k->d, "residual", (double)n, 3.0 * (double)n * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (size_t i = 0; i < n; i++)
+		out[i] = a[i] + b[i];
+}
+
+void add_acc(const struct kctx *k, float *acc, const float *x, size_t n)
+{
+	emu_compute(k->d, "add", (double)n, 3.0 * (double)n * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (size_t i = 0; i < n; i++)
+		acc[i] += x[i];
+}
+
+void embedding_fwd(const struct kctx *k, float *out, const int *tokens, const float *wte,
+		   const float *wpe, int B, int T, int C, int t0)
+{
+	double btc = (double)B * T * C;
+
+	emu_compute(k->d, "embedding", btc, 3 * btc * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			float *o = out + ((size_t)b * T + t) * C;
+			const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)(t0 + t) * C;
+
+			for (int c = 0; c < C; c++)
+				o[c] = e[c] + p[c];
+		}
+}
+
+void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *dout,
+		   const int *tokens, int B, int T, int C, int t0)
+{
+	double btc = (double)B * T * C;
+
+	emu_compute(k->d, "embedding.bwd", 2 * btc, 5 * btc * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			const float *g = dout + ((size_t)b * T + t) * C;
+			float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)(t0 + t) * C;
+
+			for (int c = 0; c < C; c++) {
+				e[c] += g[c];
+				p[c] += g[c];
+			}
+		}
+}
+
+void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
+		      const int *targets, int M, int V)
+{
+	double mv = (double)M * V;
+
+	emu_compute(k->d, "crossentropy", 5 * mv, 2 * mv * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < M; i++) {
+		const float *x = logits + (size_t)i * V;
+		float *p = probs + (size_t)i * V, mx = x[0], sum = 0;
+
+		for (int v = 1; v < V; v++)
+			mx = x[v] > mx ? x[v] : mx;
+		for (int v = 0; v < V; v++) {
+			p[v] = expf(x[v] - mx);
+			sum += p[v];
+		}
+		for (int v = 0; v < V; v++)
+			p[v] /= sum;
+		losses[i] = -logf(p[targets[i]]);
+	}
+}
+
+void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs, const int *targets,
+		      float dloss, int M, int V)
+{
+	double mv = (double)M * V;
+
+	emu_compute(k->d, "crossentropy.bwd", 2 * mv, 3 * mv * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < M; i++) {
+		const float *p = probs + (size_t)i * V;
+		float *g = dlogits + (size_t)i * V;
+
+		for (int v = 0; v < V; v++)
+			g[v] += (p[v] - (v == targets[i] ? 1.0f : 0.0f)) * dloss;
+	}
+}

@@ -1,0 +1,42 @@
+/* ops: the memory-bound kernels of a transformer, forward and backward: layernorm, GeLU,
+ * residual add, token+position embedding, and softmax cross-entropy over the vocabulary.
+ * Shapes are in the comments; M is rows (tokens), C channels. Backward kernels
+ * accumulate (+=) into their outputs. Every kernel charges its FLOPs and bytes to the
+ * device's compute stream whether or not it computes (dry-run). */
+#ifndef MODELS_OPS_H
+#define MODELS_OPS_H
+
+#include "tensor.h"
+
+#define LAYERNORM_EPS 1e-5f
+
+/* out (M, C) = (inp - mean) * rstd * w + b; mean, rstd (M) kept for backward. */
+void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, const float *inp,
+		   const float *w, const float *b, int M, int C);
+void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, const float *dout,
+		   const float *inp, const float *w, const float *mean, const float *rstd, int M, int C);
+
+/* GeLU, tanh approximation (Hendrycks and Gimpel 2016), elementwise over n. */
+void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n);
+void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out (n) = a + b: the residual connection. Its backward is add_acc into both inputs. */
+void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b, size_t n);
+/* acc (n) += x. */
+void add_acc(const struct kctx *k, float *acc, const float *x, size_t n);
+
+/* out (B, T, C) = wte[tokens] + wpe[t0 + t]: tokens (B, T), wte (V, C), wpe (maxT, C). */
+void embedding_fwd(const struct kctx *k, float *out, const int *tokens, const float *wte,
+		   const float *wpe, int B, int T, int C, int t0);
+void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *dout,
+		   const int *tokens, int B, int T, int C, int t0);
+
+/* probs (M, V) = softmax(logits); losses (M) = -log probs[target]. */
+void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
+		      const int *targets, int M, int V);
+/* dlogits (M, V) += (probs - onehot(target)) * dloss, for the loss averaged with weight
+ * dloss per row. */
+void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs, const int *targets,
+		      float dloss, int M, int V);
+
+#endif

@@ -1,0 +1,500 @@
+/* Every kernel of models/ against the independent double-precision reference of ref.h:
+ * the forward output, and the backward gradients against central finite differences of
+ * the reference in double precision. The loss checked is L = sum(out * R) for a fixed
+ * random R (for cross-entropy, the mean loss itself), so the analytic gradient is the
+ * kernel's backward with dout = R.
+ *
+ * Thresholds (norm-wise relative error, DESIGN.md §4), stated per check below:
+ *   forward 1e-5: float32 against double, a few roundings per element;
+ *   gradient 1e-4: float32 backward against a double central difference with step 1e-6
+ *   (truncation error ~1e-12, so the float rounding of the analytic side dominates). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "attention.h"
+#include "clock.h"
+#include "common.h"
+#include "linear.h"
+#include "ops.h"
+#include "ref.h"
+
+#define TOL_FWD 1e-5
+#define TOL_GRAD 1e-4
+
+/* ------------------------------------------------------------------------------------ */
+/* Harness                                                                              */
+
+typedef void (*dev_kernel_fn)(const struct kctx *k, void *ctx);
+
+struct on_dev {
+	dev_kernel_fn fn;
+	void *ctx;
+};
+
+static int on_dev_main(struct emu_dev *d, void *arg)
+{
+	struct on_dev *o = arg;
+	struct kctx k;
+
+	kctx_init(&k, d, PREC_FP32);
+	o->fn(&k, o->ctx);
+	return 0;
+}
+
+/* Runs fn on one virtual A100 (kernels charge its clock). */
+static void run_on_device(dev_kernel_fn fn, void *ctx)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 1, 0, 0);
+	struct on_dev o = {fn, ctx};
+
+	assert_int_equal(emu_cluster_run(c, on_dev_main, &o), 0);
+	emu_cluster_free(c);
+}
+
+static float *rnd(size_t n, uint64_t seed, float scale)
+{
+	float *x = malloc(n * sizeof *x);
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = scale * test_uniform(seed, i);
+	return x;
+}
+
+static double *to_double(const float *x, size_t n)
+{
+	double *y = malloc(n * sizeof *y);
+
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i];
+	return y;
+}
+
+static double dot(const double *a, const float *r, size_t n)
+{
+	double s = 0;
+
+	for (size_t i = 0; i < n; i++)
+		s += a[i] * r[i];
+	return s;
+}
+
+typedef double (*loss_fn)(void *ctx);
+
+/* Compares grad (n, float, analytic) with central differences of loss over x (double, in
+ * place), at up to 48 indices spread over x. */
+static void fd_check(const char *what, loss_fn loss, void *ctx, double *x, size_t n,
+		     const float *grad, double tol)
+{
+	enum { MAXS = 48 };
+	size_t cnt = n < MAXS ? n : MAXS;
+	float an[MAXS];
+	double fd[MAXS], err;
+
+	for (size_t s = 0; s < cnt; s++) {
+		size_t i = s * n / cnt;
+		double save = x[i], h = 1e-6 * (fabs(save) > 1 ? fabs(save) : 1), lp, lm;
+
+		x[i] = save + h;
+		lp = loss(ctx);
+		x[i] = save - h;
+		lm = loss(ctx);
+		x[i] = save;
+		fd[s] = (lp - lm) / (2 * h);
+		an[s] = grad[i];
+	}
+	err = ref_rel_err(an, fd, cnt);
+	if (err > tol)
+		fail_msg("%s: gradient relative error %.3g > %.1g", what, err, tol);
+}
+
+static void fwd_check(const char *what, const float *out, const double *ref, size_t n, double tol)
+{
+	double err = ref_rel_err(out, ref, n);
+
+	if (err > tol)
+		fail_msg("%s: forward relative error %.3g > %.1g", what, err, tol);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* linear                                                                               */
+
+enum { LM = 5, LK = 7, LN = 6 };
+
+struct lin {
+	float *x, *w, *b, *r, out[LM * LN], dx[LM * LK], dw[LN * LK], db[LN];
+	double *xd, *wd, *bd;
+};
+
+static void lin_dev(const struct kctx *k, void *ctx)
+{
+	struct lin *l = ctx;
+
+	linear_fwd(k, l->out, l->x, l->w, l->b, LM, LK, LN);
+	linear_bwd_input(k, l->dx, l->r, l->w, LM, LK, LN);
+	linear_bwd_weight(k, l->dw, l->db, l->r, l->x, LM, LK, LN);
+}
+
+static double lin_loss(void *ctx)
+{
+	struct lin *l = ctx;
+	double out[LM * LN];
+
+	ref_linear(out, l->xd, l->wd, l->bd, LM, LK, LN);
+	return dot(out, l->r, LM * LN);
+}
+
+static void test_linear(void **state)
+{
+	struct lin l = {0};
+	double out[LM * LN];
+
+	(void)state;
+	l.x = rnd(LM * LK, 1, 1);
+	l.w = rnd(LN * LK, 2, 1);
+	l.b = rnd(LN, 3, 1);
+	l.r = rnd(LM * LN, 4, 1);
+	run_on_device(lin_dev, &l);
+	l.xd = to_double(l.x, LM * LK);
+	l.wd = to_double(l.w, LN * LK);
+	l.bd = to_double(l.b, LN);
+	ref_linear(out, l.xd, l.wd, l.bd, LM, LK, LN);
+	fwd_check("linear", l.out, out, LM * LN, TOL_FWD);
+	fd_check("linear dx", lin_loss, &l, l.xd, LM * LK, l.dx, TOL_GRAD);
+	fd_check("linear dw", lin_loss, &l, l.wd, LN * LK, l.dw, TOL_GRAD);
+	fd_check("linear db", lin_loss, &l, l.bd, LN, l.db, TOL_GRAD);
+	free(l.x), free(l.w), free(l.b), free(l.r), free(l.xd), free(l.wd), free(l.bd);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* layernorm                                                                            */
+
+enum { NM = 4, NC = 16 };
+
+struct ln {
+	float *x, *w, *b, *r, out[NM * NC], mean[NM], rstd[NM], dx[NM * NC], dw[NC], db[NC];
+	double *xd, *wd, *bd;
+};
+
+static void ln_dev(const struct kctx *k, void *ctx)
+{
+	struct ln *l = ctx;
+
+	layernorm_fwd(k, l->out, l->mean, l->rstd, l->x, l->w, l->b, NM, NC);
+	layernorm_bwd(k, l->dx, l->dw, l->db, l->r, l->x, l->w, l->mean, l->rstd, NM, NC);
+}
+
+static double ln_loss(void *ctx)
+{
+	struct ln *l = ctx;
+	double out[NM * NC];
+
+	ref_layernorm(out, l->xd, l->wd, l->bd, NM, NC);
+	return dot(out, l->r, NM * NC);
+}
+
+static void test_layernorm(void **state)
+{
+	struct ln l = {0};
+	double out[NM * NC];
+
+	(void)state;
+	l.x = rnd(NM * NC, 5, 2);
+	l.w = rnd(NC, 6, 1);
+	l.b = rnd(NC, 7, 1);
+	l.r = rnd(NM * NC, 8, 1);
+	run_on_device(ln_dev, &l);
+	l.xd = to_double(l.x, NM * NC);
+	l.wd = to_double(l.w, NC);
+	l.bd = to_double(l.b, NC);
+	ref_layernorm(out, l.xd, l.wd, l.bd, NM, NC);
+	fwd_check("layernorm", l.out, out, NM * NC, TOL_FWD);
+	fd_check("layernorm dx", ln_loss, &l, l.xd, NM * NC, l.dx, TOL_GRAD);
+	fd_check("layernorm dw", ln_loss, &l, l.wd, NC, l.dw, TOL_GRAD);
+	fd_check("layernorm db", ln_loss, &l, l.bd, NC, l.db, TOL_GRAD);
+	free(l.x), free(l.w), free(l.b), free(l.r), free(l.xd), free(l.wd), free(l.bd);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* GeLU and the residual add                                                            */
+
+enum { GN = 50 };
+
+struct elt {
+	float *x, *y, *r, out[GN], dx[GN], sum[GN], da[GN], dbb[GN];
+	double *xd, *yd;
+};
+
+static void elt_dev(const struct kctx *k, void *ctx)
+{
+	struct elt *e = ctx;
+
+	gelu_fwd(k, e->out, e->x, GN);
+	gelu_bwd(k, e->dx, e->x, e->r, GN);
+	residual_fwd(k, e->sum, e->x, e->y, GN);
+	add_acc(k, e->da, e->r, GN); /* the residual's backward: dout into both inputs */
+	add_acc(k, e->dbb, e->r, GN);
+}
+
+static double gelu_loss(void *ctx)
+{
+	struct elt *e = ctx;
+	double s = 0;
+
+	for (int i = 0; i < GN; i++)
+		s += ref_gelu1(e->xd[i]) * e->r[i];
+	return s;
+}
+
+static double res_loss(void *ctx)
+{
+	struct elt *e = ctx;
+	double s = 0;
+
+	for (int i = 0; i < GN; i++)
+		s += (e->xd[i] + e->yd[i]) * e->r[i];
+	return s;
+}
+
+static void test_gelu_and_residual(void **state)
+{
+	struct elt e = {0};
+	double out[GN];
+
+	(void)state;
+	e.x = rnd(GN, 9, 4);
+	e.y = rnd(GN, 10, 1);
+	e.r = rnd(GN, 11, 1);
+	run_on_device(elt_dev, &e);
+	e.xd = to_double(e.x, GN);
+	e.yd = to_double(e.y, GN);
+	for (int i = 0; i < GN; i++)
+		out[i] = ref_gelu1(e.xd[i]);
+	fwd_check("gelu", e.out, out, GN, TOL_FWD);
+	fd_check("gelu dx", gelu_loss, &e, e.xd, GN, e.dx, TOL_GRAD);
+	for (int i = 0; i < GN; i++)
+		out[i] = e.xd[i] + e.yd[i];
+	fwd_check("residual", e.sum, out, GN, TOL_FWD);
+	fd_check("residual da", res_loss, &e, e.xd, GN, e.da, TOL_GRAD);
+	fd_check("residual db", res_loss, &e, e.yd, GN, e.dbb, TOL_GRAD);
+	free(e.x), free(e.y), free(e.r), free(e.xd), free(e.yd);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* embedding                                                                            */
+
+enum { EB = 2, ET = 3, EC = 4, EV = 5, EMAXT = 5, ET0 = 1 };
+
+struct emb {
+	int tok[EB * ET];
+	float *wte, *wpe, *r, out[EB * ET * EC], dwte[EV * EC], dwpe[EMAXT * EC];
+	double *wted, *wped;
+};
+
+static void emb_dev(const struct kctx *k, void *ctx)
+{
+	struct emb *e = ctx;
+
+	embedding_fwd(k, e->out, e->tok, e->wte, e->wpe, EB, ET, EC, ET0);
+	embedding_bwd(k, e->dwte, e->dwpe, e->r, e->tok, EB, ET, EC, ET0);
+}
+
+static void emb_ref(const struct emb *e, double *out)
+{
+	for (int b = 0; b < EB; b++)
+		for (int t = 0; t < ET; t++)
+			for (int c = 0; c < EC; c++)
+				out[(b * ET + t) * EC + c] = e->wted[e->tok[b * ET + t] * EC + c] + e->wped[(ET0 + t) * EC + c];
+}
+
+static double emb_loss(void *ctx)
+{
+	struct emb *e = ctx;
+	double out[EB * ET * EC];
+
+	emb_ref(e, out);
+	return dot(out, e->r, EB * ET * EC);
+}
+
+static void test_embedding(void **state)
+{
+	struct emb e = {.tok = {3, 0, 3, 4, 1, 3}};
+	double out[EB * ET * EC];
+
+	(void)state;
+	e.wte = rnd(EV * EC, 12, 1);
+	e.wpe = rnd(EMAXT * EC, 13, 1);
+	e.r = rnd(EB * ET * EC, 14, 1);
+	run_on_device(emb_dev, &e);
+	e.wted = to_double(e.wte, EV * EC);
+	e.wped = to_double(e.wpe, EMAXT * EC);
+	emb_ref(&e, out);
+	fwd_check("embedding", e.out, out, EB * ET * EC, TOL_FWD);
+	fd_check("embedding dwte", emb_loss, &e, e.wted, EV * EC, e.dwte, TOL_GRAD);
+	fd_check("embedding dwpe", emb_loss, &e, e.wped, EMAXT * EC, e.dwpe, TOL_GRAD);
+	free(e.wte), free(e.wpe), free(e.r), free(e.wted), free(e.wped);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* cross-entropy                                                                        */
+
+enum { CM = 4, CV = 11 };
+
+struct ce {
+	int tgt[CM];
+	float *x, losses[CM], probs[CM * CV], dx[CM * CV];
+	double *xd;
+};
+
+static void ce_dev(const struct kctx *k, void *ctx)
+{
+	struct ce *c = ctx;
+
+	crossentropy_fwd(k, c->losses, c->probs, c->x, c->tgt, CM, CV);
+	crossentropy_bwd(k, c->dx, c->probs, c->tgt, 1.0f / CM, CM, CV);
+}
+
+static double ce_loss(void *ctx)
+{
+	struct ce *c = ctx;
+
+	return ref_crossentropy(c->xd, c->tgt, CM, CV);
+}
+
+static void test_crossentropy(void **state)
+{
+	struct ce c = {.tgt = {0, 10, 5, 5}};
+	float mean = 0;
+	double want;
+
+	(void)state;
+	c.x = rnd(CM * CV, 15, 3);
+	run_on_device(ce_dev, &c);
+	c.xd = to_double(c.x, CM * CV);
+	for (int i = 0; i < CM; i++)
+		mean += c.losses[i] / CM;
+	want = ref_crossentropy(c.xd, c.tgt, CM, CV);
+	fwd_check("crossentropy", &mean, &want, 1, TOL_FWD);
+	fd_check("crossentropy dlogits", ce_loss, &c, c.xd, CM * CV, c.dx, TOL_GRAD);
+	free(c.x), free(c.xd);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* attention, all heads and a range of heads                                            */
+
+enum { AB = 2, AT = 5, ANH = 3, AHS = 4, AC = ANH * AHS };
+
+struct att {
+	int h0, h1;
+	float *qkv, *r, out[AB * AT * AC], att[AB * ANH * AT * AT], dqkv[AB * AT * 3 * AC], scratch[AT * AT];
+	double *qkvd;
+};
+
+static void att_dev(const struct kctx *k, void *ctx)
+{
+	struct att *a = ctx;
+
+	attention_fwd(k, a->out, a->att, a->qkv, AB, AT, ANH, a->h0, a->h1, AHS);
+	attention_bwd(k, a->dqkv, a->scratch, a->r, a->att, a->qkv, AB, AT, ANH, a->h0, a->h1, AHS);
+}
+
+/* Sum of out * R over heads [h0, h1) only. */
+static double att_loss(void *ctx)
+{
+	struct att *a = ctx;
+	double out[AB * AT * AC], s = 0;
+
+	ref_attention(out, a->qkvd, AB, AT, ANH, AHS);
+	for (int i = 0; i < AB * AT; i++)
+		for (int j = a->h0 * AHS; j < a->h1 * AHS; j++)
+			s += out[i * AC + j] * a->r[i * AC + j];
+	return s;
+}
+
+static void check_attention(int h0, int h1)
+{
+	struct att a = {.h0 = h0, .h1 = h1};
+	double out[AB * AT * AC];
+	char what[64];
+
+	a.qkv = rnd(AB * AT * 3 * AC, 16, 2);
+	a.r = rnd(AB * AT * AC, 17, 1);
+	run_on_device(att_dev, &a);
+	a.qkvd = to_double(a.qkv, AB * AT * 3 * AC);
+	ref_attention(out, a.qkvd, AB, AT, ANH, AHS);
+	for (int i = 0; i < AB * AT; i++) {
+		snprintf(what, sizeof what, "attention heads [%d,%d) row %d", h0, h1, i);
+		fwd_check(what, a.out + i * AC + h0 * AHS, out + i * AC + h0 * AHS, (size_t)(h1 - h0) * AHS, TOL_FWD);
+	}
+	snprintf(what, sizeof what, "attention heads [%d,%d) dqkv", h0, h1);
+	fd_check(what, att_loss, &a, a.qkvd, AB * AT * 3 * AC, a.dqkv, TOL_GRAD);
+	free(a.qkv), free(a.r), free(a.qkvd);
+}
+
+static void test_attention(void **state)
+{
+	(void)state;
+	check_attention(0, ANH);
+	check_attention(1, 3); /* what a tensor-parallel rank holding heads 1 and 2 runs */
+}
+
+/* The FLOPs a kernel charges are the same in dry-run: the clock does not look at data. */
+static void flops_dev(const struct kctx *k, void *ctx)
+{
+	int64_t *t = ctx;
+
+	attention_fwd(k, NULL, NULL, NULL, 4, 128, 8, 0, 8, 64);
+	linear_fwd(k, NULL, NULL, NULL, NULL, 512, 1024, 4096);
+	*t = emu_now(k->d);
+}
+
+static int flops_main(struct emu_dev *d, void *arg)
+{
+	struct kctx k;
+
+	kctx_init(&k, d, PREC_BF16);
+	flops_dev(&k, arg);
+	return 0;
+}
+
+static void test_dry_run_charges_the_same(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-h100", 1, 1, 1, 0);
+	const struct topo_gpu *g = &emu_cluster_config(c)->topo.gpu;
+	double rate = g->peak_flops * g->efficiency;
+	/* attention over 4 x 8 heads of 128 tokens, hs 64, 2-byte activations: FLOPs
+	 * 32 (4 T^2 hs + 5 T^2), bytes 32 (3 T hs + 2 T^2 + T hs) * 2: memory-bound on an H100.
+	 * linear 512 x 1024 -> 4096: FLOPs 2 M K N, bytes (MK + NK + MN) * 2: math-bound. */
+	double fa = 32.0 * (4.0 * 128 * 128 * 64 + 5.0 * 128 * 128);
+	double ba = 32.0 * (3.0 * 128 * 64 + 2.0 * 128 * 128 + 128.0 * 64) * 2;
+	double fl = 2.0 * 512 * 1024 * 4096, bl = (512.0 * 1024 + 4096.0 * 1024 + 512.0 * 4096) * 2;
+	int64_t ta = (int64_t)ceil(ba / g->hbm_bw * 1e9), tl = (int64_t)ceil(fl / rate * 1e9);
+	int64_t t = 0;
+
+	(void)state;
+	assert_true(ba / g->hbm_bw > fa / rate && fl / rate > bl / g->hbm_bw);
+	assert_int_equal(emu_cluster_run(c, flops_main, &t), 0);
+	assert_int_equal(t, 2 * g->launch_ns + ta + tl);
+	emu_cluster_free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_linear),
+		cmocka_unit_test(test_layernorm),
+		cmocka_unit_test(test_gelu_and_residual),
+		cmocka_unit_test(test_embedding),
+		cmocka_unit_test(test_crossentropy),
+		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_dry_run_charges_the_same),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
