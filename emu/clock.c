@@ -32,8 +32,14 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 		trace_add_op(d, &ev);
 	}
 	st->t += dur;
+	d->flops += flops;
 	emu_pace(d);
 	return dur;
+}
+
+double emu_flops(const struct emu_dev *d)
+{
+	return d->flops;
 }
 
 int64_t emu_now(const struct emu_dev *d)

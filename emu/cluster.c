@@ -136,6 +136,7 @@ static void dev_reset_results(struct emu_dev *d)
 	d->err = 0;
 	memset(&d->stats, 0, sizeof d->stats);
 	memset(d->stream, 0, sizeof d->stream);
+	d->flops = 0;
 	trace_reset(d);
 }
 

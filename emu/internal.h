@@ -164,6 +164,7 @@ struct emu_dev {
 	struct coll_req *reqs; /* outstanding requests, oldest first */
 	struct coll_req *reqs_tail;
 	int wire_bytes; /* bytes per element charged on the wire (default 4) */
+	double flops;   /* FLOPs charged by emu_compute this run */
 
 	struct mem_state mem;
 	struct trace_buf trace;

@@ -22,8 +22,8 @@ void attention_fwd(const struct kctx *k, float *out, float *att, const float *qk
 			const float *kk = q + C, *v = q + 2 * C;
 			float *a = att + ((size_t)b * (h1 - h0) + (h - h0)) * T * T;
 
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, kk, C3, 0.0f,
-				    a, T);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3,
+				    kk, C3, 0.0f, a, T);
 			for (int i = 0; i < T; i++) {
 				float *row = a + (size_t)i * T, mx = row[0], sum = 0;
 
@@ -38,8 +38,8 @@ void attention_fwd(const struct kctx *k, float *out, float *att, const float *qk
 				for (int j = i + 1; j < T; j++)
 					row[j] = 0.0f;
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-				    out + (size_t)b * T * C + (size_t)h * hs, C);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+				    v, C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
 		}
 	}
 }
@@ -65,10 +65,10 @@ void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const floa
 			float *da = scratch;
 
 			/* datt = dout V^T; dV += att^T dout */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da,
-				    T);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv,
-				    C3);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C,
+				    v, C3, 0.0f, da, T);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+				    dy, C, 1.0f, dv, C3);
 			/* softmax backward, row by row, over the unmasked part */
 			for (int i = 0; i < T; i++) {
 				const float *ar = a + (size_t)i * T;
@@ -82,10 +82,10 @@ void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const floa
 					dr[j] = 0.0f;
 			}
 			/* dQ += scale dpre K; dK += scale dpre^T Q */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, kk, C3, 1.0f,
-				    dq, C3);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 1.0f, dk,
-				    C3);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da,
+				    T, kk, C3, 1.0f, dq, C3);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T,
+				    q, C3, 1.0f, dk, C3);
 		}
 	}
 }

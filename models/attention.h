@@ -16,6 +16,7 @@
 void attention_fwd(const struct kctx *k, float *out, float *att, const float *qkv, int B, int T,
 		   int NH, int h0, int h1, int hs);
 void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
-		   const float *att, const float *qkv, int B, int T, int NH, int h0, int h1, int hs);
+		   const float *att, const float *qkv, int B, int T, int NH, int h0, int h1,
+		   int hs);
 
 #endif

@@ -9,7 +9,8 @@ void linear_fwd(const struct kctx *k, float *out, const float *inp, const float 
 {
 	double m = M, n = N, kk = K;
 
-	emu_compute(k->d, "linear", 2 * m * n * kk + (bias ? m * n : 0), (m * kk + n * kk + m * n) * k->ab);
+	emu_compute(k->d, "linear", 2 * m * n * kk + (bias ? m * n : 0),
+		    (m * kk + n * kk + m * n) * k->ab);
 	if (!kctx_math(k))
 		return;
 	if (bias) {
@@ -17,8 +18,8 @@ void linear_fwd(const struct kctx *k, float *out, const float *inp, const float 
 			for (int j = 0; j < N; j++)
 				out[(size_t)i * N + j] = bias[j];
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, inp, K, w, K, bias ? 1.0f : 0.0f,
-		    out, N);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, inp, K, w, K,
+		    bias ? 1.0f : 0.0f, out, N);
 }
 
 void linear_bwd_input(const struct kctx *k, float *dinp, const float *dout, const float *w, int M,
@@ -26,10 +27,12 @@ void linear_bwd_input(const struct kctx *k, float *dinp, const float *dout, cons
 {
 	double m = M, n = N, kk = K;
 
-	emu_compute(k->d, "linear.bwd_input", 2 * m * n * kk, (m * n + n * kk + 2 * m * kk) * k->ab);
+	emu_compute(k->d, "linear.bwd_input", 2 * m * n * kk,
+		    (m * n + n * kk + 2 * m * kk) * k->ab);
 	if (!kctx_math(k))
 		return;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, 1.0f, dinp, K);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, 1.0f,
+		    dinp, K);
 }
 
 void linear_bwd_weight(const struct kctx *k, float *dw, float *dbias, const float *dout,
@@ -41,7 +44,8 @@ void linear_bwd_weight(const struct kctx *k, float *dw, float *dbias, const floa
 		    (m * n + m * kk + 2 * n * kk) * k->ab);
 	if (!kctx_math(k))
 		return;
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dw, K);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K, 1.0f,
+		    dw, K);
 	if (dbias) {
 		for (int i = 0; i < M; i++)
 			for (int j = 0; j < N; j++)

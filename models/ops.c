@@ -32,7 +32,8 @@ void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, c
 }
 
 void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, const float *dout,
-		   const float *inp, const float *w, const float *mean, const float *rstd, int M, int C)
+		   const float *inp, const float *w, const float *mean, const float *rstd, int M,
+		   int C)
 {
 	double mc = (double)M * C;
 
@@ -64,6 +65,13 @@ void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, cons
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
+/* tanh through one expf, several times cheaper than tanhf; saturates cleanly for
+ * large |u| (expf overflows to inf, giving exactly 1). */
+static inline float fast_tanh(float u)
+{
+	return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
+
 void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
 {
 	emu_compute(k->d, "gelu", 10.0 * (double)n, 2.0 * (double)n * k->ab);
@@ -72,7 +80,7 @@ void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		float x = inp[i];
 
-		out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+		out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_SCALE * (x + 0.044715f * x * x * x)));
 	}
 }
 
@@ -83,8 +91,9 @@ void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *
 		return;
 	for (size_t i = 0; i < n; i++) {
 		float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
-		float t = tanhf(u), sech2 = 1.0f - t * t;
-		float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+		float t = fast_tanh(u), sech2 = 1.0f - t * t;
+		float g = 0.5f * (1.0f + t) +
+			  0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 
 		dinp[i] += g * dout[i];
 	}
@@ -119,7 +128,8 @@ void embedding_fwd(const struct kctx *k, float *out, const int *tokens, const fl
 	for (int b = 0; b < B; b++)
 		for (int t = 0; t < T; t++) {
 			float *o = out + ((size_t)b * T + t) * C;
-			const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)(t0 + t) * C;
+			const float *e = wte + (size_t)tokens[b * T + t] * C,
+				    *p = wpe + (size_t)(t0 + t) * C;
 
 			for (int c = 0; c < C; c++)
 				o[c] = e[c] + p[c];
@@ -137,7 +147,8 @@ void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *
 	for (int b = 0; b < B; b++)
 		for (int t = 0; t < T; t++) {
 			const float *g = dout + ((size_t)b * T + t) * C;
-			float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)(t0 + t) * C;
+			float *e = dwte + (size_t)tokens[b * T + t] * C,
+			      *p = dwpe + (size_t)(t0 + t) * C;
 
 			for (int c = 0; c < C; c++) {
 				e[c] += g[c];

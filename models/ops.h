@@ -14,7 +14,8 @@
 void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, const float *inp,
 		   const float *w, const float *b, int M, int C);
 void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, const float *dout,
-		   const float *inp, const float *w, const float *mean, const float *rstd, int M, int C);
+		   const float *inp, const float *w, const float *mean, const float *rstd, int M,
+		   int C);
 
 /* GeLU, tanh approximation (Hendrycks and Gimpel 2016), elementwise over n. */
 void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n);

@@ -21,8 +21,8 @@ unsigned tensor_elem_bytes(enum prec prec, enum mem_cat cat)
 	return cat == MEM_OPTIM ? 12 : 2;
 }
 
-static int alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
-		 uint64_t bytes, uint64_t host_bytes, const char *name)
+static int alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n, uint64_t bytes,
+		 uint64_t host_bytes, const char *name)
 {
 	memset(t, 0, sizeof *t);
 	t->mb = mem_alloc_host(k->d, cat, bytes, host_bytes, name);
@@ -33,15 +33,18 @@ static int alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_
 	return 0;
 }
 
-int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n, const char *name)
+int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
+		 const char *name)
 {
-	return alloc(k, t, cat, n, (uint64_t)n * tensor_elem_bytes(k->prec, cat), (uint64_t)n * 4, name);
+	return alloc(k, t, cat, n, (uint64_t)n * tensor_elem_bytes(k->prec, cat), (uint64_t)n * 4,
+		     name);
 }
 
 int tensor_alloc_optim(const struct kctx *k, struct tensor *t, size_t nparams, const char *name)
 {
 	return alloc(k, t, MEM_OPTIM, 2 * nparams,
-		     (uint64_t)nparams * tensor_elem_bytes(k->prec, MEM_OPTIM), (uint64_t)nparams * 8, name);
+		     (uint64_t)nparams * tensor_elem_bytes(k->prec, MEM_OPTIM),
+		     (uint64_t)nparams * 8, name);
 }
 
 void tensor_free(const struct kctx *k, struct tensor *t)

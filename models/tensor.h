@@ -32,14 +32,15 @@ void kctx_init(struct kctx *k, struct emu_dev *d, enum prec prec);
 int kctx_math(const struct kctx *k);
 
 struct tensor {
-	float *data;           /* n floats; NULL in dry-run */
-	size_t n;              /* elements */
-	struct mem_block *mb;  /* the device memory behind it */
+	float *data;          /* n floats; NULL in dry-run */
+	size_t n;             /* elements */
+	struct mem_block *mb; /* the device memory behind it */
 };
 
 /* Allocates n elements of category cat on k's device. 0, or EMU_EOOM (the device has
  * failed with the report). Zeroed. */
-int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n, const char *name);
+int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
+		 const char *name);
 /* Adam's state for n parameters: 2n floats (m, then v) on the host; accounted as
  * 8 bytes per parameter in fp32 and 12 (with the fp32 master copy) in bf16. */
 int tensor_alloc_optim(const struct kctx *k, struct tensor *t, size_t nparams, const char *name);

@@ -5,5 +5,6 @@
 #define PEMU_CMD_H
 
 int cmd_coll(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

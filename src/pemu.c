@@ -56,6 +56,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "coll"))
 		return cmd_coll(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "train"))
+		return cmd_train(argc - 1, argv + 1);
 	fprintf(stderr, "pemu: unknown command '%s' (try 'pemu --help')\n", argv[1]);
 	return CLI_EXIT_USAGE;
 }

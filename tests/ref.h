@@ -35,13 +35,15 @@ static inline void ref_layernorm(double *out, const double *x, const double *w, 
 			v += (x[(size_t)i * C + j] - m) * (x[(size_t)i * C + j] - m);
 		v /= C;
 		for (int j = 0; j < C; j++)
-			out[(size_t)i * C + j] = (x[(size_t)i * C + j] - m) / sqrt(v + 1e-5) * w[j] + b[j];
+			out[(size_t)i * C + j] =
+				(x[(size_t)i * C + j] - m) / sqrt(v + 1e-5) * w[j] + b[j];
 	}
 }
 
 static inline double ref_gelu1(double x)
 {
-	return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+	return 0.5 * x *
+	       (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 
 /* Causal attention of all NH heads: qkv (B, T, 3, NH, hs) -> out (B, T, NH, hs). */
@@ -53,11 +55,13 @@ static inline void ref_attention(double *out, const double *qkv, int B, int T, i
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < NH; h++)
 			for (int i = 0; i < T; i++) {
-				const double *q = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * hs;
+				const double *q =
+					qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * hs;
 				double mx = -INFINITY, sum = 0;
 
 				for (int j = 0; j <= i; j++) {
-					const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs;
+					const double *k = qkv + ((size_t)b * T + j) * 3 * C + C +
+							  (size_t)h * hs;
 					double s = 0;
 
 					for (int e = 0; e < hs; e++)
@@ -73,7 +77,9 @@ static inline void ref_attention(double *out, const double *qkv, int B, int T, i
 					double o = 0;
 
 					for (int j = 0; j <= i; j++)
-						o += p[j] / sum * qkv[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs + e];
+						o += p[j] / sum *
+						     qkv[((size_t)b * T + j) * 3 * C + 2 * C +
+							 (size_t)h * hs + e];
 					out[((size_t)b * T + i) * C + (size_t)h * hs + e] = o;
 				}
 			}

@@ -25,7 +25,7 @@
 #include "ops.h"
 #include "ref.h"
 
-#define TOL_FWD 1e-5
+#define TOL_FWD  1e-5
 #define TOL_GRAD 1e-4
 
 /* ------------------------------------------------------------------------------------ */
@@ -310,7 +310,8 @@ static void emb_ref(const struct emb *e, double *out)
 	for (int b = 0; b < EB; b++)
 		for (int t = 0; t < ET; t++)
 			for (int c = 0; c < EC; c++)
-				out[(b * ET + t) * EC + c] = e->wted[e->tok[b * ET + t] * EC + c] + e->wped[(ET0 + t) * EC + c];
+				out[(b * ET + t) * EC + c] = e->wted[e->tok[b * ET + t] * EC + c] +
+							     e->wped[(ET0 + t) * EC + c];
 }
 
 static double emb_loss(void *ctx)
@@ -392,7 +393,8 @@ enum { AB = 2, AT = 5, ANH = 3, AHS = 4, AC = ANH * AHS };
 
 struct att {
 	int h0, h1;
-	float *qkv, *r, out[AB * AT * AC], att[AB * ANH * AT * AT], dqkv[AB * AT * 3 * AC], scratch[AT * AT];
+	float *qkv, *r, out[AB * AT * AC], att[AB * ANH * AT * AT], dqkv[AB * AT * 3 * AC],
+		scratch[AT * AT];
 	double *qkvd;
 };
 
@@ -430,7 +432,8 @@ static void check_attention(int h0, int h1)
 	ref_attention(out, a.qkvd, AB, AT, ANH, AHS);
 	for (int i = 0; i < AB * AT; i++) {
 		snprintf(what, sizeof what, "attention heads [%d,%d) row %d", h0, h1, i);
-		fwd_check(what, a.out + i * AC + h0 * AHS, out + i * AC + h0 * AHS, (size_t)(h1 - h0) * AHS, TOL_FWD);
+		fwd_check(what, a.out + i * AC + h0 * AHS, out + i * AC + h0 * AHS,
+			  (size_t)(h1 - h0) * AHS, TOL_FWD);
 	}
 	snprintf(what, sizeof what, "attention heads [%d,%d) dqkv", h0, h1);
 	fd_check(what, att_loss, &a, a.qkvd, AB * AT * 3 * AC, a.dqkv, TOL_GRAD);

@@ -1,0 +1,363 @@
+/* gpt: the model of gpt.h, forward and backward written out kernel by kernel. */
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "linear.h"
+#include "ops.h"
+#include "rng.h"
+#include "util.h"
+
+static const char *const lp_names[LP_N] = {"ln1.weight",  "ln1.bias",  "qkv.weight", "qkv.bias",
+					   "proj.weight", "proj.bias", "ln2.weight", "ln2.bias",
+					   "fc.weight",   "fc.bias",   "fc2.weight", "fc2.bias"};
+
+size_t gpt_num_params(const struct gpt_config *c)
+{
+	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
+	size_t layer = 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + f * h + f + h * f + h;
+
+	return (size_t)c->num_layers * layer + ((size_t)c->vocab + (size_t)c->seq_len) * h + 2 * h;
+}
+
+int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
+{
+	if (c->num_layers < 1 || c->hidden < 1 || c->heads < 1 || c->vocab < 2 || c->seq_len < 1 ||
+	    c->ffn < 1) {
+		snprintf(err, n,
+			 "every model size must be positive (layers %d, hidden %d, heads %d, vocab "
+			 "%d, seq %d, ffn %d)",
+			 c->num_layers, c->hidden, c->heads, c->vocab, c->seq_len, c->ffn);
+		return -1;
+	}
+	if (c->hidden % c->heads) {
+		snprintf(err, n, "hidden size %d is not divisible by %d attention heads", c->hidden,
+			 c->heads);
+		return -1;
+	}
+	return 0;
+}
+
+struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which)
+{
+	return &m->p[2 + layer * LP_N + which];
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Construction                                                                         */
+
+static void init_param(struct gpt_param *p, int index, uint64_t seed, double std, float fill)
+{
+	if (!p->w.data)
+		return;
+	for (size_t i = 0; i < p->n; i++)
+		p->w.data[i] = std > 0 ? (float)(std * rng_normal(seed, (uint64_t)index, i)) : fill;
+}
+
+static int alloc_params(struct gpt *m, uint64_t seed)
+{
+	const struct gpt_config *c = &m->cfg;
+	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
+	double std = 0.02, resid_std = 0.02 / sqrt(2.0 * c->num_layers);
+	int rc;
+
+	m->np = 2 + c->num_layers * LP_N + 2;
+	m->p = emu_xcalloc((size_t)m->np, sizeof *m->p);
+	for (int i = 0; i < m->np; i++) {
+		struct gpt_param *p = &m->p[i];
+		size_t sizes[LP_N] = {h, h, 3 * h * h, 3 * h, h * h, h, h, h, f * h, f, h * f, h};
+		int l = (i - 2) / LP_N, w = (i - 2) % LP_N, is_layer = i >= 2 && i < m->np - 2;
+		char gname[48];
+
+		if (i == 0) {
+			snprintf(p->name, sizeof p->name, "wte");
+			p->n = (size_t)c->vocab * h;
+		} else if (i == 1) {
+			snprintf(p->name, sizeof p->name, "wpe");
+			p->n = (size_t)c->seq_len * h;
+		} else if (!is_layer) {
+			snprintf(p->name, sizeof p->name, "lnf.%s",
+				 i == m->np - 2 ? "weight" : "bias");
+			p->n = h;
+		} else {
+			snprintf(p->name, sizeof p->name, "layers.%d.%s", l, lp_names[w]);
+			p->n = sizes[w];
+		}
+		p->decay = i < 2 || (is_layer && (w == LP_QKVW || w == LP_PROJW || w == LP_FCW ||
+						  w == LP_FC2W));
+		snprintf(gname, sizeof gname, "%s.grad", p->name);
+		if ((rc = tensor_alloc(&m->k, &p->w, MEM_PARAM, p->n, p->name)) ||
+		    (rc = tensor_alloc(&m->k, &p->g, MEM_GRAD, p->n, gname)) ||
+		    (rc = tensor_alloc_optim(&m->k, &p->opt, p->n, "adam state")))
+			return rc;
+		if (i == 1)
+			init_param(p, i, seed, 0.01, 0);
+		else if (!is_layer && i >= 2)
+			init_param(p, i, seed, 0, i == m->np - 2 ? 1.0f : 0.0f);
+		else if (i == 0 || w == LP_QKVW || w == LP_FCW)
+			init_param(p, i, seed, std, 0);
+		else if (w == LP_PROJW || w == LP_FC2W)
+			init_param(p, i, seed, resid_std, 0);
+		else
+			init_param(p, i, seed, 0, w == LP_LN1W || w == LP_LN2W ? 1.0f : 0.0f);
+	}
+	return 0;
+}
+
+static int alloc_acts(struct gpt *m)
+{
+	const struct kctx *k = &m->k;
+	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, f = (size_t)m->cfg.ffn;
+	size_t att = (size_t)m->B * m->cfg.heads * m->T * m->T, v = (size_t)m->cfg.vocab;
+	int rc = 0;
+
+	m->la = emu_xcalloc((size_t)m->cfg.num_layers, sizeof *m->la);
+#define A(t, cat, n, name)                                                                         \
+	do {                                                                                       \
+		if (!rc)                                                                           \
+			rc = tensor_alloc(k, (t), (cat), (n), (name));                             \
+	} while (0)
+	A(&m->enc, MEM_ACT, bt * h, "embeddings");
+	for (int l = 0; l < m->cfg.num_layers; l++) {
+		struct gpt_layer_acts *a = &m->la[l];
+
+		A(&a->ln1, MEM_ACT, bt * h, "ln1");
+		A(&a->ln1_mean, MEM_ACT, bt, "ln1.mean");
+		A(&a->ln1_rstd, MEM_ACT, bt, "ln1.rstd");
+		A(&a->qkv, MEM_ACT, 3 * bt * h, "qkv");
+		A(&a->att, MEM_ACT, att, "attention scores");
+		A(&a->atty, MEM_ACT, bt * h, "attention out");
+		A(&a->res2, MEM_ACT, bt * h, "residual 2");
+		A(&a->ln2, MEM_ACT, bt * h, "ln2");
+		A(&a->ln2_mean, MEM_ACT, bt, "ln2.mean");
+		A(&a->ln2_rstd, MEM_ACT, bt, "ln2.rstd");
+		A(&a->fch, MEM_ACT, bt * f, "fc");
+		A(&a->fch_gelu, MEM_ACT, bt * f, "fc.gelu");
+		A(&a->res3, MEM_ACT, bt * h, "residual 3");
+	}
+	A(&m->lnf, MEM_ACT, bt * h, "lnf");
+	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");
+	A(&m->lnf_rstd, MEM_ACT, bt, "lnf.rstd");
+	A(&m->probs, MEM_ACT, bt * v, "logits");
+	A(&m->losses, MEM_ACT, bt, "losses");
+	A(&m->dres, MEM_WORK, bt * h, "d residual");
+	A(&m->dln, MEM_WORK, bt * h, "d layernorm");
+	A(&m->tmp, MEM_WORK, bt * h, "branch out");
+	A(&m->dqkv, MEM_WORK, 3 * bt * h, "d qkv");
+	A(&m->datty, MEM_WORK, bt * h, "d attention out");
+	A(&m->dfch, MEM_WORK, bt * f, "d fc");
+	A(&m->dfch_gelu, MEM_WORK, bt * f, "d fc.gelu");
+	A(&m->dlogits, MEM_WORK, bt * v, "d logits");
+	A(&m->att_scratch, MEM_WORK, (size_t)m->T * m->T, "attention scratch");
+#undef A
+	return rc;
+}
+
+int gpt_init(struct gpt *m, const struct kctx *k, const struct gpt_config *cfg, int B,
+	     uint64_t seed)
+{
+	int rc;
+
+	memset(m, 0, sizeof *m);
+	m->cfg = *cfg;
+	m->k = *k;
+	m->B = B;
+	m->T = cfg->seq_len;
+	m->tokens = emu_xcalloc((size_t)B * m->T, sizeof *m->tokens);
+	m->targets = emu_xcalloc((size_t)B * m->T, sizeof *m->targets);
+	if ((rc = alloc_params(m, seed)))
+		return rc;
+	return alloc_acts(m);
+}
+
+void gpt_free(struct gpt *m)
+{
+	/* Device memory goes back with the run (and mem_free of a NULL block is a no-op),
+	 * so freeing what exists is enough, even after a failed gpt_init. */
+	for (int i = 0; m->p && i < m->np; i++) {
+		tensor_free(&m->k, &m->p[i].w);
+		tensor_free(&m->k, &m->p[i].g);
+		tensor_free(&m->k, &m->p[i].opt);
+	}
+	free(m->p);
+	free(m->la);
+	free(m->tokens);
+	free(m->targets);
+	m->p = NULL;
+	m->la = NULL;
+	m->tokens = m->targets = NULL;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Forward                                                                              */
+
+#define D(t)       ((t).data)
+#define W(m, l, i) (gpt_param((m), (l), (i))->w.data)
+#define G(m, l, i) (gpt_param((m), (l), (i))->g.data)
+
+static void zero(struct tensor *t)
+{
+	if (t->data)
+		memset(t->data, 0, t->n * sizeof *t->data);
+}
+
+float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
+{
+	const struct kctx *k = &m->k;
+	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, F = m->cfg.ffn, NH = m->cfg.heads;
+	int V = m->cfg.vocab, L = m->cfg.num_layers;
+	const float *x;
+	float loss = 0;
+
+	if (kctx_math(k)) {
+		memcpy(m->tokens, tokens, (size_t)BT * sizeof *tokens);
+		memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
+	}
+	embedding_fwd(k, D(m->enc), m->tokens, m->p[0].w.data, m->p[1].w.data, B, T, C, 0);
+	x = D(m->enc);
+	for (int l = 0; l < L; l++) {
+		struct gpt_layer_acts *a = &m->la[l];
+
+		layernorm_fwd(k, D(a->ln1), D(a->ln1_mean), D(a->ln1_rstd), x, W(m, l, LP_LN1W),
+			      W(m, l, LP_LN1B), BT, C);
+		linear_fwd(k, D(a->qkv), D(a->ln1), W(m, l, LP_QKVW), W(m, l, LP_QKVB), BT, C,
+			   3 * C);
+		attention_fwd(k, D(a->atty), D(a->att), D(a->qkv), B, T, NH, 0, NH, C / NH);
+		linear_fwd(k, D(m->tmp), D(a->atty), W(m, l, LP_PROJW), W(m, l, LP_PROJB), BT, C,
+			   C);
+		residual_fwd(k, D(a->res2), x, D(m->tmp), (size_t)BT * C);
+		layernorm_fwd(k, D(a->ln2), D(a->ln2_mean), D(a->ln2_rstd), D(a->res2),
+			      W(m, l, LP_LN2W), W(m, l, LP_LN2B), BT, C);
+		linear_fwd(k, D(a->fch), D(a->ln2), W(m, l, LP_FCW), W(m, l, LP_FCB), BT, C, F);
+		gelu_fwd(k, D(a->fch_gelu), D(a->fch), (size_t)BT * F);
+		linear_fwd(k, D(m->tmp), D(a->fch_gelu), W(m, l, LP_FC2W), W(m, l, LP_FC2B), BT, F,
+			   C);
+		residual_fwd(k, D(a->res3), D(a->res2), D(m->tmp), (size_t)BT * C);
+		x = D(a->res3);
+	}
+	layernorm_fwd(k, D(m->lnf), D(m->lnf_mean), D(m->lnf_rstd), x, m->p[m->np - 2].w.data,
+		      m->p[m->np - 1].w.data, BT, C);
+	linear_fwd(k, D(m->probs), D(m->lnf), m->p[0].w.data, NULL, BT, C, V); /* tied to wte */
+	crossentropy_fwd(k, D(m->losses), D(m->probs), D(m->probs), m->targets, BT, V);
+	if (kctx_math(k)) {
+		double s = 0;
+
+		for (int i = 0; i < BT; i++)
+			s += m->losses.data[i];
+		loss = (float)(s / BT);
+	}
+	return loss;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Backward                                                                             */
+
+void gpt_zero_grad(struct gpt *m)
+{
+	for (int i = 0; i < m->np; i++)
+		zero(&m->p[i].g);
+}
+
+void gpt_backward(struct gpt *m, float scale)
+{
+	const struct kctx *k = &m->k;
+	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, F = m->cfg.ffn, NH = m->cfg.heads;
+	int V = m->cfg.vocab, L = m->cfg.num_layers;
+	const float *x_last = L ? D(m->la[L - 1].res3) : D(m->enc);
+
+	/* loss -> logits -> final layernorm: dres holds d(block output) from here on. */
+	zero(&m->dlogits);
+	crossentropy_bwd(k, D(m->dlogits), D(m->probs), m->targets, scale / (float)BT, BT, V);
+	zero(&m->dln);
+	linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w.data, BT, C, V);
+	linear_bwd_weight(k, m->p[0].g.data, NULL, D(m->dlogits), D(m->lnf), BT, C, V);
+	zero(&m->dres);
+	layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g.data, m->p[m->np - 1].g.data, D(m->dln),
+		      x_last, m->p[m->np - 2].w.data, D(m->lnf_mean), D(m->lnf_rstd), BT, C);
+	for (int l = L - 1; l >= 0; l--) {
+		struct gpt_layer_acts *a = &m->la[l];
+		const float *x = l ? D(m->la[l - 1].res3) : D(m->enc);
+
+		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))) */
+		zero(&m->dfch_gelu);
+		linear_bwd_input(k, D(m->dfch_gelu), D(m->dres), W(m, l, LP_FC2W), BT, F, C);
+		linear_bwd_weight(k, G(m, l, LP_FC2W), G(m, l, LP_FC2B), D(m->dres), D(a->fch_gelu),
+				  BT, F, C);
+		zero(&m->dfch);
+		gelu_bwd(k, D(m->dfch), D(a->fch), D(m->dfch_gelu), (size_t)BT * F);
+		zero(&m->dln);
+		linear_bwd_input(k, D(m->dln), D(m->dfch), W(m, l, LP_FCW), BT, C, F);
+		linear_bwd_weight(k, G(m, l, LP_FCW), G(m, l, LP_FCB), D(m->dfch), D(a->ln2), BT, C,
+				  F);
+		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN2W), G(m, l, LP_LN2B), D(m->dln),
+			      D(a->res2), W(m, l, LP_LN2W), D(a->ln2_mean), D(a->ln2_rstd), BT, C);
+		/* res2 = x + proj(attention(qkv(ln1(x)))) */
+		zero(&m->datty);
+		linear_bwd_input(k, D(m->datty), D(m->dres), W(m, l, LP_PROJW), BT, C, C);
+		linear_bwd_weight(k, G(m, l, LP_PROJW), G(m, l, LP_PROJB), D(m->dres), D(a->atty),
+				  BT, C, C);
+		zero(&m->dqkv);
+		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(a->att), D(a->qkv),
+			      B, T, NH, 0, NH, C / NH);
+		zero(&m->dln);
+		linear_bwd_input(k, D(m->dln), D(m->dqkv), W(m, l, LP_QKVW), BT, C, 3 * C);
+		linear_bwd_weight(k, G(m, l, LP_QKVW), G(m, l, LP_QKVB), D(m->dqkv), D(a->ln1), BT,
+				  C, 3 * C);
+		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN1W), G(m, l, LP_LN1B), D(m->dln), x,
+			      W(m, l, LP_LN1W), D(a->ln1_mean), D(a->ln1_rstd), BT, C);
+	}
+	embedding_bwd(k, m->p[0].g.data, m->p[1].g.data, D(m->dres), m->tokens, B, T, C, 0);
+}
+
+double gpt_update(struct gpt *m, const struct optim_cfg *o, int t)
+{
+	double sq = 0, norm;
+	float scale = 1.0f, lr = optim_lr(o, t - 1);
+
+	for (int i = 0; i < m->np; i++)
+		sq += optim_sq_norm(&m->k, m->p[i].g.data, m->p[i].n);
+	norm = sqrt(sq);
+	if (o->clip > 0 && norm > o->clip)
+		scale = (float)(o->clip / norm);
+	for (int i = 0; i < m->np; i++)
+		optim_adamw(&m->k, o, m->p[i].w.data, m->p[i].g.data, m->p[i].opt.data, m->p[i].n,
+			    lr, scale, m->p[i].decay, t);
+	return norm;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Sampling                                                                             */
+
+void gpt_sample(struct gpt *m, const int *prompt, int nprompt, int n, uint64_t seed, char *out)
+{
+	int T = m->T, B = m->B, V = m->cfg.vocab, len = nprompt;
+	int *ctx = emu_xcalloc((size_t)(nprompt + n), sizeof *ctx);
+	int *tok = emu_xcalloc((size_t)B * T, sizeof *tok);
+
+	memcpy(ctx, prompt, (size_t)nprompt * sizeof *ctx);
+	for (int i = 0; i < n; i++) {
+		int start = len > T ? len - T : 0, used = len - start, next = 0;
+		const float *p;
+		double u = rng_uniform(seed, 77, (uint64_t)i), acc = 0;
+
+		/* Row 0 holds the context, left-aligned; causal attention makes position
+		 * used-1 see exactly the context. Targets are irrelevant (0). */
+		memset(tok, 0, (size_t)B * T * sizeof *tok);
+		memcpy(tok, ctx + start, (size_t)used * sizeof *tok);
+		gpt_forward(m, tok, tok);
+		p = m->probs.data + (size_t)(used - 1) * V;
+		for (next = 0; next < V - 1; next++) {
+			acc += p[next];
+			if (u < acc)
+				break;
+		}
+		ctx[len++] = next;
+		out[i] = (char)next;
+	}
+	free(ctx);
+	free(tok);
+}

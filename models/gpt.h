@@ -1,0 +1,115 @@
+/* gpt: a GPT-2-style decoder on one virtual device: learned token and position
+ * embeddings, L pre-LayerNorm blocks (attention, then an MLP of ffn = 4h GeLU units, each
+ * around a residual connection), a final LayerNorm, and the output projection tied to the
+ * token embedding (Radford et al. 2019). This is the serial reference every parallel
+ * strategy is judged against; models/ knows nothing about parallelism, but each piece is
+ * a kernel call a strategy can slice (linear.h, attention.h, ops.h).
+ *
+ * Parameters, gradients, Adam state and activations are tensors on the device, so memory
+ * is accounted by category (param, grad, optim, act; backward scratch as work) and an
+ * over-large model ends in the device's OOM report. In dry-run the same calls charge the
+ * same time and memory with no data.
+ *
+ * Ownership: gpt_init allocates everything on the kctx's device; gpt_free returns it. */
+#ifndef MODELS_GPT_H
+#define MODELS_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim.h"
+#include "tensor.h"
+
+struct gpt_config {
+	int num_layers; /* L */
+	int hidden;     /* h (C) */
+	int heads;      /* a; h % a == 0 */
+	int vocab;      /* V */
+	int seq_len;    /* s: the sequence trained on, and the rows of the position table */
+	int ffn;        /* MLP width, 4h by default */
+};
+
+/* A layer's parameters, in this order; gpt_param(m, l, i) finds one. */
+enum gpt_lp {
+	LP_LN1W,
+	LP_LN1B, /* (h), (h) */
+	LP_QKVW,
+	LP_QKVB, /* (3h, h): rows q of every head, then k, then v; (3h) */
+	LP_PROJW,
+	LP_PROJB, /* (h, h), (h) */
+	LP_LN2W,
+	LP_LN2B, /* (h), (h) */
+	LP_FCW,
+	LP_FCB, /* (ffn, h), (ffn) */
+	LP_FC2W,
+	LP_FC2B, /* (h, ffn), (h) */
+	LP_N
+};
+
+struct gpt_param {
+	char name[40];     /* "layers.3.qkv.weight" */
+	size_t n;          /* elements */
+	int decay;         /* weight decay applies: the matrices */
+	struct tensor w;   /* the weight */
+	struct tensor g;   /* its gradient, accumulated by backward */
+	struct tensor opt; /* Adam's m and v */
+};
+
+/* What a block keeps from forward for backward. Shapes for micro-batch B, sequence T. */
+struct gpt_layer_acts {
+	struct tensor ln1, ln1_mean, ln1_rstd; /* (B, T, h), (B, T), (B, T) */
+	struct tensor qkv;                     /* (B, T, 3h) */
+	struct tensor att;                     /* (B, a, T, T): softmax scores */
+	struct tensor atty;                    /* (B, T, h): attention output */
+	struct tensor res2;                    /* (B, T, h): x + attention branch */
+	struct tensor ln2, ln2_mean, ln2_rstd; /* (B, T, h), (B, T), (B, T) */
+	struct tensor fch, fch_gelu;           /* (B, T, ffn) before and after GeLU */
+	struct tensor res3;                    /* (B, T, h): the block's output */
+};
+
+struct gpt {
+	struct gpt_config cfg;
+	struct kctx k;
+	int B, T;                  /* micro-batch and sequence length */
+	int np;                    /* parameter tensors: 2 + L * LP_N + 2 */
+	struct gpt_param *p;       /* [np]: wte (V, h), wpe (s, h), layers, lnf.weight, lnf.bias */
+	struct tensor enc;         /* (B, T, h): embeddings */
+	struct gpt_layer_acts *la; /* [L] */
+	struct tensor lnf, lnf_mean, lnf_rstd; /* (B, T, h), (B, T), (B, T) */
+	struct tensor probs;                   /* (B, T, V): logits, then softmax in place */
+	struct tensor losses;                  /* (B, T) */
+	/* Backward scratch (work): gradients of activations, reused layer by layer. */
+	struct tensor dres, dln, tmp, dqkv, datty, dfch, dfch_gelu, dlogits, att_scratch;
+	int *tokens, *targets; /* (B, T) host copies of the last batch */
+};
+
+/* The parameter count of cfg: 12 L h^2 + 13 L h + (V + s) h + 2 h (the last is the final
+ * LayerNorm, which Megatron's formula leaves out; see tests/test_gpt.c). */
+size_t gpt_num_params(const struct gpt_config *cfg);
+
+/* Why cfg is not a model, as one line, or 0. */
+int gpt_config_check(const struct gpt_config *cfg, char *err, size_t n);
+
+/* Builds the model for micro-batch B on k's device and initialises it from seed (GPT-2's
+ * scheme: N(0, 0.02), residual projections scaled by 1/sqrt(2L), LayerNorm 1 and 0,
+ * biases 0). 0, or EMU_EOOM with the device's report. */
+int gpt_init(struct gpt *m, const struct kctx *k, const struct gpt_config *cfg, int B,
+	     uint64_t seed);
+void gpt_free(struct gpt *m);
+
+struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
+
+/* Forward on tokens and targets (B, T); returns the mean loss (0 in dry-run). */
+float gpt_forward(struct gpt *m, const int *tokens, const int *targets);
+void gpt_zero_grad(struct gpt *m);
+/* Backward of the last forward, adding scale * d(mean loss) to the gradients. */
+void gpt_backward(struct gpt *m, float scale);
+/* Clips the gradients to o->clip by global norm and takes an AdamW step (1-based step
+ * t). Returns the norm before clipping (0 in dry-run). */
+double gpt_update(struct gpt *m, const struct optim_cfg *o, int t);
+
+/* Generates n bytes after prompt (execute mode), greedy-free sampling at temperature 1 from
+ * (seed); writes them to out. The context is cut to the last T tokens. */
+void gpt_sample(struct gpt *m, const int *prompt, int nprompt, int n, uint64_t seed, char *out);
+
+#endif

@@ -1,0 +1,65 @@
+#include "optim.h"
+
+#include <math.h>
+
+#include "clock.h"
+
+void optim_defaults(struct optim_cfg *o)
+{
+	o->lr = 1e-3f;
+	o->min_lr = 1e-4f;
+	o->warmup = 10;
+	o->decay_steps = 1000;
+	o->beta1 = 0.9f;
+	o->beta2 = 0.95f;
+	o->eps = 1e-8f;
+	o->weight_decay = 0.1f;
+	o->clip = 1.0f;
+}
+
+float optim_lr(const struct optim_cfg *o, int step)
+{
+	double progress;
+
+	if (step < o->warmup)
+		return o->lr * (float)(step + 1) / (float)o->warmup;
+	if (step >= o->decay_steps)
+		return o->min_lr;
+	progress = (double)(step - o->warmup) / (double)(o->decay_steps - o->warmup);
+	return o->min_lr +
+	       (float)(0.5 * (1.0 + cos(3.141592653589793 * progress))) * (o->lr - o->min_lr);
+}
+
+double optim_sq_norm(const struct kctx *k, const float *g, size_t n)
+{
+	double s = 0;
+
+	emu_compute(k->d, "grad_norm", 2.0 * (double)n,
+		    (double)n * tensor_elem_bytes(k->prec, MEM_GRAD));
+	if (!kctx_math(k))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		s += (double)g[i] * g[i];
+	return s;
+}
+
+void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
+		 float *state, size_t n, float lr, float gscale, int decay, int t)
+{
+	float *m = state, *v = state + n;
+	float c1 = 1.0f - powf(o->beta1, (float)t), c2 = 1.0f - powf(o->beta2, (float)t);
+	float wd = decay ? o->weight_decay : 0.0f;
+
+	/* Reads gradient, master weight, m, v; writes weight, m, v: 28 bytes a parameter in
+	 * fp32, and in bf16 (2-byte gradient and weight copy, 4-byte master, m, v) as well. */
+	emu_compute(k->d, "adamw", 12.0 * (double)n, 28.0 * (double)n);
+	if (!kctx_math(k))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * gscale;
+
+		m[i] = o->beta1 * m[i] + (1.0f - o->beta1) * gi;
+		v[i] = o->beta2 * v[i] + (1.0f - o->beta2) * gi * gi;
+		w[i] -= lr * ((m[i] / c1) / (sqrtf(v[i] / c2) + o->eps) + wd * w[i]);
+	}
+}

@@ -1,0 +1,32 @@
+/* optim: AdamW (Loshchilov and Hutter, arXiv 1711.05101) with global gradient-norm
+ * clipping and a linear-warmup + cosine learning-rate schedule, as Megatron-LM runs it.
+ * Every step charges its FLOPs and bytes like any kernel. */
+#ifndef MODELS_OPTIM_H
+#define MODELS_OPTIM_H
+
+#include "tensor.h"
+
+struct optim_cfg {
+	float lr;        /* peak learning rate */
+	float min_lr;    /* floor of the cosine decay */
+	int warmup;      /* steps of linear warm-up from 0 */
+	int decay_steps; /* the step at which the cosine reaches min_lr */
+	float beta1, beta2, eps;
+	float weight_decay; /* applied to the matrices, not to biases or norms */
+	float clip;         /* global gradient-norm cap; 0: no clipping */
+};
+
+void optim_defaults(struct optim_cfg *o);
+
+/* The learning rate at step (0-based). */
+float optim_lr(const struct optim_cfg *o, int step);
+
+/* sum of g[i]^2 over n, in double, in index order (the same on every run). */
+double optim_sq_norm(const struct kctx *k, const float *g, size_t n);
+
+/* One AdamW update of n parameters w with gradients g * gscale; state holds m then v
+ * (2n floats); t is the 1-based step for bias correction. */
+void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
+		 float *state, size_t n, float lr, float gscale, int decay, int t);
+
+#endif

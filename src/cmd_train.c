@@ -1,0 +1,453 @@
+/* pemu train: the serial reference, the whole model on one virtual GPU. Prints the loss
+ * per step with the virtual step time and MFU, memory by category at the end, and with
+ * --sample N the text the model writes after training. --dry-run does the same
+ * accounting with no data, for any model size. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "clock.h"
+#include "cmd.h"
+#include "data.h"
+#include "gpt.h"
+#include "mem.h"
+#include "presets.h"
+#include "trace.h"
+#include "units.h"
+
+enum {
+	O_MODEL = 1,
+	O_LAYERS,
+	O_HIDDEN,
+	O_HEADS,
+	O_SEQ,
+	O_FFN,
+	O_VOCAB,
+	O_MBS,
+	O_GBS,
+	O_STEPS,
+	O_LR,
+	O_MIN_LR,
+	O_WARMUP,
+	O_DECAY_ITERS,
+	O_WD,
+	O_CLIP,
+	O_SEED,
+	O_DATA,
+	O_SAMPLE,
+	O_PRECISION,
+	O_LOG,
+	O_HELP,
+	O_BETA1,
+	O_BETA2
+};
+
+static const struct cli_opt train_opts[] = {
+	{"model", 0, 1, O_MODEL, "NAME",
+	 "tiny, small (default), gpt2-124m, gpt2-1.5b, llama-7b-shape, gpt3-175b"},
+	{"num-layers", 0, 1, O_LAYERS, "N", "transformer layers"},
+	{"hidden-size", 0, 1, O_HIDDEN, "N", "hidden size h"},
+	{"num-attention-heads", 0, 1, O_HEADS, "N", "attention heads (must divide h)"},
+	{"seq-length", 0, 1, O_SEQ, "N", "sequence length"},
+	{"ffn-hidden-size", 0, 1, O_FFN, "N", "MLP width (default 4h)"},
+	{"vocab-size", 0, 1, O_VOCAB, "N", "vocabulary (the data is bytes: at least 256 to train)"},
+	{"micro-batch-size", 0, 1, O_MBS, "N", "sequences per forward pass"},
+	{"global-batch-size", 0, 1, O_GBS, "N",
+	 "sequences per step (a multiple of the micro-batch)"},
+	{"train-iters", 0, 1, O_STEPS, "N", "optimizer steps (default 300); also --steps"},
+	{"steps", 0, 1, O_STEPS, "N", "the same as --train-iters"},
+	{"lr", 0, 1, O_LR, "X", "peak learning rate (default 1e-3)"},
+	{"min-lr", 0, 1, O_MIN_LR, "X", "learning rate at the end of the cosine (default lr/10)"},
+	{"lr-warmup-iters", 0, 1, O_WARMUP, "N", "linear warm-up steps (default 10)"},
+	{"lr-decay-iters", 0, 1, O_DECAY_ITERS, "N", "steps of cosine decay (default: all)"},
+	{"weight-decay", 0, 1, O_WD, "X", "AdamW weight decay on the matrices (default 0.1)"},
+	{"adam-beta1", 0, 1, O_BETA1, "X", "default 0.9"},
+	{"adam-beta2", 0, 1, O_BETA2, "X", "default 0.95"},
+	{"clip-grad", 0, 1, O_CLIP, "X", "global gradient-norm cap, 0 for none (default 1.0)"},
+	{"seed", 0, 1, O_SEED, "N", "initialisation and batch order (default 1234)"},
+	{"data", 0, 1, O_DATA, "FILE",
+	 "train on a text file as bytes (default: built-in arithmetic)"},
+	{"sample", 0, 1, O_SAMPLE, "N", "after training, generate N bytes"},
+	{"precision", 0, 1, O_PRECISION, "fp32|bf16",
+	 "memory and traffic accounting (default fp32, bf16 in dry-run)"},
+	{"log-interval", 0, 1, O_LOG, "N", "print every N steps (default: about 30 lines)"},
+	{"help", 'h', 0, O_HELP, NULL, "this help"},
+	{NULL, 0, 0, 0, NULL, NULL},
+};
+
+struct train {
+	struct gpt_config cfg;
+	const char *model_name;
+	int mbs, gbs, steps, log_every, sample, json;
+	uint64_t seed;
+	enum prec prec;
+	struct optim_cfg opt;
+	struct data data;
+	/* results, written by the device */
+	float *loss;       /* [steps] */
+	int64_t *step_ns;  /* [steps] virtual time of each step */
+	int64_t *wall_ns;  /* [steps] */
+	double flops_step; /* FLOPs charged by the last step */
+	char *sample_text;
+	size_t nparams;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: pemu train [options]\n\n"
+		   "Trains a GPT on one virtual GPU: the serial reference that every parallel "
+		   "strategy\n"
+		   "is checked against. Prints the loss per step, the virtual step time and MFU on "
+		   "the\n"
+		   "emulated GPU, and memory by category.\n\n"
+		   "  pemu train --model small --steps 300 --sample 200\n"
+		   "  pemu train --model gpt3-175b --dry-run --mem-cap 4TB\n\n"
+		   "Model and training options (Megatron-LM's names):\n");
+	cli_print_opts(f, train_opts);
+	fprintf(f, "\nCluster options (one GPU of the preset is used):\n");
+	cli_print_opts(f, cli_cluster_opts);
+}
+
+/* Megatron's model FLOPs per step without recomputation (REFERENCES.md):
+ * 72 B s L h^2 (1 + s/(6h) + V/(12 L h)). */
+static double model_flops(const struct gpt_config *c, int batch)
+{
+	double B = batch, s = c->seq_len, L = c->num_layers, h = c->hidden, V = c->vocab;
+
+	return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+}
+
+static int train_device(struct emu_dev *d, void *arg)
+{
+	struct train *t = arg;
+	int accum = t->gbs / t->mbs, BT = t->mbs * t->cfg.seq_len, rc;
+	int *tok = calloc((size_t)BT, sizeof *tok), *tgt = calloc((size_t)BT, sizeof *tgt);
+	struct kctx k;
+	struct gpt m;
+
+	if (!tok || !tgt)
+		return emu_dev_fail(d, "out of host memory for a batch");
+	kctx_init(&k, d, t->prec);
+	rc = gpt_init(&m, &k, &t->cfg, t->mbs, t->seed);
+	for (int s = 0; !rc && s < t->steps; s++) {
+		int64_t t0 = emu_now(d), w0 = emu_wall_ns();
+		double f0 = emu_flops(d), loss = 0;
+
+		gpt_zero_grad(&m);
+		for (int a = 0; a < accum; a++) {
+			if (!emu_dev_dry_run(d))
+				data_batch(&t->data, t->seed, (uint64_t)s * accum + a, t->mbs,
+					   t->cfg.seq_len, tok, tgt);
+			loss += gpt_forward(&m, tok, tgt) / accum;
+			gpt_backward(&m, 1.0f / accum);
+		}
+		gpt_update(&m, &t->opt, s + 1);
+		t->loss[s] = (float)loss;
+		t->step_ns[s] = emu_now(d) - t0;
+		t->wall_ns[s] = emu_wall_ns() - w0;
+		t->flops_step = emu_flops(d) - f0;
+		if (!t->json && (s == 0 || s == t->steps - 1 || (s + 1) % t->log_every == 0)) {
+			double peak = emu_dev_topo(d)->gpu.peak_flops;
+
+			printf("step %5d/%d | loss %7.4f | lr %.2e | %9.3f ms/step virtual | MFU "
+			       "%5.1f%% | %8.1f ms wall\n",
+			       s + 1, t->steps, loss, (double)optim_lr(&t->opt, s),
+			       (double)t->step_ns[s] / 1e6,
+			       100 * model_flops(&t->cfg, t->gbs) /
+				       ((double)t->step_ns[s] / 1e9 * peak),
+			       (double)t->wall_ns[s] / 1e6);
+			fflush(stdout);
+		}
+	}
+	if (!rc && t->sample > 0 && !emu_dev_dry_run(d)) {
+		int prompt = '\n';
+
+		t->sample_text = calloc((size_t)t->sample + 1, 1);
+		gpt_sample(&m, &prompt, 1, t->sample, t->seed, t->sample_text);
+	}
+	free(tok);
+	free(tgt);
+	gpt_free(&m);
+	return rc;
+}
+
+static void print_memory(FILE *f, struct emu_dev *d, int json)
+{
+	char b[32];
+
+	if (json) {
+		fprintf(f,
+			"\"memory\":[{\"device\":0,\"cap\":%" PRIu64 ",\"peak\":%" PRIu64
+			",\"by_category\":{",
+			mem_cap_bytes(d), mem_peak_total(d));
+		for (int c = 0; c < MEM_NCAT; c++)
+			fprintf(f, "%s\"%s\":%" PRIu64, c ? "," : "", mem_cat_name(c),
+				mem_peak_bytes(d, c));
+		fprintf(f, "}}]");
+		return;
+	}
+	units_fmt_bytes(b, sizeof b, mem_peak_total(d));
+	fprintf(f, "memory (peak) %s of ", b);
+	units_fmt_bytes(b, sizeof b, mem_cap_bytes(d));
+	fprintf(f, "%s:", b);
+	for (int c = 0; c < MEM_NCAT; c++) {
+		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
+		fprintf(f, " %s %s%s", mem_cat_name(c), b, c < MEM_NCAT - 1 ? "," : "\n");
+	}
+}
+
+int cmd_train(int argc, char **argv)
+{
+	struct cli c = {.prog = "pemu train",
+			.argc = argc,
+			.argv = argv,
+			.i = 1,
+			.opts = {train_opts, cli_cluster_opts, NULL}};
+	const char *model = "small", *data_path = NULL, *prec = NULL, *v;
+	const char *ov[O_FFN + 1] = {0};
+	struct train t = {0};
+	struct cli_cluster cc;
+	struct emu_cluster *cl;
+	const struct model_preset *mp;
+	int id, rc, min_lr_set = 0, decay_set = 0;
+	char err[512];
+
+	t.steps = 300;
+	t.seed = 1234;
+	t.mbs = t.gbs = 0;
+	optim_defaults(&t.opt);
+	cli_cluster_init(&cc);
+	while ((id = cli_next(&c, &v))) {
+		if (cli_cluster_opt(&cc, id, v))
+			continue;
+		switch (id) {
+		case O_MODEL:
+			model = v;
+			break;
+		case O_LAYERS:
+		case O_HIDDEN:
+		case O_HEADS:
+		case O_SEQ:
+		case O_FFN:
+			ov[id] = v;
+			break;
+		case O_VOCAB:
+			t.cfg.vocab = (int)cli_int(&c, "--vocab-size", v, 2, 1 << 24);
+			break;
+		case O_MBS:
+			t.mbs = (int)cli_int(&c, "--micro-batch-size", v, 1, 1 << 20);
+			break;
+		case O_GBS:
+			t.gbs = (int)cli_int(&c, "--global-batch-size", v, 1, 1 << 24);
+			break;
+		case O_STEPS:
+			t.steps = (int)cli_int(&c, "--train-iters", v, 1, 100000000);
+			break;
+		case O_LR:
+			t.opt.lr = (float)cli_double(&c, "--lr", v, 0, 10);
+			break;
+		case O_MIN_LR:
+			t.opt.min_lr = (float)cli_double(&c, "--min-lr", v, 0, 10);
+			min_lr_set = 1;
+			break;
+		case O_WARMUP:
+			t.opt.warmup = (int)cli_int(&c, "--lr-warmup-iters", v, 0, 100000000);
+			break;
+		case O_DECAY_ITERS:
+			t.opt.decay_steps = (int)cli_int(&c, "--lr-decay-iters", v, 1, 100000000);
+			decay_set = 1;
+			break;
+		case O_WD:
+			t.opt.weight_decay = (float)cli_double(&c, "--weight-decay", v, 0, 10);
+			break;
+		case O_BETA1:
+			t.opt.beta1 = (float)cli_double(&c, "--adam-beta1", v, 0, 0.999999);
+			break;
+		case O_BETA2:
+			t.opt.beta2 = (float)cli_double(&c, "--adam-beta2", v, 0, 0.999999);
+			break;
+		case O_CLIP:
+			t.opt.clip = (float)cli_double(&c, "--clip-grad", v, 0, 1e9);
+			break;
+		case O_SEED:
+			t.seed = (uint64_t)cli_int(&c, "--seed", v, 0, 0x7fffffff);
+			break;
+		case O_DATA:
+			data_path = v;
+			break;
+		case O_SAMPLE:
+			t.sample = (int)cli_int(&c, "--sample", v, 0, 1 << 20);
+			break;
+		case O_PRECISION:
+			prec = v;
+			break;
+		case O_LOG:
+			t.log_every = (int)cli_int(&c, "--log-interval", v, 1, 100000000);
+			break;
+		case O_HELP:
+			usage(stdout);
+			return 0;
+		}
+	}
+	if (!(mp = model_preset(model))) {
+		struct emu_str s = {0};
+
+		for (const struct model_preset *p = model_presets; p->name; p++)
+			emu_str_addf(&s, "%s%s", p == model_presets ? "" : ", ", p->name);
+		cli_fail(&c, "--model: unknown preset '%s' (one of: %s)", model, s.s);
+	}
+	{
+		int vocab = t.cfg.vocab;
+
+		t.cfg = mp->cfg;
+		if (vocab)
+			t.cfg.vocab = vocab;
+	}
+	t.model_name = mp->name;
+	if (ov[O_LAYERS])
+		t.cfg.num_layers = (int)cli_int(&c, "--num-layers", ov[O_LAYERS], 1, 100000);
+	if (ov[O_HIDDEN]) {
+		t.cfg.hidden = (int)cli_int(&c, "--hidden-size", ov[O_HIDDEN], 1, 1 << 20);
+		if (!ov[O_FFN])
+			t.cfg.ffn = 4 * t.cfg.hidden;
+	}
+	if (ov[O_HEADS])
+		t.cfg.heads = (int)cli_int(&c, "--num-attention-heads", ov[O_HEADS], 1, 1 << 16);
+	if (ov[O_SEQ])
+		t.cfg.seq_len = (int)cli_int(&c, "--seq-length", ov[O_SEQ], 1, 1 << 22);
+	if (ov[O_FFN])
+		t.cfg.ffn = (int)cli_int(&c, "--ffn-hidden-size", ov[O_FFN], 1, 1 << 24);
+	if (gpt_config_check(&t.cfg, err, sizeof err))
+		cli_fail(&c, "%s", err);
+	if (!t.mbs)
+		t.mbs = mp->micro_batch;
+	if (!t.gbs)
+		t.gbs = t.mbs;
+	if (t.gbs % t.mbs)
+		cli_fail(&c, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
+			 t.gbs, t.mbs);
+	cli_cluster_finish(&cc, &c, 1);
+	t.json = cc.json;
+	if (!prec)
+		t.prec = cc.cfg.dry_run ? PREC_BF16 : PREC_FP32;
+	else if (!strcmp(prec, "fp32") || !strcmp(prec, "bf16"))
+		t.prec = strcmp(prec, "fp32") ? PREC_BF16 : PREC_FP32;
+	else
+		cli_fail(&c, "--precision: '%s' is not fp32 or bf16", prec);
+	if (!min_lr_set)
+		t.opt.min_lr = t.opt.lr / 10;
+	if (!decay_set)
+		t.opt.decay_steps = t.steps;
+	if (!t.log_every)
+		t.log_every = t.steps > 30 ? t.steps / 30 : 1;
+	if (!cc.cfg.dry_run) {
+		if (t.cfg.vocab < 256)
+			cli_fail(&c,
+				 "--vocab-size %d: the data is bytes, so training needs a "
+				 "vocabulary of at least 256",
+				 t.cfg.vocab);
+		if (data_path) {
+			if (data_load(&t.data, data_path, t.cfg.seq_len, err, sizeof err))
+				cli_fail(&c, "%s", err);
+		} else {
+			data_builtin(&t.data, 1 << 20);
+		}
+	}
+	t.loss = calloc((size_t)t.steps, sizeof *t.loss);
+	t.step_ns = calloc((size_t)t.steps, sizeof *t.step_ns);
+	t.wall_ns = calloc((size_t)t.steps, sizeof *t.wall_ns);
+	t.nparams = gpt_num_params(&t.cfg);
+	if (!t.loss || !t.step_ns || !t.wall_ns)
+		emu_die("out of host memory");
+
+	if (!t.json) {
+		char pb[32];
+
+		printf("# pemu train: %s, %zu parameters (%.3g B), %d layers, hidden %d, %d heads, "
+		       "seq %d, vocab %d\n",
+		       t.model_name, t.nparams, (double)t.nparams / 1e9, t.cfg.num_layers,
+		       t.cfg.hidden, t.cfg.heads, t.cfg.seq_len, t.cfg.vocab);
+		units_fmt_bytes(pb, sizeof pb,
+				cc.cfg.mem_cap ? cc.cfg.mem_cap : cc.cfg.topo.gpu.hbm_bytes);
+		printf("# one %s (%.0f TFLOP/s, %s), %s, %s accounting; micro-batch %d, global "
+		       "batch %d, %d steps, seed %" PRIu64 "\n",
+		       cc.cfg.topo.gpu.name, cc.cfg.topo.gpu.peak_flops / 1e12, pb,
+		       cc.cfg.dry_run ? "dry-run (no data)" : "execute",
+		       t.prec == PREC_BF16 ? "bf16" : "fp32", t.mbs, t.gbs, t.steps, t.seed);
+		if (!cc.cfg.dry_run)
+			printf("# data: %s, %zu bytes, unigram entropy %.3f nats\n", t.data.name,
+			       t.data.n, data_unigram_entropy(&t.data));
+		fflush(stdout);
+	}
+	cl = emu_cluster_new(&cc.cfg);
+	rc = emu_cluster_run(cl, train_device, &t);
+	if (rc) {
+		fflush(stdout);
+		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_err_name(rc),
+			emu_cluster_report(cl));
+		if (!t.json)
+			print_memory(stderr, emu_cluster_dev(cl, 0), 0);
+	} else {
+		struct emu_dev *d = emu_cluster_dev(cl, 0);
+		int64_t step = t.step_ns[t.steps - 1];
+		double peak = cc.cfg.topo.gpu.peak_flops,
+		       mfu = model_flops(&t.cfg, t.gbs) / ((double)step / 1e9 * peak);
+
+		if (t.json) {
+			printf("{\"command\":\"train\",\"config\":{\"model\":\"%s\",\"num_layers\":"
+			       "%d,\"hidden_size\":%d,\"num_attention_heads\":%d,\"seq_length\":%d,"
+			       "\"ffn_hidden_size\":%d,\"vocab_size\":%d,\"parameters\":%zu,"
+			       "\"micro_batch_size\":%d,\"global_batch_size\":%d,\"steps\":%d,"
+			       "\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"cluster\":",
+			       t.model_name, t.cfg.num_layers, t.cfg.hidden, t.cfg.heads,
+			       t.cfg.seq_len, t.cfg.ffn, t.cfg.vocab, t.nparams, t.mbs, t.gbs,
+			       t.steps, t.seed, t.prec == PREC_BF16 ? "bf16" : "fp32");
+			cli_cluster_json(stdout, &cc.cfg);
+			printf("},\"steps\":[");
+			for (int s = 0; s < t.steps; s++)
+				printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g}",
+				       s ? "," : "", s + 1, (double)t.loss[s],
+				       (double)t.step_ns[s] / 1e9);
+			printf("],\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":0,"
+			       "\"exposed_comm_s\":0,\"bubble_fraction\":0,\"mfu\":%.6g,\"flops_"
+			       "per_step\":%.6g,\"model_flops_per_step\":%.6g},",
+			       (double)step / 1e9, (double)step / 1e9, mfu, t.flops_step,
+			       model_flops(&t.cfg, t.gbs));
+			print_memory(stdout, d, 1);
+			printf(",\"comm\":{},\"wall_s\":%.6g",
+			       (double)emu_cluster_wall_ns(cl) / 1e9);
+			if (t.sample_text) {
+				printf(",\"sample\":\"");
+				for (const char *p = t.sample_text; *p; p++)
+					printf((unsigned char)*p < 0x20 || *p == '"' || *p == '\\'
+						       ? "\\u%04x"
+						       : "%c",
+					       (unsigned char)*p);
+				printf("\"");
+			}
+			printf("}\n");
+		} else {
+			printf("# step time %.3f ms virtual (FLOPs charged %.4g, Megatron's count "
+			       "%.4g), MFU %.1f%%; wall %.2f s in all\n",
+			       (double)step / 1e6, t.flops_step, model_flops(&t.cfg, t.gbs),
+			       100 * mfu, (double)emu_cluster_wall_ns(cl) / 1e9);
+			print_memory(stdout, d, 0);
+			if (t.sample_text)
+				printf("# sample (%d bytes after a newline):\n%s\n", t.sample,
+				       t.sample_text);
+		}
+		if (cc.trace_path && trace_write_json(cl, cc.trace_path))
+			fprintf(stderr, "pemu train: cannot write trace '%s'\n", cc.trace_path);
+		if (cc.timeline)
+			trace_timeline(cl, t.json ? stderr : stdout, 100, 1);
+	}
+	emu_cluster_free(cl);
+	data_free(&t.data);
+	free(t.loss);
+	free(t.step_ns);
+	free(t.wall_ns);
+	free(t.sample_text);
+	return rc ? 1 : 0;
+}
