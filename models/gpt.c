@@ -224,24 +224,24 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 
 		layernorm_fwd(k, D(a->ln1), D(a->ln1_mean), D(a->ln1_rstd), x, W(m, l, LP_LN1W),
 			      W(m, l, LP_LN1B), BT, C);
-		linear_fwd(k, D(a->qkv), D(a->ln1), W(m, l, LP_QKVW), W(m, l, LP_QKVB), BT, C,
+		linear_fwd(k, D(a->qkv), D(a->ln1), W(m, l, LP_QKVW), W(m, l, LP_QKVB), 1, BT, C,
 			   3 * C);
 		attention_fwd(k, D(a->atty), D(a->att), D(a->qkv), B, T, NH, 0, NH, C / NH);
-		linear_fwd(k, D(m->tmp), D(a->atty), W(m, l, LP_PROJW), W(m, l, LP_PROJB), BT, C,
+		linear_fwd(k, D(m->tmp), D(a->atty), W(m, l, LP_PROJW), W(m, l, LP_PROJB), 1, BT, C,
 			   C);
 		residual_fwd(k, D(a->res2), x, D(m->tmp), (size_t)BT * C);
 		layernorm_fwd(k, D(a->ln2), D(a->ln2_mean), D(a->ln2_rstd), D(a->res2),
 			      W(m, l, LP_LN2W), W(m, l, LP_LN2B), BT, C);
-		linear_fwd(k, D(a->fch), D(a->ln2), W(m, l, LP_FCW), W(m, l, LP_FCB), BT, C, F);
+		linear_fwd(k, D(a->fch), D(a->ln2), W(m, l, LP_FCW), W(m, l, LP_FCB), 1, BT, C, F);
 		gelu_fwd(k, D(a->fch_gelu), D(a->fch), (size_t)BT * F);
-		linear_fwd(k, D(m->tmp), D(a->fch_gelu), W(m, l, LP_FC2W), W(m, l, LP_FC2B), BT, F,
-			   C);
+		linear_fwd(k, D(m->tmp), D(a->fch_gelu), W(m, l, LP_FC2W), W(m, l, LP_FC2B), 1, BT,
+			   F, C);
 		residual_fwd(k, D(a->res3), D(a->res2), D(m->tmp), (size_t)BT * C);
 		x = D(a->res3);
 	}
 	layernorm_fwd(k, D(m->lnf), D(m->lnf_mean), D(m->lnf_rstd), x, m->p[m->np - 2].w.data,
 		      m->p[m->np - 1].w.data, BT, C);
-	linear_fwd(k, D(m->probs), D(m->lnf), m->p[0].w.data, NULL, BT, C, V); /* tied to wte */
+	linear_fwd(k, D(m->probs), D(m->lnf), m->p[0].w.data, NULL, 0, BT, C, V); /* tied to wte */
 	crossentropy_fwd(k, D(m->losses), D(m->probs), D(m->probs), m->targets, BT, V);
 	if (kctx_math(k)) {
 		double s = 0;
@@ -274,7 +274,7 @@ void gpt_backward(struct gpt *m, float scale)
 	crossentropy_bwd(k, D(m->dlogits), D(m->probs), m->targets, scale / (float)BT, BT, V);
 	zero(&m->dln);
 	linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w.data, BT, C, V);
-	linear_bwd_weight(k, m->p[0].g.data, NULL, D(m->dlogits), D(m->lnf), BT, C, V);
+	linear_bwd_weight(k, m->p[0].g.data, NULL, 0, D(m->dlogits), D(m->lnf), BT, C, V);
 	zero(&m->dres);
 	layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g.data, m->p[m->np - 1].g.data, D(m->dln),
 		      x_last, m->p[m->np - 2].w.data, D(m->lnf_mean), D(m->lnf_rstd), BT, C);
@@ -285,28 +285,28 @@ void gpt_backward(struct gpt *m, float scale)
 		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))) */
 		zero(&m->dfch_gelu);
 		linear_bwd_input(k, D(m->dfch_gelu), D(m->dres), W(m, l, LP_FC2W), BT, F, C);
-		linear_bwd_weight(k, G(m, l, LP_FC2W), G(m, l, LP_FC2B), D(m->dres), D(a->fch_gelu),
-				  BT, F, C);
+		linear_bwd_weight(k, G(m, l, LP_FC2W), G(m, l, LP_FC2B), 1, D(m->dres),
+				  D(a->fch_gelu), BT, F, C);
 		zero(&m->dfch);
 		gelu_bwd(k, D(m->dfch), D(a->fch), D(m->dfch_gelu), (size_t)BT * F);
 		zero(&m->dln);
 		linear_bwd_input(k, D(m->dln), D(m->dfch), W(m, l, LP_FCW), BT, C, F);
-		linear_bwd_weight(k, G(m, l, LP_FCW), G(m, l, LP_FCB), D(m->dfch), D(a->ln2), BT, C,
-				  F);
+		linear_bwd_weight(k, G(m, l, LP_FCW), G(m, l, LP_FCB), 1, D(m->dfch), D(a->ln2), BT,
+				  C, F);
 		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN2W), G(m, l, LP_LN2B), D(m->dln),
 			      D(a->res2), W(m, l, LP_LN2W), D(a->ln2_mean), D(a->ln2_rstd), BT, C);
 		/* res2 = x + proj(attention(qkv(ln1(x)))) */
 		zero(&m->datty);
 		linear_bwd_input(k, D(m->datty), D(m->dres), W(m, l, LP_PROJW), BT, C, C);
-		linear_bwd_weight(k, G(m, l, LP_PROJW), G(m, l, LP_PROJB), D(m->dres), D(a->atty),
-				  BT, C, C);
+		linear_bwd_weight(k, G(m, l, LP_PROJW), G(m, l, LP_PROJB), 1, D(m->dres),
+				  D(a->atty), BT, C, C);
 		zero(&m->dqkv);
 		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(a->att), D(a->qkv),
 			      B, T, NH, 0, NH, C / NH);
 		zero(&m->dln);
 		linear_bwd_input(k, D(m->dln), D(m->dqkv), W(m, l, LP_QKVW), BT, C, 3 * C);
-		linear_bwd_weight(k, G(m, l, LP_QKVW), G(m, l, LP_QKVB), D(m->dqkv), D(a->ln1), BT,
-				  C, 3 * C);
+		linear_bwd_weight(k, G(m, l, LP_QKVW), G(m, l, LP_QKVB), 1, D(m->dqkv), D(a->ln1),
+				  BT, C, 3 * C);
 		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN1W), G(m, l, LP_LN1B), D(m->dln), x,
 			      W(m, l, LP_LN1W), D(a->ln1_mean), D(a->ln1_rstd), BT, C);
 	}

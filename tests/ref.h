@@ -104,6 +104,58 @@ static inline double ref_crossentropy(const double *logits, const int *targets, 
 	return total / M;
 }
 
+/* A whole GPT in double: the parameters as arrays, in models/gpt.h's order (wte, wpe,
+ * then per layer ln1 w b, qkv w b, proj w b, ln2 w b, fc w b, fc2 w b, then lnf w b). */
+struct ref_gpt {
+	int L, C, NH, V, T, F, B;
+	double **p;         /* [2 + 12 L + 2] */
+	const int *tokens;  /* (B, T) */
+	const int *targets; /* (B, T) */
+	double *enc_add;    /* (B, T, C) added to the embeddings, or NULL */
+};
+
+static inline double ref_gpt_loss(const struct ref_gpt *r)
+{
+	int BT = r->B * r->T, C = r->C, F = r->F;
+	double *x = malloc((size_t)BT * C * sizeof *x), *ln = malloc((size_t)BT * C * sizeof *ln);
+	double *qkv = malloc((size_t)BT * 3 * C * sizeof *qkv),
+	       *y = malloc((size_t)BT * C * sizeof *y);
+	double *h = malloc((size_t)BT * F * sizeof *h), *o = malloc((size_t)BT * C * sizeof *o);
+	double *logits = malloc((size_t)BT * r->V * sizeof *logits), loss;
+
+	for (int b = 0; b < r->B; b++)
+		for (int t = 0; t < r->T; t++)
+			for (int c = 0; c < C; c++) {
+				size_t i = ((size_t)b * r->T + t) * C + c;
+
+				x[i] = r->p[0][(size_t)r->tokens[b * r->T + t] * C + c] +
+				       r->p[1][(size_t)t * C + c] +
+				       (r->enc_add ? r->enc_add[i] : 0);
+			}
+	for (int l = 0; l < r->L; l++) {
+		double **w = r->p + 2 + 12 * l;
+
+		ref_layernorm(ln, x, w[0], w[1], BT, C);
+		ref_linear(qkv, ln, w[2], w[3], BT, C, 3 * C);
+		ref_attention(y, qkv, r->B, r->T, r->NH, C / r->NH);
+		ref_linear(o, y, w[4], w[5], BT, C, C);
+		for (size_t i = 0; i < (size_t)BT * C; i++)
+			x[i] += o[i];
+		ref_layernorm(ln, x, w[6], w[7], BT, C);
+		ref_linear(h, ln, w[8], w[9], BT, C, F);
+		for (size_t i = 0; i < (size_t)BT * F; i++)
+			h[i] = ref_gelu1(h[i]);
+		ref_linear(o, h, w[10], w[11], BT, F, C);
+		for (size_t i = 0; i < (size_t)BT * C; i++)
+			x[i] += o[i];
+	}
+	ref_layernorm(ln, x, r->p[2 + 12 * r->L], r->p[3 + 12 * r->L], BT, C);
+	ref_linear(logits, ln, r->p[0], NULL, BT, C, r->V);
+	loss = ref_crossentropy(logits, r->targets, BT, r->V);
+	free(x), free(ln), free(qkv), free(y), free(h), free(o), free(logits);
+	return loss;
+}
+
 /* Norm-wise relative error of DESIGN.md §4: max |a - b| / max |b|. */
 static inline double ref_rel_err(const float *a, const double *b, size_t n)
 {

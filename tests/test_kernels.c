@@ -136,9 +136,9 @@ static void lin_dev(const struct kctx *k, void *ctx)
 {
 	struct lin *l = ctx;
 
-	linear_fwd(k, l->out, l->x, l->w, l->b, LM, LK, LN);
+	linear_fwd(k, l->out, l->x, l->w, l->b, 1, LM, LK, LN);
 	linear_bwd_input(k, l->dx, l->r, l->w, LM, LK, LN);
-	linear_bwd_weight(k, l->dw, l->db, l->r, l->x, LM, LK, LN);
+	linear_bwd_weight(k, l->dw, l->db, 1, l->r, l->x, LM, LK, LN);
 }
 
 static double lin_loss(void *ctx)
@@ -453,7 +453,7 @@ static void flops_dev(const struct kctx *k, void *ctx)
 	int64_t *t = ctx;
 
 	attention_fwd(k, NULL, NULL, NULL, 4, 128, 8, 0, 8, 64);
-	linear_fwd(k, NULL, NULL, NULL, NULL, 512, 1024, 4096);
+	linear_fwd(k, NULL, NULL, NULL, NULL, 0, 512, 1024, 4096);
 	*t = emu_now(k->d);
 }
 
