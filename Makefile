@@ -59,9 +59,10 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpemu.a
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-# The default demo: the collective benchmark on 8 virtual A100s, with a timeline.
+# The default demo: train the small GPT on the built-in arithmetic corpus on one virtual
+# A100, then let it write.
 run: deps $(BUILD)/pemu
-	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 8 -e 64M -f 4 --cluster dgx-a100
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu train --model small --steps 300 --sample 200
 
 test: deps $(BUILD)/pemu $(TESTS)
 	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TESTS)
@@ -77,6 +78,7 @@ tsan:
 bench: deps $(BUILD)/pemu $(BENCHES)
 	@mkdir -p $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/coll $(BUILD)/bench/out
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/train $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 16 --nodes 2 -b 1K -e 256M -f 4 \
 	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_2nodes.csv
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 1K -e 256M -f 4 \

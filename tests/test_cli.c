@@ -63,6 +63,16 @@ static void test_bad_input(void **state)
 		{"coll --dry-run=yes", "takes no value"},
 		{"coll stray", "unexpected argument 'stray'"},
 		{"train-me", "unknown command 'train-me'"},
+		{"train --data /nonexistent/file.txt", "--data /nonexistent/file.txt: cannot open"},
+		{"train --data /dev/null", "(the file is empty)"},
+		{"train --hidden-size 100 --num-attention-heads 3",
+		 "hidden size 100 is not divisible by 3 attention heads"},
+		{"train --model gpt5", "unknown preset 'gpt5'"},
+		{"train --precision fp16", "'fp16' is not fp32 or bf16"},
+		{"train --global-batch-size 5 --micro-batch-size 2",
+		 "not a multiple of --micro-batch-size 2"},
+		{"train --steps 0", "--train-iters: '0' is not a whole number"},
+		{"train --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
 		{"", "usage: pemu"},
 	};
 	char out[8192];
@@ -160,6 +170,47 @@ static void test_coll_overrides(void **state)
 	assert_non_null(strstr(out, "\"time_us\":330.962"));
 }
 
+/* GPT-3 175B on one 80 GB GPU: the OOM report, not a crash; with a 4 TB cap it fits and
+ * memory is printed by category (16 bytes a parameter in bf16: 2 + 2 + 12). */
+static void test_train_gpt3_dry_run(void **state)
+{
+	char out[16384];
+
+	(void)state;
+	assert_int_equal(run("train --model gpt3-175b --dry-run --steps 1", 1, out, sizeof out), 1);
+	assert_non_null(strstr(out, "device 0: out of memory allocating"));
+	assert_non_null(strstr(out, "cap 85899345920 bytes (80.0 GiB)"));
+	assert_int_equal(run("train --model gpt3-175b --dry-run --steps 1 --mem-cap 4TB", 0, out,
+			     sizeof out),
+			 0);
+	assert_non_null(strstr(out, "174604259328 parameters"));
+	assert_non_null(strstr(out, "param 325.2 GiB, grad 325.2 GiB, optim 1.9 TiB, act"));
+}
+
+/* tiny trains from the command line, and --json carries the report's fields. */
+static void test_train_json(void **state)
+{
+	char out[65536];
+	double first, last;
+	const char *p;
+
+	(void)state;
+	assert_int_equal(
+		run("train --model tiny --steps 30 --json --sample 20", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "\"command\":\"train\""));
+	assert_non_null(strstr(out, "\"parameters\":118528"));
+	assert_non_null(strstr(out, "\"time\":{\"step_time_s\":"));
+	assert_non_null(strstr(out, "\"memory\":[{\"device\":0,\"cap\":"));
+	assert_non_null(strstr(out, "\"sample\":\""));
+	p = strstr(out, "\"loss\":");
+	assert_non_null(p);
+	first = atof(p + 7);
+	p = strstr(out, "{\"step\":30,\"loss\":");
+	assert_non_null(p);
+	last = atof(p + 19);
+	assert_true(first > 5.3 && last < first - 0.5);
+}
+
 static void test_coll_oom_is_a_report(void **state)
 {
 	char out[8192];
@@ -179,6 +230,8 @@ int main(void)
 		cmocka_unit_test(test_coll_json),
 		cmocka_unit_test(test_coll_overrides),
 		cmocka_unit_test(test_coll_oom_is_a_report),
+		cmocka_unit_test(test_train_gpt3_dry_run),
+		cmocka_unit_test(test_train_json),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
