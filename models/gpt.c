@@ -12,16 +12,46 @@
 #include "rng.h"
 #include "util.h"
 
-static const char *const lp_names[LP_N] = {"ln1.weight",  "ln1.bias",  "qkv.weight", "qkv.bias",
-					   "proj.weight", "proj.bias", "ln2.weight", "ln2.bias",
-					   "fc.weight",   "fc.bias",   "fc2.weight", "fc2.bias"};
+static const char *const lp_names[LP_N] = {"ln1.weight",   "ln1.bias",  "qkv.weight", "qkv.bias",
+					   "proj.weight",  "proj.bias", "ln2.weight", "ln2.bias",
+					   "fc.weight",    "fc.bias",   "fc2.weight", "fc2.bias",
+					   "router.weight"};
+
+int gpt_layer_is_moe(const struct gpt_config *c, int l)
+{
+	return c->num_experts > 0 && (l + 1) % c->moe_every == 0;
+}
+
+/* Elements of parameter w of layer l. */
+static size_t layer_param_n(const struct gpt_config *c, int l, enum gpt_lp w)
+{
+	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
+	size_t e = gpt_layer_is_moe(c, l) ? (size_t)c->num_experts : 1;
+	size_t n[LP_N] = {h,
+			  h,
+			  3 * h * h,
+			  3 * h,
+			  h * h,
+			  h,
+			  h,
+			  h,
+			  e * f * h,
+			  e * f,
+			  e * h * f,
+			  e * h,
+			  gpt_layer_is_moe(c, l) ? e * h : 0};
+
+	return n[w];
+}
 
 size_t gpt_num_params(const struct gpt_config *c)
 {
-	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
-	size_t layer = 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + f * h + f + h * f + h;
+	size_t n = ((size_t)c->vocab + (size_t)c->seq_len + 2) * (size_t)c->hidden;
 
-	return (size_t)c->num_layers * layer + ((size_t)c->vocab + (size_t)c->seq_len) * h + 2 * h;
+	for (int l = 0; l < c->num_layers; l++)
+		for (int w = 0; w < LP_N; w++)
+			n += layer_param_n(c, l, (enum gpt_lp)w);
+	return n;
 }
 
 int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
@@ -37,6 +67,23 @@ int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
 	if (c->hidden % c->heads) {
 		snprintf(err, n, "hidden size %d is not divisible by %d attention heads", c->hidden,
 			 c->heads);
+		return -1;
+	}
+	if (c->num_experts < 0 ||
+	    (c->num_experts > 0 && (c->moe_every < 1 || c->capacity_factor <= 0))) {
+		snprintf(err, n,
+			 "a MoE model needs experts >= 1, --moe-every >= 1 and a positive "
+			 "capacity factor");
+		return -1;
+	}
+	if (c->num_experts > 0 && (c->moe_top_k < 1 || c->moe_top_k > 2)) {
+		snprintf(err, n, "--moe-top-k %d: the router picks 1 or 2 experts a token",
+			 c->moe_top_k);
+		return -1;
+	}
+	if (c->num_experts > 0 && c->moe_top_k > c->num_experts) {
+		snprintf(err, n, "--moe-top-k %d is larger than the %d experts", c->moe_top_k,
+			 c->num_experts);
 		return -1;
 	}
 	return 0;
@@ -61,7 +108,7 @@ static void init_param(struct gpt_param *p, int index, uint64_t seed, double std
 static int alloc_params(struct gpt *m, uint64_t seed)
 {
 	const struct gpt_config *c = &m->cfg;
-	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
+	size_t h = (size_t)c->hidden;
 	double std = 0.02, resid_std = 0.02 / sqrt(2.0 * c->num_layers);
 	int rc;
 
@@ -69,7 +116,6 @@ static int alloc_params(struct gpt *m, uint64_t seed)
 	m->p = emu_xcalloc((size_t)m->np, sizeof *m->p);
 	for (int i = 0; i < m->np; i++) {
 		struct gpt_param *p = &m->p[i];
-		size_t sizes[LP_N] = {h, h, 3 * h * h, 3 * h, h * h, h, h, h, f * h, f, h * f, h};
 		int l = (i - 2) / LP_N, w = (i - 2) % LP_N, is_layer = i >= 2 && i < m->np - 2;
 		char gname[48];
 
@@ -85,10 +131,10 @@ static int alloc_params(struct gpt *m, uint64_t seed)
 			p->n = h;
 		} else {
 			snprintf(p->name, sizeof p->name, "layers.%d.%s", l, lp_names[w]);
-			p->n = sizes[w];
+			p->n = layer_param_n(c, l, (enum gpt_lp)w);
 		}
 		p->decay = i < 2 || (is_layer && (w == LP_QKVW || w == LP_PROJW || w == LP_FCW ||
-						  w == LP_FC2W));
+						  w == LP_FC2W || w == LP_ROUTER));
 		snprintf(gname, sizeof gname, "%s.grad", p->name);
 		if ((rc = tensor_alloc(&m->k, &p->w, MEM_PARAM, p->n, p->name)) ||
 		    (rc = tensor_alloc(&m->k, &p->g, MEM_GRAD, p->n, gname)) ||
@@ -98,7 +144,7 @@ static int alloc_params(struct gpt *m, uint64_t seed)
 			init_param(p, i, seed, 0.01, 0);
 		else if (!is_layer && i >= 2)
 			init_param(p, i, seed, 0, i == m->np - 2 ? 1.0f : 0.0f);
-		else if (i == 0 || w == LP_QKVW || w == LP_FCW)
+		else if (i == 0 || w == LP_QKVW || w == LP_FCW || w == LP_ROUTER)
 			init_param(p, i, seed, std, 0);
 		else if (w == LP_PROJW || w == LP_FC2W)
 			init_param(p, i, seed, resid_std, 0);
@@ -135,8 +181,13 @@ static int alloc_acts(struct gpt *m)
 		A(&a->ln2, MEM_ACT, bt * h, "ln2");
 		A(&a->ln2_mean, MEM_ACT, bt, "ln2.mean");
 		A(&a->ln2_rstd, MEM_ACT, bt, "ln2.rstd");
-		A(&a->fch, MEM_ACT, bt * f, "fc");
-		A(&a->fch_gelu, MEM_ACT, bt * f, "fc.gelu");
+		if (gpt_layer_is_moe(&m->cfg, l)) {
+			if (!rc)
+				rc = moe_acts_alloc(k, &a->moe, &m->moe);
+		} else {
+			A(&a->fch, MEM_ACT, bt * f, "fc");
+			A(&a->fch_gelu, MEM_ACT, bt * f, "fc.gelu");
+		}
 		A(&a->res3, MEM_ACT, bt * h, "residual 3");
 	}
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
@@ -154,6 +205,8 @@ static int alloc_acts(struct gpt *m)
 	A(&m->dlogits, MEM_WORK, bt * v, "d logits");
 	A(&m->att_scratch, MEM_WORK, (size_t)m->T * m->T, "attention scratch");
 #undef A
+	if (!rc && m->cfg.num_experts > 0)
+		rc = moe_scratch_alloc(k, &m->moe_scratch, &m->moe);
 	return rc;
 }
 
@@ -168,6 +221,15 @@ int gpt_init(struct gpt *m, const struct kctx *k, const struct gpt_config *cfg, 
 	m->B = B;
 	m->T = cfg->seq_len;
 	m->tokens = emu_xcalloc((size_t)B * m->T, sizeof *m->tokens);
+	if (cfg->num_experts > 0)
+		m->moe = (struct moe_shape){
+			B * m->T,
+			cfg->hidden,
+			cfg->ffn,
+			cfg->num_experts,
+			cfg->moe_top_k,
+			moe_capacity(cfg->capacity_factor, B * m->T, cfg->moe_top_k, cfg->num_experts),
+			cfg->aux_coeff};
 	m->targets = emu_xcalloc((size_t)B * m->T, sizeof *m->targets);
 	if ((rc = alloc_params(m, seed)))
 		return rc;
@@ -184,6 +246,8 @@ void gpt_free(struct gpt *m)
 		tensor_free(&m->k, &m->p[i].opt);
 	}
 	free(m->p);
+	for (int l = 0; m->la && l < m->cfg.num_layers; l++)
+		moe_acts_free(&m->la[l].moe);
 	free(m->la);
 	free(m->tokens);
 	free(m->targets);
@@ -217,6 +281,7 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 		memcpy(m->tokens, tokens, (size_t)BT * sizeof *tokens);
 		memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
 	}
+	m->aux_loss = 0;
 	embedding_fwd(k, D(m->enc), m->tokens, m->p[0].w.data, m->p[1].w.data, B, T, C, 0);
 	x = D(m->enc);
 	for (int l = 0; l < L; l++) {
@@ -232,10 +297,17 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 		residual_fwd(k, D(a->res2), x, D(m->tmp), (size_t)BT * C);
 		layernorm_fwd(k, D(a->ln2), D(a->ln2_mean), D(a->ln2_rstd), D(a->res2),
 			      W(m, l, LP_LN2W), W(m, l, LP_LN2B), BT, C);
-		linear_fwd(k, D(a->fch), D(a->ln2), W(m, l, LP_FCW), W(m, l, LP_FCB), 1, BT, C, F);
-		gelu_fwd(k, D(a->fch_gelu), D(a->fch), (size_t)BT * F);
-		linear_fwd(k, D(m->tmp), D(a->fch_gelu), W(m, l, LP_FC2W), W(m, l, LP_FC2B), 1, BT,
-			   F, C);
+		if (gpt_layer_is_moe(&m->cfg, l)) {
+			m->aux_loss += moe_fwd(k, &m->moe, &a->moe, D(m->tmp), D(a->ln2),
+					       W(m, l, LP_ROUTER), W(m, l, LP_FCW), W(m, l, LP_FCB),
+					       W(m, l, LP_FC2W), W(m, l, LP_FC2B));
+		} else {
+			linear_fwd(k, D(a->fch), D(a->ln2), W(m, l, LP_FCW), W(m, l, LP_FCB), 1, BT,
+				   C, F);
+			gelu_fwd(k, D(a->fch_gelu), D(a->fch), (size_t)BT * F);
+			linear_fwd(k, D(m->tmp), D(a->fch_gelu), W(m, l, LP_FC2W), W(m, l, LP_FC2B),
+				   1, BT, F, C);
+		}
 		residual_fwd(k, D(a->res3), D(a->res2), D(m->tmp), (size_t)BT * C);
 		x = D(a->res3);
 	}
@@ -248,7 +320,7 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 
 		for (int i = 0; i < BT; i++)
 			s += m->losses.data[i];
-		loss = (float)(s / BT);
+		loss = (float)(s / BT) + m->aux_loss;
 	}
 	return loss;
 }
@@ -282,7 +354,15 @@ void gpt_backward(struct gpt *m, float scale)
 		struct gpt_layer_acts *a = &m->la[l];
 		const float *x = l ? D(m->la[l - 1].res3) : D(m->enc);
 
-		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))) */
+		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))), or res2 + moe(ln2(res2)) */
+		if (gpt_layer_is_moe(&m->cfg, l)) {
+			zero(&m->dln);
+			moe_bwd(k, &m->moe, &a->moe, &m->moe_scratch, D(m->dln), D(m->dres), scale,
+				D(a->ln2), W(m, l, LP_ROUTER), W(m, l, LP_FCW), W(m, l, LP_FC2W),
+				G(m, l, LP_ROUTER), G(m, l, LP_FCW), G(m, l, LP_FCB),
+				G(m, l, LP_FC2W), G(m, l, LP_FC2B));
+			goto ln2_bwd;
+		}
 		zero(&m->dfch_gelu);
 		linear_bwd_input(k, D(m->dfch_gelu), D(m->dres), W(m, l, LP_FC2W), BT, F, C);
 		linear_bwd_weight(k, G(m, l, LP_FC2W), G(m, l, LP_FC2B), 1, D(m->dres),
@@ -293,6 +373,7 @@ void gpt_backward(struct gpt *m, float scale)
 		linear_bwd_input(k, D(m->dln), D(m->dfch), W(m, l, LP_FCW), BT, C, F);
 		linear_bwd_weight(k, G(m, l, LP_FCW), G(m, l, LP_FCB), 1, D(m->dfch), D(a->ln2), BT,
 				  C, F);
+	ln2_bwd:
 		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN2W), G(m, l, LP_LN2B), D(m->dln),
 			      D(a->res2), W(m, l, LP_LN2W), D(a->ln2_mean), D(a->ln2_rstd), BT, C);
 		/* res2 = x + proj(attention(qkv(ln1(x)))) */
@@ -319,13 +400,15 @@ double gpt_update(struct gpt *m, const struct optim_cfg *o, int t)
 	float scale = 1.0f, lr = optim_lr(o, t - 1);
 
 	for (int i = 0; i < m->np; i++)
-		sq += optim_sq_norm(&m->k, m->p[i].g.data, m->p[i].n);
+		if (m->p[i].n) /* the router of a dense layer is empty */
+			sq += optim_sq_norm(&m->k, m->p[i].g.data, m->p[i].n);
 	norm = sqrt(sq);
 	if (o->clip > 0 && norm > o->clip)
 		scale = (float)(o->clip / norm);
 	for (int i = 0; i < m->np; i++)
-		optim_adamw(&m->k, o, m->p[i].w.data, m->p[i].g.data, m->p[i].opt.data, m->p[i].n,
-			    lr, scale, m->p[i].decay, t);
+		if (m->p[i].n)
+			optim_adamw(&m->k, o, m->p[i].w.data, m->p[i].g.data, m->p[i].opt.data,
+				    m->p[i].n, lr, scale, m->p[i].decay, t);
 	return norm;
 }
 

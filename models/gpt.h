@@ -17,34 +17,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moe.h"
 #include "optim.h"
 #include "tensor.h"
 
 struct gpt_config {
-	int num_layers; /* L */
-	int hidden;     /* h (C) */
-	int heads;      /* a; h % a == 0 */
-	int vocab;      /* V */
-	int seq_len;    /* s: the sequence trained on, and the rows of the position table */
-	int ffn;        /* MLP width, 4h by default */
+	int num_layers;        /* L */
+	int hidden;            /* h (C) */
+	int heads;             /* a; h % a == 0 */
+	int vocab;             /* V */
+	int seq_len;           /* s: the sequence trained on, and the rows of the position table */
+	int ffn;               /* MLP width, 4h by default (each expert's, in MoE layers) */
+	int num_experts;       /* E; 0: a dense model */
+	int moe_top_k;         /* choices per token, 1 or 2 */
+	int moe_every;         /* layers l with (l + 1) % moe_every == 0 are MoE */
+	float capacity_factor; /* slots per expert = floor(cf * tokens * k / E) */
+	float aux_coeff;       /* weight of the load-balancing loss */
 };
 
 /* A layer's parameters, in this order; gpt_param(m, l, i) finds one. */
 enum gpt_lp {
-	LP_LN1W,
-	LP_LN1B, /* (h), (h) */
-	LP_QKVW,
-	LP_QKVB, /* (3h, h): rows q of every head, then k, then v; (3h) */
-	LP_PROJW,
-	LP_PROJB, /* (h, h), (h) */
-	LP_LN2W,
-	LP_LN2B, /* (h), (h) */
-	LP_FCW,
-	LP_FCB, /* (ffn, h), (ffn) */
-	LP_FC2W,
-	LP_FC2B, /* (h, ffn), (h) */
+	LP_LN1W,   /* (h) */
+	LP_LN1B,   /* (h) */
+	LP_QKVW,   /* (3h, h): rows q of every head, then k, then v */
+	LP_QKVB,   /* (3h) */
+	LP_PROJW,  /* (h, h) */
+	LP_PROJB,  /* (h) */
+	LP_LN2W,   /* (h) */
+	LP_LN2B,   /* (h) */
+	LP_FCW,    /* (ffn, h) */
+	LP_FCB,    /* (ffn) */
+	LP_FC2W,   /* (h, ffn) */
+	LP_FC2B,   /* (h) */
+	LP_ROUTER, /* (E, h) in a MoE layer, empty in a dense one */
 	LP_N
 };
+/* In a MoE layer the MLP's four tensors hold every expert: fc.weight (E, ffn, h), fc.bias
+ * (E, ffn), fc2.weight (E, h, ffn), fc2.bias (E, h). */
 
 struct gpt_param {
 	char name[40];     /* "layers.3.qkv.weight" */
@@ -63,7 +72,8 @@ struct gpt_layer_acts {
 	struct tensor atty;                    /* (B, T, h): attention output */
 	struct tensor res2;                    /* (B, T, h): x + attention branch */
 	struct tensor ln2, ln2_mean, ln2_rstd; /* (B, T, h), (B, T), (B, T) */
-	struct tensor fch, fch_gelu;           /* (B, T, ffn) before and after GeLU */
+	struct tensor fch, fch_gelu;           /* (B, T, ffn) before and after GeLU (dense) */
+	struct moe_acts moe;                   /* the MoE block's (MoE layers) */
 	struct tensor res3;                    /* (B, T, h): the block's output */
 };
 
@@ -80,11 +90,18 @@ struct gpt {
 	struct tensor losses;                  /* (B, T) */
 	/* Backward scratch (work): gradients of activations, reused layer by layer. */
 	struct tensor dres, dln, tmp, dqkv, datty, dfch, dfch_gelu, dlogits, att_scratch;
-	int *tokens, *targets; /* (B, T) host copies of the last batch */
+	struct moe_scratch moe_scratch; /* if any layer is MoE */
+	struct moe_shape moe;           /* the MoE blocks' shape */
+	float aux_loss;                 /* the load-balancing losses of the last forward */
+	int *tokens, *targets;          /* (B, T) host copies of the last batch */
 };
 
-/* The parameter count of cfg: 12 L h^2 + 13 L h + (V + s) h + 2 h (the last is the final
- * LayerNorm, which Megatron's formula leaves out; see tests/test_gpt.c). */
+/* 1 if layer l of cfg is a MoE layer. */
+int gpt_layer_is_moe(const struct gpt_config *cfg, int l);
+
+/* The parameter count of cfg: for a dense model 12 L h^2 + 13 L h + (V + s) h + 2 h (the
+ * last is the final LayerNorm, which Megatron's formula leaves out; see
+ * tests/test_gpt.c); a MoE layer has E experts' MLPs and a router instead of one MLP. */
 size_t gpt_num_params(const struct gpt_config *cfg);
 
 /* Why cfg is not a model, as one line, or 0. */
@@ -99,7 +116,8 @@ void gpt_free(struct gpt *m);
 
 struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
 
-/* Forward on tokens and targets (B, T); returns the mean loss (0 in dry-run). */
+/* Forward on tokens and targets (B, T); returns the mean cross-entropy plus the MoE
+ * layers' load-balancing losses (0 in dry-run). */
 float gpt_forward(struct gpt *m, const int *tokens, const int *targets);
 void gpt_zero_grad(struct gpt *m);
 /* Backward of the last forward, adding scale * d(mean loss) to the gradients. */

@@ -2,21 +2,32 @@
 
 #include <string.h>
 
-/* {layers, hidden, heads, vocab, seq_len, ffn} */
+#define DENSE(L, h, a, V, s, f)                                                                    \
+	{                                                                                          \
+		L, h, a, V, s, f, 0, 0, 0, 0.0f, 0.0f                                              \
+	}
+/* E experts, top-k, every Nth layer; capacity factor 1.25 and aux coefficient 0.01 (the
+ * Switch Transformer's defaults). */
+#define MOE(L, h, a, V, s, f, E, k, every)                                                         \
+	{                                                                                          \
+		L, h, a, V, s, f, E, k, every, 1.25f, 0.01f                                        \
+	}
+
+/* layers, hidden, heads, vocab, seq_len, ffn [, experts, top-k, every] */
 const struct model_preset model_presets[] = {
-	{"tiny", {2, 64, 4, 256, 32, 256}, 4, "2 layers, hidden 64: for tests"},
-	{"small",
-	 {4, 128, 4, 256, 64, 512},
-	 16,
+	{"tiny", DENSE(2, 64, 4, 256, 32, 256), 4, "2 layers, hidden 64: for tests"},
+	{"small", DENSE(4, 128, 4, 256, 64, 512), 16,
 	 "4 layers, hidden 128: the demo, learns in minutes"},
-	{"gpt2-124m", {12, 768, 12, 50257, 1024, 3072}, 4, "GPT-2 small"},
-	{"gpt2-1.5b", {48, 1600, 25, 50257, 1024, 6400}, 1, "GPT-2 XL"},
-	{"llama-7b-shape",
-	 {32, 4096, 32, 32000, 4096, 16384},
-	 1,
+	{"moe-tiny", MOE(2, 64, 4, 256, 32, 256, 4, 2, 2), 4,
+	 "tiny with 4 experts, top-2, in layer 2"},
+	{"moe-small", MOE(4, 128, 4, 256, 64, 512, 8, 2, 2), 16,
+	 "small with 8 experts, top-2, every 2nd layer"},
+	{"gpt2-124m", DENSE(12, 768, 12, 50257, 1024, 3072), 4, "GPT-2 small"},
+	{"gpt2-1.5b", DENSE(48, 1600, 25, 50257, 1024, 6400), 1, "GPT-2 XL"},
+	{"llama-7b-shape", DENSE(32, 4096, 32, 32000, 4096, 16384), 1,
 	 "7B sizes with GPT math, for dry-run"},
-	{"gpt3-175b", {96, 12288, 96, 50257, 2048, 49152}, 1, "GPT-3 175B, for dry-run"},
-	{NULL, {0, 0, 0, 0, 0, 0}, 0, NULL},
+	{"gpt3-175b", DENSE(96, 12288, 96, 50257, 2048, 49152), 1, "GPT-3 175B, for dry-run"},
+	{NULL, DENSE(0, 0, 0, 0, 0, 0), 0, NULL},
 };
 
 const struct model_preset *model_preset(const char *name)

@@ -41,7 +41,12 @@ enum {
 	O_LOG,
 	O_HELP,
 	O_BETA1,
-	O_BETA2
+	O_BETA2,
+	O_EXPERTS,
+	O_TOPK,
+	O_MOE_EVERY,
+	O_CAPACITY,
+	O_AUX,
 };
 
 static const struct cli_opt train_opts[] = {
@@ -53,6 +58,14 @@ static const struct cli_opt train_opts[] = {
 	{"seq-length", 0, 1, O_SEQ, "N", "sequence length"},
 	{"ffn-hidden-size", 0, 1, O_FFN, "N", "MLP width (default 4h)"},
 	{"vocab-size", 0, 1, O_VOCAB, "N", "vocabulary (the data is bytes: at least 256 to train)"},
+	{"num-experts", 0, 1, O_EXPERTS, "N", "experts in each MoE layer (0: dense)"},
+	{"moe-top-k", 0, 1, O_TOPK, "K", "experts a token is sent to, 1 or 2 (default 2)"},
+	{"moe-router-topk", 0, 1, O_TOPK, "K", "the same as --moe-top-k (Megatron's name)"},
+	{"moe-every", 0, 1, O_MOE_EVERY, "N", "every Nth layer is MoE (default 2)"},
+	{"moe-expert-capacity-factor", 0, 1, O_CAPACITY, "X",
+	 "slots per expert = X * tokens * k / experts (default 1.25)"},
+	{"moe-aux-loss-coeff", 0, 1, O_AUX, "X",
+	 "weight of the load-balancing loss (default 0.01)"},
 	{"micro-batch-size", 0, 1, O_MBS, "N", "sequences per forward pass"},
 	{"global-batch-size", 0, 1, O_GBS, "N",
 	 "sequences per step (a multiple of the micro-batch)"},
@@ -151,9 +164,15 @@ static int train_device(struct emu_dev *d, void *arg)
 		if (!t->json && (s == 0 || s == t->steps - 1 || (s + 1) % t->log_every == 0)) {
 			double peak = emu_dev_topo(d)->gpu.peak_flops;
 
-			printf("step %5d/%d | loss %7.4f | lr %.2e | %9.3f ms/step virtual | MFU "
+			char lbuf[16];
+
+			if (emu_dev_dry_run(d))
+				snprintf(lbuf, sizeof lbuf, "    n/a");
+			else
+				snprintf(lbuf, sizeof lbuf, "%7.4f", loss);
+			printf("step %5d/%d | loss %s | lr %.2e | %9.3f ms/step virtual | MFU "
 			       "%5.1f%% | %8.1f ms wall\n",
-			       s + 1, t->steps, loss, (double)optim_lr(&t->opt, s),
+			       s + 1, t->steps, lbuf, (double)optim_lr(&t->opt, s),
 			       (double)t->step_ns[s] / 1e6,
 			       100 * model_flops(&t->cfg, t->gbs) /
 				       ((double)t->step_ns[s] / 1e9 * peak),
@@ -206,7 +225,7 @@ int cmd_train(int argc, char **argv)
 			.i = 1,
 			.opts = {train_opts, cli_cluster_opts, NULL}};
 	const char *model = "small", *data_path = NULL, *prec = NULL, *v;
-	const char *ov[O_FFN + 1] = {0};
+	const char *ov[O_AUX + 1] = {0};
 	struct train t = {0};
 	struct cli_cluster cc;
 	struct emu_cluster *cl;
@@ -231,6 +250,11 @@ int cmd_train(int argc, char **argv)
 		case O_HEADS:
 		case O_SEQ:
 		case O_FFN:
+		case O_EXPERTS:
+		case O_TOPK:
+		case O_MOE_EVERY:
+		case O_CAPACITY:
+		case O_AUX:
 			ov[id] = v;
 			break;
 		case O_VOCAB:
@@ -319,6 +343,24 @@ int cmd_train(int argc, char **argv)
 		t.cfg.seq_len = (int)cli_int(&c, "--seq-length", ov[O_SEQ], 1, 1 << 22);
 	if (ov[O_FFN])
 		t.cfg.ffn = (int)cli_int(&c, "--ffn-hidden-size", ov[O_FFN], 1, 1 << 24);
+	if (ov[O_EXPERTS]) {
+		t.cfg.num_experts = (int)cli_int(&c, "--num-experts", ov[O_EXPERTS], 0, 1 << 16);
+		if (!t.cfg.moe_top_k) { /* a dense preset made MoE: the MoE presets' defaults */
+			t.cfg.moe_top_k = 2;
+			t.cfg.moe_every = 2;
+			t.cfg.capacity_factor = 1.25f;
+			t.cfg.aux_coeff = 0.01f;
+		}
+	}
+	if (ov[O_TOPK])
+		t.cfg.moe_top_k = (int)cli_int(&c, "--moe-top-k", ov[O_TOPK], 1, 1 << 16);
+	if (ov[O_MOE_EVERY])
+		t.cfg.moe_every = (int)cli_int(&c, "--moe-every", ov[O_MOE_EVERY], 1, 1 << 16);
+	if (ov[O_CAPACITY])
+		t.cfg.capacity_factor = (float)cli_double(&c, "--moe-expert-capacity-factor",
+							  ov[O_CAPACITY], 1e-3, 1e6);
+	if (ov[O_AUX])
+		t.cfg.aux_coeff = (float)cli_double(&c, "--moe-aux-loss-coeff", ov[O_AUX], 0, 1e6);
 	if (gpt_config_check(&t.cfg, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	if (!t.mbs)
@@ -369,6 +411,12 @@ int cmd_train(int argc, char **argv)
 		       "seq %d, vocab %d\n",
 		       t.model_name, t.nparams, (double)t.nparams / 1e9, t.cfg.num_layers,
 		       t.cfg.hidden, t.cfg.heads, t.cfg.seq_len, t.cfg.vocab);
+		if (t.cfg.num_experts)
+			printf("# MoE: %d experts, top-%d, in every layer l with (l + 1) %% %d == "
+			       "0, "
+			       "capacity factor %g, aux loss coefficient %g\n",
+			       t.cfg.num_experts, t.cfg.moe_top_k, t.cfg.moe_every,
+			       (double)t.cfg.capacity_factor, (double)t.cfg.aux_coeff);
 		units_fmt_bytes(pb, sizeof pb,
 				cc.cfg.mem_cap ? cc.cfg.mem_cap : cc.cfg.topo.gpu.hbm_bytes);
 		printf("# one %s (%.0f TFLOP/s, %s), %s, %s accounting; micro-batch %d, global "

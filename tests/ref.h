@@ -104,11 +104,93 @@ static inline double ref_crossentropy(const double *logits, const int *targets, 
 	return total / M;
 }
 
+/* The MoE block of models/moe.h in double, written from its description: router softmax,
+ * top-k (ties to the lower index), capacity floor(cf * M * k / E) (at least 1) given out
+ * to first choices in token order then second choices, experts on their tokens, output
+ * the sum of probability * expert output over kept choices. w holds the layer's tensors
+ * (8: fc.weight (E, F, C), 9: fc.bias, 10: fc2.weight (E, C, F), 11: fc2.bias, 12: router
+ * (E, C)). Returns the aux loss coeff * E * sum_e f_e P_e. */
+static inline double ref_moe(double *out, const double *x, double *const *w, int M, int C, int F,
+			     int E, int K, double cf, double coeff)
+{
+	double *p = malloc((size_t)M * E * sizeof *p), *hid = malloc((size_t)F * sizeof *hid);
+	int *choice = malloc((size_t)M * K * sizeof *choice),
+	    *fill = calloc((size_t)E, sizeof *fill);
+	int cap = (int)floor(cf * M * K / E);
+	double aux = 0;
+
+	cap = cap < 1 ? 1 : cap;
+	for (int t = 0; t < M; t++) {
+		double mx = -INFINITY, sum = 0;
+
+		for (int e = 0; e < E; e++) {
+			double s = 0;
+
+			for (int c = 0; c < C; c++)
+				s += x[(size_t)t * C + c] * w[12][(size_t)e * C + c];
+			p[t * E + e] = s;
+			mx = s > mx ? s : mx;
+		}
+		for (int e = 0; e < E; e++)
+			sum += exp(p[t * E + e] - mx);
+		for (int e = 0; e < E; e++)
+			p[t * E + e] = exp(p[t * E + e] - mx) / sum;
+		for (int j = 0; j < K; j++) {
+			int best = -1;
+
+			for (int e = 0; e < E; e++)
+				if (!(j == 1 && choice[t * K] == e) &&
+				    (best < 0 || p[t * E + e] > p[t * E + best]))
+					best = e;
+			choice[t * K + j] = best;
+		}
+	}
+	for (size_t i = 0; i < (size_t)M * C; i++)
+		out[i] = 0;
+	for (int j = 0; j < K; j++)
+		for (int t = 0; t < M; t++) {
+			int e = choice[t * K + j];
+
+			if (fill[e] == cap)
+				continue;
+			fill[e]++;
+			for (int f = 0; f < F; f++) {
+				double s = w[9][(size_t)e * F + f];
+
+				for (int c = 0; c < C; c++)
+					s += x[(size_t)t * C + c] *
+					     w[8][((size_t)e * F + f) * C + c];
+				hid[f] = ref_gelu1(s);
+			}
+			for (int c = 0; c < C; c++) {
+				double s = w[11][(size_t)e * C + c];
+
+				for (int f = 0; f < F; f++)
+					s += hid[f] * w[10][((size_t)e * C + c) * F + f];
+				out[(size_t)t * C + c] += p[t * E + e] * s;
+			}
+		}
+	for (int e = 0; e < E; e++) {
+		double f = 0, pe = 0;
+
+		for (int i = 0; i < M * K; i++)
+			f += choice[i] == e;
+		for (int t = 0; t < M; t++)
+			pe += p[t * E + e];
+		aux += f / ((double)M * K) * pe / M;
+	}
+	free(p), free(hid), free(choice), free(fill);
+	return coeff * E * aux;
+}
+
 /* A whole GPT in double: the parameters as arrays, in models/gpt.h's order (wte, wpe,
- * then per layer ln1 w b, qkv w b, proj w b, ln2 w b, fc w b, fc2 w b, then lnf w b). */
+ * then per layer ln1 w b, qkv w b, proj w b, ln2 w b, fc w b, fc2 w b, router, then lnf
+ * w b). A layer is MoE when E > 0 and (l + 1) % every == 0. */
 struct ref_gpt {
 	int L, C, NH, V, T, F, B;
-	double **p;         /* [2 + 12 L + 2] */
+	int E, K, every;    /* experts (0: dense), top-k, MoE every Nth layer */
+	double cf, aux;     /* capacity factor, aux loss coefficient */
+	double **p;         /* [2 + 13 L + 2] */
 	const int *tokens;  /* (B, T) */
 	const int *targets; /* (B, T) */
 	double *enc_add;    /* (B, T, C) added to the embeddings, or NULL */
@@ -121,7 +203,7 @@ static inline double ref_gpt_loss(const struct ref_gpt *r)
 	double *qkv = malloc((size_t)BT * 3 * C * sizeof *qkv),
 	       *y = malloc((size_t)BT * C * sizeof *y);
 	double *h = malloc((size_t)BT * F * sizeof *h), *o = malloc((size_t)BT * C * sizeof *o);
-	double *logits = malloc((size_t)BT * r->V * sizeof *logits), loss;
+	double *logits = malloc((size_t)BT * r->V * sizeof *logits), loss, aux = 0;
 
 	for (int b = 0; b < r->B; b++)
 		for (int t = 0; t < r->T; t++)
@@ -133,7 +215,7 @@ static inline double ref_gpt_loss(const struct ref_gpt *r)
 				       (r->enc_add ? r->enc_add[i] : 0);
 			}
 	for (int l = 0; l < r->L; l++) {
-		double **w = r->p + 2 + 12 * l;
+		double **w = r->p + 2 + 13 * l;
 
 		ref_layernorm(ln, x, w[0], w[1], BT, C);
 		ref_linear(qkv, ln, w[2], w[3], BT, C, 3 * C);
@@ -142,16 +224,20 @@ static inline double ref_gpt_loss(const struct ref_gpt *r)
 		for (size_t i = 0; i < (size_t)BT * C; i++)
 			x[i] += o[i];
 		ref_layernorm(ln, x, w[6], w[7], BT, C);
-		ref_linear(h, ln, w[8], w[9], BT, C, F);
-		for (size_t i = 0; i < (size_t)BT * F; i++)
-			h[i] = ref_gelu1(h[i]);
-		ref_linear(o, h, w[10], w[11], BT, F, C);
+		if (r->E > 0 && (l + 1) % r->every == 0) {
+			aux += ref_moe(o, ln, w, BT, C, F, r->E, r->K, r->cf, r->aux);
+		} else {
+			ref_linear(h, ln, w[8], w[9], BT, C, F);
+			for (size_t i = 0; i < (size_t)BT * F; i++)
+				h[i] = ref_gelu1(h[i]);
+			ref_linear(o, h, w[10], w[11], BT, F, C);
+		}
 		for (size_t i = 0; i < (size_t)BT * C; i++)
 			x[i] += o[i];
 	}
-	ref_layernorm(ln, x, r->p[2 + 12 * r->L], r->p[3 + 12 * r->L], BT, C);
+	ref_layernorm(ln, x, r->p[2 + 13 * r->L], r->p[3 + 13 * r->L], BT, C);
 	ref_linear(logits, ln, r->p[0], NULL, BT, C, r->V);
-	loss = ref_crossentropy(logits, r->targets, BT, r->V);
+	loss = ref_crossentropy(logits, r->targets, BT, r->V) + aux;
 	free(x), free(ln), free(qkv), free(y), free(h), free(o), free(logits);
 	return loss;
 }

@@ -72,6 +72,10 @@ static void test_bad_input(void **state)
 		{"train --global-batch-size 5 --micro-batch-size 2",
 		 "not a multiple of --micro-batch-size 2"},
 		{"train --steps 0", "--train-iters: '0' is not a whole number"},
+		{"train --model moe-tiny --num-experts 2 --moe-top-k 3",
+		 "--moe-top-k 3: the router picks 1 or 2"},
+		{"train --num-experts 1 --moe-top-k 2",
+		 "--moe-top-k 2 is larger than the 1 experts"},
 		{"train --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
 		{"", "usage: pemu"},
 	};

@@ -170,10 +170,10 @@ static double check_entries(struct ref_gpt *r, double *x, const float *grad, con
 	return ref_rel_err(an, num, (size_t)cnt);
 }
 
-static void test_tiny_gradients(void **state)
+static void check_model_gradients(const char *preset, uint64_t seed)
 {
-	struct job j = {.cfg = model_preset("tiny")->cfg, .B = 1, .steps = 1, .seed = 7};
-	struct job w = {.cfg = model_preset("tiny")->cfg, .B = 1, .steps = 0, .seed = 7};
+	struct job j = {.cfg = model_preset(preset)->cfg, .B = 1, .steps = 1, .seed = seed};
+	struct job w = {.cfg = model_preset(preset)->cfg, .B = 1, .steps = 0, .seed = seed};
 	int tok[32], tgt[32], C = j.cfg.hidden, BT = j.cfg.seq_len;
 	double worst = 0, ref_loss, err;
 	struct ref_gpt r;
@@ -181,7 +181,6 @@ static void test_tiny_gradients(void **state)
 	double *add;
 	size_t idx[8];
 
-	(void)state;
 	data_builtin(&data, 1 << 16);
 	j.data = &data;
 	j.want_grads = 1;
@@ -189,17 +188,21 @@ static void test_tiny_gradients(void **state)
 	w.want_weights = 1;
 	run_job(&w, 0, "dgx-a100"); /* the same seed's initial weights */
 	data_batch(&data, j.seed, 0, 1, BT, tok, tgt);
-	r = (struct ref_gpt){j.cfg.num_layers,
-			     C,
-			     j.cfg.heads,
-			     j.cfg.vocab,
-			     j.cfg.seq_len,
-			     j.cfg.ffn,
-			     1,
-			     calloc((size_t)w.np, sizeof(double *)),
-			     tok,
-			     tgt,
-			     NULL};
+	r = (struct ref_gpt){.L = j.cfg.num_layers,
+			     .C = C,
+			     .NH = j.cfg.heads,
+			     .V = j.cfg.vocab,
+			     .T = j.cfg.seq_len,
+			     .F = j.cfg.ffn,
+			     .B = 1,
+			     .E = j.cfg.num_experts,
+			     .K = j.cfg.moe_top_k,
+			     .every = j.cfg.moe_every,
+			     .cf = j.cfg.capacity_factor,
+			     .aux = j.cfg.aux_coeff,
+			     .p = calloc((size_t)w.np, sizeof(double *)),
+			     .tokens = tok,
+			     .targets = tgt};
 	for (int i = 0; i < w.np; i++) {
 		r.p[i] = malloc(w.n[i] * sizeof(double));
 		for (size_t e = 0; e < w.n[i]; e++)
@@ -209,12 +212,14 @@ static void test_tiny_gradients(void **state)
 	/* The forward first: the same loss to float precision. */
 	ref_loss = ref_gpt_loss(&r);
 	if (fabs(ref_loss - j.loss[0]) > 1e-5 * ref_loss)
-		fail_msg("forward: float loss %.9g, double reference %.9g", (double)j.loss[0],
-			 ref_loss);
+		fail_msg("%s forward: float loss %.9g, double reference %.9g", preset,
+			 (double)j.loss[0], ref_loss);
 
 	/* Every parameter tensor, 5 entries each; for wte, rows of bytes in the batch (the
 	 * others have no gradient but the output projection's, which is small). */
 	for (int i = 0; i < j.np; i++) {
+		if (!j.n[i])
+			continue; /* the router of a dense layer */
 		for (int s = 0; s < 5; s++)
 			idx[s] = i == 0 ? (size_t)tok[s * 5] * (size_t)C + (size_t)(s * 7 % C)
 					: (size_t)s * j.n[i] / 5 + (size_t)(s % 3) % j.n[i];
@@ -224,6 +229,15 @@ static void test_tiny_gradients(void **state)
 			fail_msg("parameter %d: gradient relative error %.3g > %.1g", i, err,
 				 TOL_MODEL);
 	}
+	/* A MoE model's router gets a gradient (else the check above proved little). */
+	for (int l = 0; l < j.cfg.num_layers; l++) {
+		const float *g = j.grads[2 + l * LP_N + LP_ROUTER];
+		float mx = 0;
+
+		for (size_t e = 0; e < j.n[2 + l * LP_N + LP_ROUTER]; e++)
+			mx = fabsf(g[e]) > mx ? fabsf(g[e]) : mx;
+		assert_true(gpt_layer_is_moe(&j.cfg, l) == (mx > 0));
+	}
 	/* The input: d loss / d embeddings, by perturbing what is added to them. */
 	add = calloc((size_t)BT * C, sizeof *add);
 	r.enc_add = add;
@@ -232,9 +246,9 @@ static void test_tiny_gradients(void **state)
 	err = check_entries(&r, add, j.denc, idx, 8);
 	if (err > TOL_MODEL)
 		fail_msg("embeddings input: gradient relative error %.3g > %.1g", err, TOL_MODEL);
-	print_message("tiny GPT: loss %.6f (double %.6f), worst parameter gradient error %.2g, "
-		      "input %.2g\n",
-		      (double)j.loss[0], ref_loss, worst, err);
+	print_message(
+		"%s: loss %.6f (double %.6f), worst parameter gradient error %.2g, input %.2g\n",
+		preset, (double)j.loss[0], ref_loss, worst, err);
 
 	free(add);
 	for (int i = 0; i < w.np; i++)
@@ -243,6 +257,22 @@ static void test_tiny_gradients(void **state)
 	job_free(&w);
 	job_free(&j);
 	data_free(&data);
+}
+
+static void test_tiny_gradients(void **state)
+{
+	(void)state;
+	check_model_gradients("tiny", 7);
+}
+
+/* moe-tiny: layer 2 is a MoE block (4 experts, top-2, capacity 1.25); the router, every
+ * expert and the aux loss are in the gradient. The seed is one where no routing decision
+ * sits within the difference step of a tie (a flip there would make the difference
+ * quotient meaningless, DESIGN.md §4). */
+static void test_moe_tiny_gradients(void **state)
+{
+	(void)state;
+	check_model_gradients("moe-tiny", 7);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -288,12 +318,12 @@ static void test_deterministic(void **state)
  * accounting alike. */
 static void test_dry_run_matches_execute(void **state)
 {
-	static const char *const presets[] = {"tiny", "small"};
+	static const char *const presets[] = {"tiny", "small", "moe-tiny", "moe-small"};
 	struct data data;
 
 	(void)state;
 	data_builtin(&data, 1 << 16);
-	for (int p = 0; p < 2; p++)
+	for (int p = 0; p < 4; p++)
 		for (int prec = PREC_FP32; prec <= PREC_BF16; prec++) {
 			const struct model_preset *mp = model_preset(presets[p]);
 			struct job e = {.cfg = mp->cfg,
@@ -367,6 +397,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tiny_gradients),
+		cmocka_unit_test(test_moe_tiny_gradients),
 		cmocka_unit_test(test_tiny_learns),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_dry_run_matches_execute),

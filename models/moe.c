@@ -1,0 +1,262 @@
+/* moe: the mixture-of-experts block of moe.h. */
+#include "moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "linear.h"
+#include "ops.h"
+#include "util.h"
+
+int moe_capacity(double capacity_factor, int M, int k, int E)
+{
+	int cap = (int)floor(capacity_factor * (double)M * k / E);
+
+	return cap < 1 ? 1 : cap;
+}
+
+/* p + n, or NULL in dry-run (no arithmetic on a null pointer). */
+static float *at(float *p, size_t n)
+{
+	return p ? p + n : NULL;
+}
+
+static const float *cat_(const float *p, size_t n)
+{
+	return p ? p + n : NULL;
+}
+
+int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s)
+{
+	size_t slots = (size_t)s->E * s->cap;
+	int rc;
+
+	memset(a, 0, sizeof *a);
+	if ((rc = tensor_alloc(k, &a->probs, MEM_ACT, (size_t)s->M * s->E, "router probs")) ||
+	    (rc = tensor_alloc(k, &a->x, MEM_ACT, slots * s->C, "expert inputs")) ||
+	    (rc = tensor_alloc(k, &a->pre, MEM_ACT, slots * s->F, "expert fc")) ||
+	    (rc = tensor_alloc(k, &a->h, MEM_ACT, slots * s->F, "expert fc.gelu")) ||
+	    (rc = tensor_alloc(k, &a->y, MEM_ACT, slots * s->C, "expert outputs")))
+		return rc;
+	/* The routing decisions: host-side bookkeeping of a few ints a token. */
+	a->slot_token = emu_xcalloc(slots, sizeof *a->slot_token);
+	a->slot_choice = emu_xcalloc(slots, sizeof *a->slot_choice);
+	a->choice = emu_xcalloc((size_t)s->M * s->k, sizeof *a->choice);
+	a->slot = emu_xcalloc((size_t)s->M * s->k, sizeof *a->slot);
+	a->frac = emu_xcalloc((size_t)s->E, sizeof *a->frac);
+	return 0;
+}
+
+void moe_acts_free(struct moe_acts *a)
+{
+	free(a->slot_token);
+	free(a->slot_choice);
+	free(a->choice);
+	free(a->slot);
+	free(a->frac);
+	a->slot_token = a->slot_choice = a->choice = a->slot = NULL;
+	a->frac = NULL;
+}
+
+int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct moe_shape *s)
+{
+	int rc;
+
+	if ((rc = tensor_alloc(k, &sc->dy, MEM_WORK, (size_t)s->cap * s->C, "moe d out")) ||
+	    (rc = tensor_alloc(k, &sc->dx, MEM_WORK, (size_t)s->cap * s->C, "moe d in")) ||
+	    (rc = tensor_alloc(k, &sc->dh, MEM_WORK, (size_t)s->cap * s->F, "moe d fc.gelu")) ||
+	    (rc = tensor_alloc(k, &sc->dpre, MEM_WORK, (size_t)s->cap * s->F, "moe d fc")) ||
+	    (rc = tensor_alloc(k, &sc->dlogits, MEM_WORK, (size_t)s->M * s->E, "router d logits")))
+		return rc;
+	return 0;
+}
+
+void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const float *x,
+		    const float *w1, const float *b1, const float *w2, const float *b2, int n,
+		    int C, int F)
+{
+	linear_fwd(k, pre, x, w1, b1, 1, n, C, F);
+	gelu_fwd(k, h, pre, (size_t)n * F);
+	linear_fwd(k, y, h, w2, b2, 1, n, F, C);
+}
+
+/* Router softmax, top-k, capacity and dispatch (execute mode only). */
+static void route(const struct moe_shape *s, struct moe_acts *a, const float *x)
+{
+	int M = s->M, E = s->E, K = s->k, C = s->C, cap = s->cap;
+	int *fill = emu_xcalloc((size_t)E, sizeof *fill);
+
+	for (int t = 0; t < M; t++) {
+		float *p = a->probs.data + (size_t)t * E, mx = p[0], sum = 0;
+
+		for (int e = 1; e < E; e++)
+			mx = p[e] > mx ? p[e] : mx;
+		for (int e = 0; e < E; e++) {
+			p[e] = expf(p[e] - mx);
+			sum += p[e];
+		}
+		for (int e = 0; e < E; e++)
+			p[e] /= sum;
+		for (int j = 0; j < K; j++) {
+			int best = -1;
+
+			for (int e = 0; e < E; e++) {
+				int taken = j == 1 && a->choice[t * K] == e;
+
+				if (!taken && (best < 0 || p[e] > p[best]))
+					best = e;
+			}
+			a->choice[t * K + j] = best;
+		}
+	}
+	memset(a->frac, 0, (size_t)E * sizeof *a->frac);
+	for (int i = 0; i < M * K; i++)
+		a->frac[a->choice[i]] += 1.0 / ((double)M * K);
+	for (int i = 0; i < E * cap; i++)
+		a->slot_token[i] = -1;
+	memset(a->x.data, 0, a->x.n * sizeof *a->x.data);
+	/* First choices in token order, then second choices. */
+	for (int j = 0; j < K; j++)
+		for (int t = 0; t < M; t++) {
+			int e = a->choice[t * K + j], slot = e * cap + fill[e];
+
+			a->slot[t * K + j] = fill[e] < cap ? slot : -1;
+			if (fill[e] == cap)
+				continue;
+			fill[e]++;
+			a->slot_token[slot] = t;
+			a->slot_choice[slot] = j;
+			memcpy(a->x.data + (size_t)slot * C, x + (size_t)t * C,
+			       (size_t)C * sizeof *x);
+		}
+	free(fill);
+}
+
+float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, float *out,
+	      const float *x, const float *wr, const float *w1, const float *b1, const float *w2,
+	      const float *b2)
+{
+	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap;
+	size_t slots = (size_t)E * cap;
+	double aux = 0;
+
+	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, C, E);
+	emu_compute(k->d, "moe.route", 5.0 * M * E + (double)M * E * K,
+		    (2.0 * M * E + (double)slots * C + (double)M * K * C) * k->ab);
+	if (kctx_math(k))
+		route(s, a, x);
+	for (int e = 0; e < E; e++)
+		moe_expert_fwd(
+			k, at(a->y.data, (size_t)e * cap * C), at(a->pre.data, (size_t)e * cap * F),
+			at(a->h.data, (size_t)e * cap * F), at(a->x.data, (size_t)e * cap * C),
+			cat_(w1, (size_t)e * F * C), cat_(b1, (size_t)e * F),
+			cat_(w2, (size_t)e * C * F), cat_(b2, (size_t)e * C), cap, C, F);
+	emu_compute(k->d, "moe.combine", 2.0 * M * K * C,
+		    ((double)M * K * C + (double)M * C) * k->ab);
+	if (!kctx_math(k))
+		return 0;
+	/* out[t] = sum of gate * expert output over t's kept choices, in choice order. */
+	memset(out, 0, (size_t)M * C * sizeof *out);
+	for (int t = 0; t < M; t++)
+		for (int j = 0; j < K; j++) {
+			int e = a->choice[t * K + j], slot = a->slot[t * K + j];
+			float g = a->probs.data[(size_t)t * E + e];
+			const float *y;
+
+			if (slot < 0)
+				continue;
+			y = a->y.data + (size_t)slot * C;
+			for (int c = 0; c < C; c++)
+				out[(size_t)t * C + c] += g * y[c];
+		}
+	for (int e = 0; e < E; e++) {
+		double pe = 0;
+
+		for (int t = 0; t < M; t++)
+			pe += a->probs.data[(size_t)t * E + e];
+		aux += a->frac[e] * pe / M;
+	}
+	a->aux = (float)(s->aux_coeff * E * aux);
+	return a->aux;
+}
+
+void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+	     struct moe_scratch *sc, float *dx, const float *dout, float aux_scale, const float *x,
+	     const float *wr, const float *w1, const float *w2, float *dwr, float *dw1, float *db1,
+	     float *dw2, float *db2)
+{
+	int M = s->M, E = s->E, C = s->C, F = s->F, cap = s->cap, math = kctx_math(k);
+	float *dp = sc->dlogits.data; /* d probs, then d logits in place */
+
+	if (math)
+		memset(dp, 0, (size_t)M * E * sizeof *dp);
+	for (int e = 0; e < E; e++) {
+		size_t base = (size_t)e * cap;
+
+		/* combine backward: each slot's d output is gate * dout of its token, and the
+		 * gate's gradient is dout . expert output */
+		emu_compute(k->d, "moe.combine.bwd", 4.0 * cap * C, 4.0 * cap * C * k->ab);
+		if (math) {
+			memset(sc->dy.data, 0, sc->dy.n * sizeof *sc->dy.data);
+			for (int r = 0; r < cap; r++) {
+				int t = a->slot_token[base + r];
+				const float *g = dout + (size_t)t * C,
+					    *y = a->y.data + (base + r) * C;
+				float gate, dot = 0;
+
+				if (t < 0)
+					continue;
+				gate = a->probs.data[(size_t)t * E + e];
+				for (int c = 0; c < C; c++) {
+					sc->dy.data[(size_t)r * C + c] = gate * g[c];
+					dot += g[c] * y[c];
+				}
+				dp[(size_t)t * E + e] += dot;
+			}
+		}
+		/* the expert's MLP backward on its cap rows */
+		if (math) {
+			memset(sc->dh.data, 0, sc->dh.n * sizeof *sc->dh.data);
+			memset(sc->dpre.data, 0, sc->dpre.n * sizeof *sc->dpre.data);
+			memset(sc->dx.data, 0, sc->dx.n * sizeof *sc->dx.data);
+		}
+		linear_bwd_input(k, sc->dh.data, sc->dy.data, cat_(w2, (size_t)e * C * F), cap, F,
+				 C);
+		linear_bwd_weight(k, at(dw2, (size_t)e * C * F), at(db2, (size_t)e * C), 1,
+				  sc->dy.data, at(a->h.data, base * F), cap, F, C);
+		gelu_bwd(k, sc->dpre.data, at(a->pre.data, base * F), sc->dh.data, (size_t)cap * F);
+		linear_bwd_input(k, sc->dx.data, sc->dpre.data, cat_(w1, (size_t)e * F * C), cap, C,
+				 F);
+		linear_bwd_weight(k, at(dw1, (size_t)e * F * C), at(db1, (size_t)e * F), 1,
+				  sc->dpre.data, at(a->x.data, base * C), cap, C, F);
+		/* scatter the inputs' gradients back to their tokens */
+		emu_compute(k->d, "moe.scatter.bwd", (double)cap * C, 3.0 * cap * C * k->ab);
+		if (math)
+			for (int r = 0; r < cap; r++) {
+				int t = a->slot_token[base + r];
+
+				if (t >= 0)
+					for (int c = 0; c < C; c++)
+						dx[(size_t)t * C + c] +=
+							sc->dx.data[(size_t)r * C + c];
+			}
+	}
+	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / M; then the softmax backward */
+	emu_compute(k->d, "moe.router.bwd", 5.0 * M * E, 3.0 * M * E * k->ab);
+	if (math)
+		for (int t = 0; t < M; t++) {
+			const float *p = a->probs.data + (size_t)t * E;
+			float *d = dp + (size_t)t * E, dot = 0;
+
+			for (int e = 0; e < E; e++) {
+				d[e] += aux_scale * (float)(s->aux_coeff * E * a->frac[e] / M);
+				dot += p[e] * d[e];
+			}
+			for (int e = 0; e < E; e++)
+				d[e] = p[e] * (d[e] - dot);
+		}
+	linear_bwd_input(k, dx, dp, wr, M, C, E);
+	linear_bwd_weight(k, dwr, NULL, 0, dp, x, M, C, E);
+}

@@ -1,0 +1,80 @@
+/* moe: a mixture-of-experts MLP block (Shazeer et al. 2017; GShard, Lepikhin et al. 2020;
+ * Switch Transformer, Fedus et al. 2021), replacing the MLP of every moe_every-th layer.
+ *
+ *   router    probs (M, E) = softmax(x Wr^T), Wr (E, h), no bias
+ *   top-k     each token picks its k most probable experts (ties: the lower index)
+ *   capacity  each expert takes at most cap = floor(capacity_factor * M * k / E) tokens
+ *             (at least 1); places are given out to all first choices in token order,
+ *             then to all second choices; a choice that finds its expert full is dropped
+ *   experts   expert e runs its own GeLU MLP, fc (ffn, h) then fc2 (h, ffn), on a
+ *             zero-padded buffer of cap rows, as capacity-based implementations do, so
+ *             the FLOPs charged depend on the shapes alone (dry-run = execute)
+ *   combine   out[t] = sum over t's kept choices of probs[t][e] * expert_e(x[t])
+ *             (the raw router probability as gate, as Switch does; not renormalised)
+ *   aux loss  aux = coeff * E * sum_e f_e P_e (Switch eq. 4, with top-k), where f_e is
+ *             the fraction of the M * k choices that picked e (before dropping) and P_e
+ *             the mean router probability of e; its gradient flows through P_e.
+ *
+ * The routing decisions are kept (choice, slot) so that a parallel run can compare them
+ * with the reference's and tell a routing flip from a strategy error (DESIGN.md §4). */
+#ifndef MODELS_MOE_H
+#define MODELS_MOE_H
+
+#include "tensor.h"
+
+struct moe_shape {
+	int M;   /* tokens */
+	int C;   /* hidden */
+	int F;   /* each expert's MLP width */
+	int E;   /* experts */
+	int k;   /* choices per token, 1 or 2 */
+	int cap; /* slots per expert */
+	float aux_coeff;
+};
+
+int moe_capacity(double capacity_factor, int M, int k, int E);
+
+/* What a MoE block keeps from forward for backward. */
+struct moe_acts {
+	struct tensor probs; /* (M, E) router probabilities */
+	struct tensor x;     /* (E, cap, C) inputs dispatched to each expert, zero-padded */
+	struct tensor pre;   /* (E, cap, F) fc output */
+	struct tensor h;     /* (E, cap, F) after GeLU */
+	struct tensor y;     /* (E, cap, C) expert outputs */
+	int *slot_token;     /* [E * cap] the token in each slot, -1 if empty */
+	int *slot_choice;    /* [E * cap] which of the token's k choices it is */
+	int *choice;         /* [M * k] the experts each token picked, best first */
+	int *slot;           /* [M * k] the slot each choice got, -1 if it was dropped */
+	double *frac;        /* [E] f_e of the aux loss */
+	float aux;           /* the aux loss of the last forward */
+};
+
+/* Backward scratch, shared by the MoE layers: one expert at a time. */
+struct moe_scratch {
+	struct tensor dy, dx;   /* (cap, C) */
+	struct tensor dh, dpre; /* (cap, F) */
+	struct tensor dlogits;  /* (M, E) */
+};
+
+int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s);
+int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct moe_shape *s);
+void moe_acts_free(struct moe_acts *a);
+
+/* out (M, C) = the block on x (M, C). Weights: wr (E, C), w1 (E, F, C), b1 (E, F),
+ * w2 (E, C, F), b2 (E, C). Returns the aux loss (0 in dry-run). */
+float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, float *out,
+	      const float *x, const float *wr, const float *w1, const float *b1, const float *w2,
+	      const float *b2);
+/* dx (M, C) += through the block from dout (M, C) and the aux loss scaled by aux_scale;
+ * weight gradients accumulate into dwr, dw1, db1, dw2, db2. */
+void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+	     struct moe_scratch *sc, float *dx, const float *dout, float aux_scale, const float *x,
+	     const float *wr, const float *w1, const float *w2, float *dwr, float *dw1, float *db1,
+	     float *dw2, float *db2);
+
+/* One expert's MLP on rows (n, C): y = fc2(gelu(fc(x))). */
+void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const float *x,
+		    const float *w1, const float *b1, const float *w2, const float *b2, int n,
+		    int C, int F);
+
+#endif
