@@ -46,9 +46,10 @@ struct job {
 
 static float *copy(const struct tensor *t)
 {
-	float *c = malloc(t->n * sizeof *c);
+	float *c = malloc(t->n ? t->n * sizeof *c : 1);
 
-	memcpy(c, t->data, t->n * sizeof *c);
+	if (t->n) /* the router of a dense layer is empty, its data NULL */
+		memcpy(c, t->data, t->n * sizeof *c);
 	return c;
 }
 
