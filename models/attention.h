@@ -1,18 +1,38 @@
 /* attention: causal multi-head self-attention (Vaswani et al. 2017; GPT-2's masking),
- * over a range of heads so that a tensor-parallel rank can run its own.
+ * over a range of heads, so that a tensor-parallel rank can run its own, and over a chunk
+ * of queries against a range of keys, so that a sequence- or context-parallel rank can.
  *
- * qkv (B, T, 3, NH, hs) holds, for each token, the queries of NH heads, then their keys,
- * then their values (row stride 3 * NH * hs). The kernel computes heads [h0, h1) only:
- *   att (B, h1-h0, T, T)  softmax(Q K^T / sqrt(hs)), masked so token i sees j <= i
- *   out (B, T, NH, hs)    att V, written for heads [h0, h1) (row stride NH * hs)
- * The scores use full T x T GEMMs (as Megatron does), so the FLOPs charged are
- * 4 B T^2 hs per head forward, the figure of REFERENCES.md. Backward accumulates into
- * dqkv; scratch holds T * T floats. */
+ * The general form takes a view: queries of tokens [q0, q0 + Tq) attend to the keys and
+ * values of tokens [0, Tk), query i seeing key j when j <= q0 + i. Each of q, k, v, out
+ * is (B, rows, ld) with head h at columns [h hs, (h+1) hs). The kernel computes heads
+ * [h0, h1) only:
+ *   att (B, h1-h0, Tq, Tk)  softmax(Q K^T / sqrt(hs)) with the causal mask
+ *   out                     att V for heads [h0, h1)
+ * The scores use full Tq x Tk GEMMs (as Megatron does), so the FLOPs charged are
+ * 4 B Tq Tk hs per head forward, the figure of REFERENCES.md. Backward accumulates into
+ * dq, dk, dv (same layout as q, k, v); scratch holds Tq * Tk floats. */
 #ifndef MODELS_ATTENTION_H
 #define MODELS_ATTENTION_H
 
 #include "tensor.h"
 
+struct attn_view {
+	int B;          /* batch */
+	int Tq, Tk, q0; /* queries, keys, the first query's position (keys start at 0) */
+	int h0, h1, hs; /* heads computed, head size */
+	const float *q, *k, *v;
+	int ldq, ldk, ldv; /* row strides, in floats */
+	float *out;
+	int ldo;
+	float *att; /* (B, h1-h0, Tq, Tk) */
+};
+
+void attention_fwd_view(const struct kctx *k, const struct attn_view *a);
+void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *dq, float *dk,
+			float *dv, float *scratch, const float *dout);
+
+/* The common case: self-attention of a whole sequence held as qkv (B, T, 3, NH, hs), each
+ * token's queries of the NH heads, then keys, then values; out (B, T, NH, hs). */
 void attention_fwd(const struct kctx *k, float *out, float *att, const float *qkv, int B, int T,
 		   int NH, int h0, int h1, int hs);
 void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,

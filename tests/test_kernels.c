@@ -447,6 +447,111 @@ static void test_attention(void **state)
 	check_attention(1, 3); /* what a tensor-parallel rank holding heads 1 and 2 runs */
 }
 
+/* A linear layer on shards of its weight, as Megatron's tensor parallelism runs it:
+ * column shards (rows of w, out features) concatenate to the full output; row shards
+ * (columns of w, in features, with the matching slice of the input) give partial outputs
+ * that sum to it. Tolerance 1e-6: the same products, summed in two parts. */
+enum { SM = 4, SK = 8, SN = 6 };
+
+struct shards {
+	float *x, *w, full[SM * SN], col[2][SM * SN / 2], row[2][SM * SN];
+	float xs[2][SM * SK / 2], ws[2][SN * SK / 2];
+};
+
+static void shards_dev(const struct kctx *k, void *ctx)
+{
+	struct shards *s = ctx;
+
+	linear_fwd(k, s->full, s->x, s->w, NULL, 0, SM, SK, SN);
+	for (int p = 0; p < 2; p++) {
+		/* column shard p: out features [p N/2, (p+1) N/2) */
+		linear_fwd(k, s->col[p], s->x, s->w + p * (SN / 2) * SK, NULL, 0, SM, SK, SN / 2);
+		/* row shard p: in features [p K/2, (p+1) K/2) */
+		for (int i = 0; i < SM; i++)
+			memcpy(s->xs[p] + i * SK / 2, s->x + i * SK + p * SK / 2,
+			       SK / 2 * sizeof(float));
+		for (int j = 0; j < SN; j++)
+			memcpy(s->ws[p] + j * SK / 2, s->w + j * SK + p * SK / 2,
+			       SK / 2 * sizeof(float));
+		linear_fwd(k, s->row[p], s->xs[p], s->ws[p], NULL, 0, SM, SK / 2, SN);
+	}
+}
+
+static void test_linear_shards(void **state)
+{
+	struct shards s = {0};
+	double full[SM * SN];
+	float cat[SM * SN], sum[SM * SN];
+
+	(void)state;
+	s.x = rnd(SM * SK, 23, 1);
+	s.w = rnd(SN * SK, 24, 1);
+	run_on_device(shards_dev, &s);
+	for (int i = 0; i < SM; i++)
+		for (int j = 0; j < SN; j++) {
+			full[i * SN + j] = s.full[i * SN + j];
+			cat[i * SN + j] = s.col[j / (SN / 2)][i * (SN / 2) + j % (SN / 2)];
+			sum[i * SN + j] = s.row[0][i * SN + j] + s.row[1][i * SN + j];
+		}
+	fwd_check("linear column shards", cat, full, SM * SN, 1e-6);
+	fwd_check("linear row shards", sum, full, SM * SN, 1e-6);
+	free(s.x), free(s.w);
+}
+
+/* A sequence in two chunks: queries [0, 3) against keys [0, 3), then queries [3, 6)
+ * against keys [0, 6), give the full attention's rows, and their backward adds up to the
+ * full backward (dK and dV summed over the chunks). Tolerance 1e-6: the same sums, only
+ * the GEMMs' blocking differs. */
+enum { QT = 6, QH = 2, QS = 4, QC = QH * QS };
+
+struct chunks {
+	float *qkv, *r, full[QT * QC], part[QT * QC], att[QH * QT * QT], att1[QH * 3 * 3],
+		att2[QH * 3 * QT];
+	float dfull[QT * 3 * QC], dpart[QT * 3 * QC], scratch[QT * QT];
+};
+
+static void chunks_dev(const struct kctx *k, void *ctx)
+{
+	struct chunks *c = ctx;
+	struct attn_view a1 = {1,      3,      3,      0,           0,
+			       QH,     QS,     c->qkv, c->qkv + QC, c->qkv + 2 * QC,
+			       3 * QC, 3 * QC, 3 * QC, c->part,     QC,
+			       c->att1};
+	struct attn_view a2 = a1;
+
+	attention_fwd(k, c->full, c->att, c->qkv, 1, QT, QH, 0, QH, QS);
+	attention_bwd(k, c->dfull, c->scratch, c->r, c->att, c->qkv, 1, QT, QH, 0, QH, QS);
+	a2.Tq = 3;
+	a2.Tk = QT;
+	a2.q0 = 3;
+	a2.q = c->qkv + 3 * 3 * QC; /* queries of tokens 3.. */
+	a2.out = c->part + 3 * QC;
+	a2.att = c->att2;
+	attention_fwd_view(k, &a1);
+	attention_fwd_view(k, &a2);
+	attention_bwd_view(k, &a1, c->dpart, c->dpart + QC, c->dpart + 2 * QC, c->scratch, c->r);
+	attention_bwd_view(k, &a2, c->dpart + 3 * 3 * QC, c->dpart + QC, c->dpart + 2 * QC,
+			   c->scratch, c->r + 3 * QC);
+}
+
+static void test_attention_chunks(void **state)
+{
+	struct chunks c = {0};
+	double full[QT * 3 * QC];
+
+	(void)state;
+	c.qkv = rnd(QT * 3 * QC, 21, 2);
+	c.r = rnd(QT * QC, 22, 1);
+	run_on_device(chunks_dev, &c);
+	for (int i = 0; i < QT * QC; i++)
+		full[i] = c.full[i];
+	fwd_check("attention in chunks", c.part, full, QT * QC, 1e-6);
+	for (int i = 0; i < QT * 3 * QC; i++)
+		full[i] = c.dfull[i];
+	fwd_check("attention backward in chunks", c.dpart, full, QT * 3 * QC, 1e-6);
+	free(c.qkv), free(c.r);
+}
+
 /* The FLOPs a kernel charges are the same in dry-run: the clock does not look at data. */
 static void flops_dev(const struct kctx *k, void *ctx)
 {
@@ -496,6 +601,8 @@ int main(void)
 		cmocka_unit_test(test_embedding),
 		cmocka_unit_test(test_crossentropy),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_attention_chunks),
+		cmocka_unit_test(test_linear_shards),
 		cmocka_unit_test(test_dry_run_charges_the_same),
 	};
 
