@@ -68,6 +68,7 @@ int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct
 	    (rc = tensor_alloc(k, &sc->dx, MEM_WORK, (size_t)s->cap * s->C, "moe d in")) ||
 	    (rc = tensor_alloc(k, &sc->dh, MEM_WORK, (size_t)s->cap * s->F, "moe d fc.gelu")) ||
 	    (rc = tensor_alloc(k, &sc->dpre, MEM_WORK, (size_t)s->cap * s->F, "moe d fc")) ||
+	    (rc = tensor_alloc(k, &sc->dprobs, MEM_WORK, (size_t)s->M * s->E, "router d probs")) ||
 	    (rc = tensor_alloc(k, &sc->dlogits, MEM_WORK, (size_t)s->M * s->E, "router d logits")))
 		return rc;
 	return 0;
@@ -82,23 +83,15 @@ void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const 
 	linear_fwd(k, y, h, w2, b2, 1, n, F, C);
 }
 
-/* Router softmax, top-k, capacity and dispatch (execute mode only). */
+/* Top-k, capacity and dispatch on the router's probabilities (execute mode only). */
 static void route(const struct moe_shape *s, struct moe_acts *a, const float *x)
 {
 	int M = s->M, E = s->E, K = s->k, C = s->C, cap = s->cap;
 	int *fill = emu_xcalloc((size_t)E, sizeof *fill);
 
 	for (int t = 0; t < M; t++) {
-		float *p = a->probs.data + (size_t)t * E, mx = p[0], sum = 0;
+		const float *p = a->probs.data + (size_t)t * E;
 
-		for (int e = 1; e < E; e++)
-			mx = p[e] > mx ? p[e] : mx;
-		for (int e = 0; e < E; e++) {
-			p[e] = expf(p[e] - mx);
-			sum += p[e];
-		}
-		for (int e = 0; e < E; e++)
-			p[e] /= sum;
 		for (int j = 0; j < K; j++) {
 			int best = -1;
 
@@ -143,8 +136,9 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 	double aux = 0;
 
 	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, C, E);
-	emu_compute(k->d, "moe.route", 5.0 * M * E + (double)M * E * K,
-		    (2.0 * M * E + (double)slots * C + (double)M * K * C) * k->ab);
+	softmax_fwd(k, a->probs.data, a->probs.data, M, E);
+	emu_compute(k->d, "moe.route", (double)M * E * K,
+		    ((double)M * E + (double)slots * C + (double)M * K * C) * k->ab);
 	if (kctx_math(k))
 		route(s, a, x);
 	for (int e = 0; e < E; e++)
@@ -188,7 +182,7 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 	     float *dw2, float *db2)
 {
 	int M = s->M, E = s->E, C = s->C, F = s->F, cap = s->cap, math = kctx_math(k);
-	float *dp = sc->dlogits.data; /* d probs, then d logits in place */
+	float *dp = sc->dprobs.data; /* d loss / d router probabilities */
 
 	if (math)
 		memset(dp, 0, (size_t)M * E * sizeof *dp);
@@ -243,20 +237,17 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 							sc->dx.data[(size_t)r * C + c];
 			}
 	}
-	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / M; then the softmax backward */
-	emu_compute(k->d, "moe.router.bwd", 5.0 * M * E, 3.0 * M * E * k->ab);
+	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / M; then the router's softmax
+	 * and linear backward */
+	emu_compute(k->d, "moe.aux.bwd", (double)M * E, 2.0 * M * E * k->ab);
 	if (math)
-		for (int t = 0; t < M; t++) {
-			const float *p = a->probs.data + (size_t)t * E;
-			float *d = dp + (size_t)t * E, dot = 0;
-
-			for (int e = 0; e < E; e++) {
-				d[e] += aux_scale * (float)(s->aux_coeff * E * a->frac[e] / M);
-				dot += p[e] * d[e];
-			}
+		for (int t = 0; t < M; t++)
 			for (int e = 0; e < E; e++)
-				d[e] = p[e] * (d[e] - dot);
-		}
-	linear_bwd_input(k, dx, dp, wr, M, C, E);
-	linear_bwd_weight(k, dwr, NULL, 0, dp, x, M, C, E);
+				dp[(size_t)t * E + e] +=
+					aux_scale * (float)(s->aux_coeff * E * a->frac[e] / M);
+	if (math)
+		memset(sc->dlogits.data, 0, sc->dlogits.n * sizeof *sc->dlogits.data);
+	softmax_bwd(k, sc->dlogits.data, a->probs.data, dp, M, E);
+	linear_bwd_input(k, dx, sc->dlogits.data, wr, M, C, E);
+	linear_bwd_weight(k, dwr, NULL, 0, sc->dlogits.data, x, M, C, E);
 }

@@ -51,9 +51,9 @@ struct moe_acts {
 
 /* Backward scratch, shared by the MoE layers: one expert at a time. */
 struct moe_scratch {
-	struct tensor dy, dx;   /* (cap, C) */
-	struct tensor dh, dpre; /* (cap, F) */
-	struct tensor dlogits;  /* (M, E) */
+	struct tensor dy, dx;          /* (cap, C) */
+	struct tensor dh, dpre;        /* (cap, F) */
+	struct tensor dprobs, dlogits; /* (M, E) */
 };
 
 int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s);

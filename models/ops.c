@@ -157,6 +157,47 @@ void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *
 		}
 }
 
+void softmax_fwd(const struct kctx *k, float *out, const float *inp, int M, int N)
+{
+	double mn = (double)M * N;
+
+	emu_compute(k->d, "softmax", 5 * mn, 2 * mn * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < M; i++) {
+		const float *x = inp + (size_t)i * N;
+		float *y = out + (size_t)i * N, mx = x[0], sum = 0;
+
+		for (int j = 1; j < N; j++)
+			mx = x[j] > mx ? x[j] : mx;
+		for (int j = 0; j < N; j++) {
+			y[j] = expf(x[j] - mx);
+			sum += y[j];
+		}
+		for (int j = 0; j < N; j++)
+			y[j] /= sum;
+	}
+}
+
+void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout, int M,
+		 int N)
+{
+	double mn = (double)M * N;
+
+	emu_compute(k->d, "softmax.bwd", 4 * mn, 3 * mn * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < M; i++) {
+		const float *y = out + (size_t)i * N, *dy = dout + (size_t)i * N;
+		float *dx = dinp + (size_t)i * N, dot = 0;
+
+		for (int j = 0; j < N; j++)
+			dot += y[j] * dy[j];
+		for (int j = 0; j < N; j++)
+			dx[j] += y[j] * (dy[j] - dot);
+	}
+}
+
 void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
 		      const int *targets, int M, int V)
 {

@@ -32,6 +32,12 @@ void embedding_fwd(const struct kctx *k, float *out, const int *tokens, const fl
 void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *dout,
 		   const int *tokens, int B, int T, int C, int t0);
 
+/* out (M, N) = softmax of each row of inp (out may be inp). */
+void softmax_fwd(const struct kctx *k, float *out, const float *inp, int M, int N);
+/* dinp (M, N) += out * (dout - sum(out * dout)) row by row, out being softmax_fwd's. */
+void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout, int M,
+		 int N);
+
 /* probs (M, V) = softmax(logits); losses (M) = -log probs[target]. */
 void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
 		      const int *targets, int M, int V);

@@ -23,6 +23,7 @@
 #include "common.h"
 #include "linear.h"
 #include "ops.h"
+#include "optim.h"
 #include "ref.h"
 
 #define TOL_FWD  1e-5
@@ -284,6 +285,132 @@ static void test_gelu_and_residual(void **state)
 	fd_check("residual da", res_loss, &e, e.xd, GN, e.da, TOL_GRAD);
 	fd_check("residual db", res_loss, &e, e.yd, GN, e.dbb, TOL_GRAD);
 	free(e.x), free(e.y), free(e.r), free(e.xd), free(e.yd);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* softmax                                                                              */
+
+enum { SXM = 3, SXN = 9 };
+
+struct sx {
+	float *x, *r, out[SXM * SXN], dx[SXM * SXN];
+	double *xd;
+};
+
+static void sx_dev(const struct kctx *k, void *ctx)
+{
+	struct sx *s = ctx;
+
+	softmax_fwd(k, s->out, s->x, SXM, SXN);
+	softmax_bwd(k, s->dx, s->out, s->r, SXM, SXN);
+}
+
+static void sx_ref(const double *x, double *out)
+{
+	for (int i = 0; i < SXM; i++) {
+		double mx = x[i * SXN], sum = 0;
+
+		for (int j = 1; j < SXN; j++)
+			mx = x[i * SXN + j] > mx ? x[i * SXN + j] : mx;
+		for (int j = 0; j < SXN; j++)
+			sum += exp(x[i * SXN + j] - mx);
+		for (int j = 0; j < SXN; j++)
+			out[i * SXN + j] = exp(x[i * SXN + j] - mx) / sum;
+	}
+}
+
+static double sx_loss(void *ctx)
+{
+	struct sx *s = ctx;
+	double out[SXM * SXN];
+
+	sx_ref(s->xd, out);
+	return dot(out, s->r, SXM * SXN);
+}
+
+static void test_softmax(void **state)
+{
+	struct sx s = {0};
+	double out[SXM * SXN];
+
+	(void)state;
+	s.x = rnd(SXM * SXN, 25, 3);
+	s.r = rnd(SXM * SXN, 26, 1);
+	run_on_device(sx_dev, &s);
+	s.xd = to_double(s.x, SXM * SXN);
+	sx_ref(s.xd, out);
+	fwd_check("softmax", s.out, out, SXM * SXN, TOL_FWD);
+	fd_check("softmax dx", sx_loss, &s, s.xd, SXM * SXN, s.dx, TOL_GRAD);
+	free(s.x), free(s.r), free(s.xd);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* AdamW and the schedule, against their formulas in double                             */
+
+enum { AN = 16, ASTEPS = 5 };
+
+struct adam {
+	float w[AN], g[ASTEPS][AN], state[2 * AN], w0[AN];
+	struct optim_cfg o;
+	float lr[ASTEPS];
+};
+
+static void adam_dev(const struct kctx *k, void *ctx)
+{
+	struct adam *a = ctx;
+
+	for (int t = 1; t <= ASTEPS; t++) {
+		a->lr[t - 1] = optim_lr(&a->o, t - 1);
+		optim_adamw(k, &a->o, a->w, a->g[t - 1], a->state, AN, a->lr[t - 1], 0.5f, 1, t);
+	}
+}
+
+static void test_adamw(void **state)
+{
+	struct adam a = {0};
+	double w[AN], m[AN] = {0}, v[AN] = {0}, b1 = 0.9, b2 = 0.95;
+
+	(void)state;
+	a.o = (struct optim_cfg){.lr = 1e-2f,
+				 .min_lr = 1e-3f,
+				 .warmup = 2,
+				 .decay_steps = 4,
+				 .beta1 = 0.9f,
+				 .beta2 = 0.95f,
+				 .eps = 1e-8f,
+				 .weight_decay = 0.1f,
+				 .clip = 1.0f};
+	for (int i = 0; i < AN; i++) {
+		a.w[i] = a.w0[i] = test_uniform(27, (uint64_t)i);
+		w[i] = a.w[i];
+		for (int t = 0; t < ASTEPS; t++)
+			a.g[t][i] = test_uniform(28 + (uint64_t)t, (uint64_t)i);
+	}
+	run_on_device(adam_dev, &a);
+	/* warm-up 0.005, 0.01; cosine from 0.01 to 0.001 over steps 2..4; then 0.001 */
+	{
+		double want[ASTEPS] = {0.005, 0.01, 0.01,
+				       0.001 + 0.5 * (1 + cos(3.141592653589793 * 0.5)) * 0.009,
+				       0.001};
+
+		for (int t = 0; t < ASTEPS; t++)
+			if (fabs(a.lr[t] - want[t]) > 1e-7)
+				fail_msg("lr at step %d is %g, want %g", t, (double)a.lr[t],
+					 want[t]);
+	}
+	/* Loshchilov and Hutter's AdamW: decoupled decay, bias-corrected moments; the
+	 * gradient scaled by 0.5 as a clipped one would be. */
+	for (int t = 1; t <= ASTEPS; t++)
+		for (int i = 0; i < AN; i++) {
+			double g = 0.5 * a.g[t - 1][i];
+
+			m[i] = b1 * m[i] + (1 - b1) * g;
+			v[i] = b2 * v[i] + (1 - b2) * g * g;
+			w[i] -= a.lr[t - 1] * ((m[i] / (1 - pow(b1, t))) /
+						       (sqrt(v[i] / (1 - pow(b2, t))) + 1e-8) +
+					       0.1 * w[i]);
+		}
+	fwd_check("adamw weights after 5 steps", a.w, w, AN, 1e-5);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -600,6 +727,8 @@ int main(void)
 		cmocka_unit_test(test_gelu_and_residual),
 		cmocka_unit_test(test_embedding),
 		cmocka_unit_test(test_crossentropy),
+		cmocka_unit_test(test_softmax),
+		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_attention_chunks),
 		cmocka_unit_test(test_linear_shards),
