@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rng.h"
 #include "util.h"
@@ -31,10 +32,16 @@ void data_builtin(struct data *d, size_t n)
 
 int data_load(struct data *d, const char *path, int seq_len, char *err, size_t errn)
 {
-	FILE *f = fopen(path, "rb");
+	struct stat st;
+	FILE *f;
 	long n;
 
 	memset(d, 0, sizeof *d);
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errn, "--data %s: not a regular file", path);
+		return -1;
+	}
+	f = fopen(path, "rb");
 	if (!f) {
 		snprintf(err, errn, "--data %s: cannot open: %s", path, strerror(errno));
 		return -1;

@@ -419,8 +419,13 @@ void gpt_sample(struct gpt *m, const int *prompt, int nprompt, int n, uint64_t s
 {
 	int T = m->T, B = m->B, V = m->cfg.vocab, len = nprompt;
 	int *ctx = emu_xcalloc((size_t)(nprompt + n), sizeof *ctx);
-	int *tok = emu_xcalloc((size_t)B * T, sizeof *tok);
+	int *tok = emu_xcalloc((size_t)T, sizeof *tok);
+	struct moe_shape moe = m->moe;
 
+	/* One sequence is enough: run the model as a micro-batch of 1 (the buffers, sized
+	 * for B, hold it; MoE experts keep their capacity, so none is dropped). */
+	m->B = 1;
+	m->moe.M = T;
 	memcpy(ctx, prompt, (size_t)nprompt * sizeof *ctx);
 	for (int i = 0; i < n; i++) {
 		int start = len > T ? len - T : 0, used = len - start, next = 0;
@@ -429,7 +434,7 @@ void gpt_sample(struct gpt *m, const int *prompt, int nprompt, int n, uint64_t s
 
 		/* Row 0 holds the context, left-aligned; causal attention makes position
 		 * used-1 see exactly the context. Targets are irrelevant (0). */
-		memset(tok, 0, (size_t)B * T * sizeof *tok);
+		memset(tok, 0, (size_t)T * sizeof *tok);
 		memcpy(tok, ctx + start, (size_t)used * sizeof *tok);
 		gpt_forward(m, tok, tok);
 		p = m->probs.data + (size_t)(used - 1) * V;
@@ -441,6 +446,8 @@ void gpt_sample(struct gpt *m, const int *prompt, int nprompt, int n, uint64_t s
 		ctx[len++] = next;
 		out[i] = (char)next;
 	}
+	m->B = B;
+	m->moe = moe;
 	free(ctx);
 	free(tok);
 }

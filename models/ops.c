@@ -157,6 +157,21 @@ void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *
 		}
 }
 
+/* y (n) = softmax(x), subtracting the max first; y may be x. */
+static void softmax_row(float *y, const float *x, int n)
+{
+	float mx = x[0], sum = 0;
+
+	for (int j = 1; j < n; j++)
+		mx = x[j] > mx ? x[j] : mx;
+	for (int j = 0; j < n; j++) {
+		y[j] = expf(x[j] - mx);
+		sum += y[j];
+	}
+	for (int j = 0; j < n; j++)
+		y[j] /= sum;
+}
+
 void softmax_fwd(const struct kctx *k, float *out, const float *inp, int M, int N)
 {
 	double mn = (double)M * N;
@@ -164,19 +179,8 @@ void softmax_fwd(const struct kctx *k, float *out, const float *inp, int M, int 
 	emu_compute(k->d, "softmax", 5 * mn, 2 * mn * k->ab);
 	if (!kctx_math(k))
 		return;
-	for (int i = 0; i < M; i++) {
-		const float *x = inp + (size_t)i * N;
-		float *y = out + (size_t)i * N, mx = x[0], sum = 0;
-
-		for (int j = 1; j < N; j++)
-			mx = x[j] > mx ? x[j] : mx;
-		for (int j = 0; j < N; j++) {
-			y[j] = expf(x[j] - mx);
-			sum += y[j];
-		}
-		for (int j = 0; j < N; j++)
-			y[j] /= sum;
-	}
+	for (int i = 0; i < M; i++)
+		softmax_row(out + (size_t)i * N, inp + (size_t)i * N, N);
 }
 
 void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout, int M,
@@ -207,17 +211,9 @@ void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const f
 	if (!kctx_math(k))
 		return;
 	for (int i = 0; i < M; i++) {
-		const float *x = logits + (size_t)i * V;
-		float *p = probs + (size_t)i * V, mx = x[0], sum = 0;
+		float *p = probs + (size_t)i * V;
 
-		for (int v = 1; v < V; v++)
-			mx = x[v] > mx ? x[v] : mx;
-		for (int v = 0; v < V; v++) {
-			p[v] = expf(x[v] - mx);
-			sum += p[v];
-		}
-		for (int v = 0; v < V; v++)
-			p[v] /= sum;
+		softmax_row(p, logits + (size_t)i * V, V);
 		losses[i] = -logf(p[targets[i]]);
 	}
 }

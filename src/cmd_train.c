@@ -192,6 +192,22 @@ static int train_device(struct emu_dev *d, void *arg)
 	return rc;
 }
 
+/* The sample as text, bytes that are not printable ASCII (control codes a terminal would
+ * act on, halves of UTF-8) written as \xNN. */
+static void print_sample(FILE *f, const char *text, int n)
+{
+	fprintf(f, "# sample (%d bytes after a newline; unprintable bytes as \\xNN):\n", n);
+	for (int i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)text[i];
+
+		if (c == '\n' || (c >= 0x20 && c < 0x7f))
+			fputc(c, f);
+		else
+			fprintf(f, "\\x%02x", c);
+	}
+	fputc('\n', f);
+}
+
 static void print_memory(FILE *f, struct emu_dev *d, int json)
 {
 	char b[32];
@@ -468,11 +484,16 @@ int cmd_train(int argc, char **argv)
 			       (double)emu_cluster_wall_ns(cl) / 1e9);
 			if (t.sample_text) {
 				printf(",\"sample\":\"");
-				for (const char *p = t.sample_text; *p; p++)
-					printf((unsigned char)*p < 0x20 || *p == '"' || *p == '\\'
-						       ? "\\u%04x"
-						       : "%c",
-					       (unsigned char)*p);
+				/* Every byte, NUL included; bytes outside printable ASCII as
+				 * \u00NN (the byte as a code point), so the JSON stays UTF-8. */
+				for (int i = 0; i < t.sample; i++) {
+					unsigned char ch = (unsigned char)t.sample_text[i];
+
+					if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\')
+						printf("\\u%04x", ch);
+					else
+						putchar(ch);
+				}
 				printf("\"");
 			}
 			printf("}\n");
@@ -483,8 +504,7 @@ int cmd_train(int argc, char **argv)
 			       100 * mfu, (double)emu_cluster_wall_ns(cl) / 1e9);
 			print_memory(stdout, d, 0);
 			if (t.sample_text)
-				printf("# sample (%d bytes after a newline):\n%s\n", t.sample,
-				       t.sample_text);
+				print_sample(stdout, t.sample_text, t.sample);
 		}
 		if (cc.trace_path && trace_write_json(cl, cc.trace_path))
 			fprintf(stderr, "pemu train: cannot write trace '%s'\n", cc.trace_path);

@@ -64,7 +64,9 @@ static void test_bad_input(void **state)
 		{"coll stray", "unexpected argument 'stray'"},
 		{"train-me", "unknown command 'train-me'"},
 		{"train --data /nonexistent/file.txt", "--data /nonexistent/file.txt: cannot open"},
-		{"train --data /dev/null", "(the file is empty)"},
+		{"train --data /dev/null", "not a regular file"},
+		{"train --data build/empty.txt", "(the file is empty)"},
+		{"train --data /", "--data /: not a regular file"},
 		{"train --hidden-size 100 --num-attention-heads 3",
 		 "hidden size 100 is not divisible by 3 attention heads"},
 		{"train --model gpt5", "unknown preset 'gpt5'"},
@@ -80,8 +82,11 @@ static void test_bad_input(void **state)
 		{"", "usage: pemu"},
 	};
 	char out[8192];
+	FILE *empty = fopen("build/empty.txt", "w");
 
 	(void)state;
+	assert_non_null(empty);
+	fclose(empty);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = run(cases[i].args, 1, out, sizeof out);
 
