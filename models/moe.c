@@ -18,12 +18,12 @@ int moe_capacity(double capacity_factor, int M, int k, int E)
 }
 
 /* p + n, or NULL in dry-run (no arithmetic on a null pointer). */
-static float *at(float *p, size_t n)
+static float *off(float *p, size_t n)
 {
 	return p ? p + n : NULL;
 }
 
-static const float *cat_(const float *p, size_t n)
+static const float *coff(const float *p, size_t n)
 {
 	return p ? p + n : NULL;
 }
@@ -42,7 +42,6 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 		return rc;
 	/* The routing decisions: host-side bookkeeping of a few ints a token. */
 	a->slot_token = emu_xcalloc(slots, sizeof *a->slot_token);
-	a->slot_choice = emu_xcalloc(slots, sizeof *a->slot_choice);
 	a->choice = emu_xcalloc((size_t)s->M * s->k, sizeof *a->choice);
 	a->slot = emu_xcalloc((size_t)s->M * s->k, sizeof *a->slot);
 	a->frac = emu_xcalloc((size_t)s->E, sizeof *a->frac);
@@ -52,11 +51,10 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 void moe_acts_free(struct moe_acts *a)
 {
 	free(a->slot_token);
-	free(a->slot_choice);
 	free(a->choice);
 	free(a->slot);
 	free(a->frac);
-	a->slot_token = a->slot_choice = a->choice = a->slot = NULL;
+	a->slot_token = a->choice = a->slot = NULL;
 	a->frac = NULL;
 }
 
@@ -120,7 +118,6 @@ static void route(const struct moe_shape *s, struct moe_acts *a, const float *x)
 				continue;
 			fill[e]++;
 			a->slot_token[slot] = t;
-			a->slot_choice[slot] = j;
 			memcpy(a->x.data + (size_t)slot * C, x + (size_t)t * C,
 			       (size_t)C * sizeof *x);
 		}
@@ -142,11 +139,12 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 	if (kctx_math(k))
 		route(s, a, x);
 	for (int e = 0; e < E; e++)
-		moe_expert_fwd(
-			k, at(a->y.data, (size_t)e * cap * C), at(a->pre.data, (size_t)e * cap * F),
-			at(a->h.data, (size_t)e * cap * F), at(a->x.data, (size_t)e * cap * C),
-			cat_(w1, (size_t)e * F * C), cat_(b1, (size_t)e * F),
-			cat_(w2, (size_t)e * C * F), cat_(b2, (size_t)e * C), cap, C, F);
+		moe_expert_fwd(k, off(a->y.data, (size_t)e * cap * C),
+			       off(a->pre.data, (size_t)e * cap * F),
+			       off(a->h.data, (size_t)e * cap * F),
+			       off(a->x.data, (size_t)e * cap * C), coff(w1, (size_t)e * F * C),
+			       coff(b1, (size_t)e * F), coff(w2, (size_t)e * C * F),
+			       coff(b2, (size_t)e * C), cap, C, F);
 	emu_compute(k->d, "moe.combine", 2.0 * M * K * C,
 		    ((double)M * K * C + (double)M * C) * k->ab);
 	if (!kctx_math(k))
@@ -216,15 +214,16 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 			memset(sc->dpre.data, 0, sc->dpre.n * sizeof *sc->dpre.data);
 			memset(sc->dx.data, 0, sc->dx.n * sizeof *sc->dx.data);
 		}
-		linear_bwd_input(k, sc->dh.data, sc->dy.data, cat_(w2, (size_t)e * C * F), cap, F,
+		linear_bwd_input(k, sc->dh.data, sc->dy.data, coff(w2, (size_t)e * C * F), cap, F,
 				 C);
-		linear_bwd_weight(k, at(dw2, (size_t)e * C * F), at(db2, (size_t)e * C), 1,
-				  sc->dy.data, at(a->h.data, base * F), cap, F, C);
-		gelu_bwd(k, sc->dpre.data, at(a->pre.data, base * F), sc->dh.data, (size_t)cap * F);
-		linear_bwd_input(k, sc->dx.data, sc->dpre.data, cat_(w1, (size_t)e * F * C), cap, C,
+		linear_bwd_weight(k, off(dw2, (size_t)e * C * F), off(db2, (size_t)e * C), 1,
+				  sc->dy.data, off(a->h.data, base * F), cap, F, C);
+		gelu_bwd(k, sc->dpre.data, off(a->pre.data, base * F), sc->dh.data,
+			 (size_t)cap * F);
+		linear_bwd_input(k, sc->dx.data, sc->dpre.data, coff(w1, (size_t)e * F * C), cap, C,
 				 F);
-		linear_bwd_weight(k, at(dw1, (size_t)e * F * C), at(db1, (size_t)e * F), 1,
-				  sc->dpre.data, at(a->x.data, base * C), cap, C, F);
+		linear_bwd_weight(k, off(dw1, (size_t)e * F * C), off(db1, (size_t)e * F), 1,
+				  sc->dpre.data, off(a->x.data, base * C), cap, C, F);
 		/* scatter the inputs' gradients back to their tokens */
 		emu_compute(k->d, "moe.scatter.bwd", (double)cap * C, 3.0 * cap * C * k->ab);
 		if (math)

@@ -42,7 +42,6 @@ struct moe_acts {
 	struct tensor h;     /* (E, cap, F) after GeLU */
 	struct tensor y;     /* (E, cap, C) expert outputs */
 	int *slot_token;     /* [E * cap] the token in each slot, -1 if empty */
-	int *slot_choice;    /* [E * cap] which of the token's k choices it is */
 	int *choice;         /* [M * k] the experts each token picked, best first */
 	int *slot;           /* [M * k] the slot each choice got, -1 if it was dropped */
 	double *frac;        /* [E] f_e of the aux loss */

@@ -3,6 +3,7 @@
  * --sample N the text the model writes after training. --dry-run does the same
  * accounting with no data, for any model size. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,13 @@ static int train_device(struct emu_dev *d, void *arg)
 			loss += gpt_forward(&m, tok, tgt) / accum;
 			gpt_backward(&m, 1.0f / accum);
 		}
+		if (!isfinite(loss)) {
+			rc = emu_dev_fail(d,
+					  "the loss is %g at step %d: training diverged (try a "
+					  "lower --lr or --clip-grad)",
+					  loss, s + 1);
+			break;
+		}
 		gpt_update(&m, &t->opt, s + 1);
 		t->loss[s] = (float)loss;
 		t->step_ns[s] = emu_now(d) - t0;
@@ -163,7 +171,6 @@ static int train_device(struct emu_dev *d, void *arg)
 		t->flops_step = emu_flops(d) - f0;
 		if (!t->json && (s == 0 || s == t->steps - 1 || (s + 1) % t->log_every == 0)) {
 			double peak = emu_dev_topo(d)->gpu.peak_flops;
-
 			char lbuf[16];
 
 			if (emu_dev_dry_run(d))
