@@ -33,6 +33,7 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 	}
 	st->t += dur;
 	d->flops += flops;
+	d->compute_ns += dur;
 	emu_pace(d);
 	return dur;
 }
@@ -40,6 +41,11 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 double emu_flops(const struct emu_dev *d)
 {
 	return d->flops;
+}
+
+int64_t emu_compute_ns(const struct emu_dev *d)
+{
+	return d->compute_ns;
 }
 
 int64_t emu_now(const struct emu_dev *d)

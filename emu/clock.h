@@ -24,8 +24,9 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 /* The roofline duration of such a kernel on d, without charging it. */
 int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes);
 
-/* FLOPs charged on d by emu_compute since the run began. */
+/* FLOPs and virtual time charged on d by emu_compute since the run began. */
 double emu_flops(const struct emu_dev *d);
+int64_t emu_compute_ns(const struct emu_dev *d);
 
 /* The compute stream's cursor: the device's "now". */
 int64_t emu_now(const struct emu_dev *d);

@@ -137,6 +137,7 @@ static void dev_reset_results(struct emu_dev *d)
 	memset(&d->stats, 0, sizeof d->stats);
 	memset(d->stream, 0, sizeof d->stream);
 	d->flops = 0;
+	d->compute_ns = 0;
 	trace_reset(d);
 }
 

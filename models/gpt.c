@@ -97,59 +97,94 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which)
 /* ------------------------------------------------------------------------------------ */
 /* Construction                                                                         */
 
-static void init_param(struct gpt_param *p, int index, uint64_t seed, double std, float fill)
+int gpt_num_tensors(const struct gpt_config *c)
 {
-	if (!p->w.data)
-		return;
-	for (size_t i = 0; i < p->n; i++)
-		p->w.data[i] = std > 0 ? (float)(std * rng_normal(seed, (uint64_t)index, i)) : fill;
+	return 2 + c->num_layers * LP_N + 2;
+}
+
+/* The layer (or -1) and per-layer index of tensor i. */
+static int tensor_layer(const struct gpt_config *c, int i, int *w)
+{
+	if (i < 2 || i >= gpt_num_tensors(c) - 2)
+		return -1;
+	*w = (i - 2) % LP_N;
+	return (i - 2) / LP_N;
+}
+
+size_t gpt_tensor_numel(const struct gpt_config *c, int i)
+{
+	size_t h = (size_t)c->hidden;
+	int w, l = tensor_layer(c, i, &w);
+
+	if (i == 0)
+		return (size_t)c->vocab * h;
+	if (i == 1)
+		return (size_t)c->seq_len * h;
+	return l < 0 ? h : layer_param_n(c, l, (enum gpt_lp)w);
+}
+
+void gpt_tensor_name(const struct gpt_config *c, int i, char *buf, size_t n)
+{
+	int w, l = tensor_layer(c, i, &w);
+
+	if (i == 0)
+		snprintf(buf, n, "wte");
+	else if (i == 1)
+		snprintf(buf, n, "wpe");
+	else if (l < 0)
+		snprintf(buf, n, "lnf.%s", i == gpt_num_tensors(c) - 2 ? "weight" : "bias");
+	else
+		snprintf(buf, n, "layers.%d.%s", l, lp_names[w]);
+}
+
+int gpt_tensor_decays(const struct gpt_config *c, int i)
+{
+	int w, l = tensor_layer(c, i, &w);
+
+	return i < 2 || (l >= 0 && (w == LP_QKVW || w == LP_PROJW || w == LP_FCW || w == LP_FC2W ||
+				    w == LP_ROUTER));
+}
+
+void gpt_tensor_init(const struct gpt_config *c, uint64_t seed, int i, float *out)
+{
+	size_t n = gpt_tensor_numel(c, i);
+	double std = 0, resid_std = 0.02 / sqrt(2.0 * c->num_layers);
+	float fill = 0;
+	int w, l = tensor_layer(c, i, &w);
+
+	if (i == 1)
+		std = 0.01;
+	else if (i == 0 || (l >= 0 && (w == LP_QKVW || w == LP_FCW || w == LP_ROUTER)))
+		std = 0.02;
+	else if (l >= 0 && (w == LP_PROJW || w == LP_FC2W))
+		std = resid_std;
+	else if (l < 0 ? i == gpt_num_tensors(c) - 2 : (w == LP_LN1W || w == LP_LN2W))
+		fill = 1.0f; /* LayerNorm weights */
+	for (size_t e = 0; e < n; e++)
+		out[e] = std > 0 ? (float)(std * rng_normal(seed, (uint64_t)i, e)) : fill;
 }
 
 static int alloc_params(struct gpt *m, uint64_t seed)
 {
 	const struct gpt_config *c = &m->cfg;
-	size_t h = (size_t)c->hidden;
-	double std = 0.02, resid_std = 0.02 / sqrt(2.0 * c->num_layers);
 	int rc;
 
-	m->np = 2 + c->num_layers * LP_N + 2;
+	m->np = gpt_num_tensors(c);
 	m->p = emu_xcalloc((size_t)m->np, sizeof *m->p);
 	for (int i = 0; i < m->np; i++) {
 		struct gpt_param *p = &m->p[i];
-		int l = (i - 2) / LP_N, w = (i - 2) % LP_N, is_layer = i >= 2 && i < m->np - 2;
 		char gname[48];
 
-		if (i == 0) {
-			snprintf(p->name, sizeof p->name, "wte");
-			p->n = (size_t)c->vocab * h;
-		} else if (i == 1) {
-			snprintf(p->name, sizeof p->name, "wpe");
-			p->n = (size_t)c->seq_len * h;
-		} else if (!is_layer) {
-			snprintf(p->name, sizeof p->name, "lnf.%s",
-				 i == m->np - 2 ? "weight" : "bias");
-			p->n = h;
-		} else {
-			snprintf(p->name, sizeof p->name, "layers.%d.%s", l, lp_names[w]);
-			p->n = layer_param_n(c, l, (enum gpt_lp)w);
-		}
-		p->decay = i < 2 || (is_layer && (w == LP_QKVW || w == LP_PROJW || w == LP_FCW ||
-						  w == LP_FC2W || w == LP_ROUTER));
+		gpt_tensor_name(c, i, p->name, sizeof p->name);
+		p->n = gpt_tensor_numel(c, i);
+		p->decay = gpt_tensor_decays(c, i);
 		snprintf(gname, sizeof gname, "%s.grad", p->name);
 		if ((rc = tensor_alloc(&m->k, &p->w, MEM_PARAM, p->n, p->name)) ||
 		    (rc = tensor_alloc(&m->k, &p->g, MEM_GRAD, p->n, gname)) ||
 		    (rc = tensor_alloc_optim(&m->k, &p->opt, p->n, "adam state")))
 			return rc;
-		if (i == 1)
-			init_param(p, i, seed, 0.01, 0);
-		else if (!is_layer && i >= 2)
-			init_param(p, i, seed, 0, i == m->np - 2 ? 1.0f : 0.0f);
-		else if (i == 0 || w == LP_QKVW || w == LP_FCW || w == LP_ROUTER)
-			init_param(p, i, seed, std, 0);
-		else if (w == LP_PROJW || w == LP_FC2W)
-			init_param(p, i, seed, resid_std, 0);
-		else
-			init_param(p, i, seed, 0, w == LP_LN1W || w == LP_LN2W ? 1.0f : 0.0f);
+		if (p->w.data)
+			gpt_tensor_init(c, seed, i, p->w.data);
 	}
 	return 0;
 }
@@ -408,6 +443,7 @@ double gpt_update(struct gpt *m, const struct optim_cfg *o, int t)
 	for (int i = 0; i < m->np; i++)
 		if (m->p[i].n)
 			optim_adamw(&m->k, o, m->p[i].w.data, m->p[i].g.data, m->p[i].opt.data,
+				    m->p[i].opt.data ? m->p[i].opt.data + m->p[i].n : NULL,
 				    m->p[i].n, lr, scale, m->p[i].decay, t);
 	return norm;
 }

@@ -96,6 +96,16 @@ struct gpt {
 	int *tokens, *targets;          /* (B, T) host copies of the last batch */
 };
 
+/* The model's parameter tensors by index: wte, wpe, then LP_N per layer, then lnf weight
+ * and bias. Their count, elements, name, whether weight decay applies, and the initial
+ * values a seed gives (n floats into out): the one definition the serial model and every
+ * parallel strategy build from, so that a shard is cut from the reference's weights. */
+int gpt_num_tensors(const struct gpt_config *cfg);
+size_t gpt_tensor_numel(const struct gpt_config *cfg, int i);
+void gpt_tensor_name(const struct gpt_config *cfg, int i, char *buf, size_t n);
+int gpt_tensor_decays(const struct gpt_config *cfg, int i);
+void gpt_tensor_init(const struct gpt_config *cfg, uint64_t seed, int i, float *out);
+
 /* 1 if layer l of cfg is a MoE layer. */
 int gpt_layer_is_moe(const struct gpt_config *cfg, int l);
 

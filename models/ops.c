@@ -1,6 +1,7 @@
 #include "ops.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "clock.h"
 
@@ -155,6 +156,71 @@ void embedding_bwd(const struct kctx *k, float *dwte, float *dwpe, const float *
 				p[c] += g[c];
 			}
 		}
+}
+
+void embedding_range_fwd(const struct kctx *k, float *out, const int *tokens, const float *wte,
+			 int v0, int v1, int B, int T, int C)
+{
+	double btc = (double)B * T * C;
+
+	emu_compute(k->d, "embedding", 0, 2 * btc * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < B * T; i++) {
+		float *o = out + (size_t)i * C;
+		int tok = tokens[i];
+
+		if (tok >= v0 && tok < v1)
+			memcpy(o, wte + (size_t)(tok - v0) * C, (size_t)C * sizeof *o);
+		else
+			memset(o, 0, (size_t)C * sizeof *o);
+	}
+}
+
+void embedding_range_bwd(const struct kctx *k, float *dwte, const float *dout, const int *tokens,
+			 int v0, int v1, int B, int T, int C)
+{
+	double btc = (double)B * T * C;
+
+	emu_compute(k->d, "embedding.bwd", btc, 3 * btc * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int i = 0; i < B * T; i++) {
+		const float *g = dout + (size_t)i * C;
+		float *e;
+
+		if (tokens[i] < v0 || tokens[i] >= v1)
+			continue;
+		e = dwte + (size_t)(tokens[i] - v0) * C;
+		for (int c = 0; c < C; c++)
+			e[c] += g[c];
+	}
+}
+
+void position_fwd(const struct kctx *k, float *out, const float *wpe, int B, int T, int C, int t0)
+{
+	double btc = (double)B * T * C;
+
+	emu_compute(k->d, "position", btc, 3 * btc * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++)
+			for (int c = 0; c < C; c++)
+				out[((size_t)b * T + t) * C + c] += wpe[(size_t)(t0 + t) * C + c];
+}
+
+void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int B, int T, int C, int t0)
+{
+	double btc = (double)B * T * C;
+
+	emu_compute(k->d, "position.bwd", btc, 3 * btc * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++)
+			for (int c = 0; c < C; c++)
+				dwpe[(size_t)(t0 + t) * C + c] += dout[((size_t)b * T + t) * C + c];
 }
 
 /* y (n) = softmax(x), subtracting the max first; y may be x. */

@@ -44,9 +44,8 @@ double optim_sq_norm(const struct kctx *k, const float *g, size_t n)
 }
 
 void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
-		 float *state, size_t n, float lr, float gscale, int decay, int t)
+		 float *m, float *v, size_t n, float lr, float gscale, int decay, int t)
 {
-	float *m = state, *v = state + n;
 	float c1 = 1.0f - powf(o->beta1, (float)t), c2 = 1.0f - powf(o->beta2, (float)t);
 	float wd = decay ? o->weight_decay : 0.0f;
 

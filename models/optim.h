@@ -24,9 +24,9 @@ float optim_lr(const struct optim_cfg *o, int step);
 /* sum of g[i]^2 over n, in double, in index order (the same on every run). */
 double optim_sq_norm(const struct kctx *k, const float *g, size_t n);
 
-/* One AdamW update of n parameters w with gradients g * gscale; state holds m then v
- * (2n floats); t is the 1-based step for bias correction. */
+/* One AdamW update of n parameters w with gradients g * gscale and moments m, v (n each);
+ * t is the 1-based step for bias correction. */
 void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
-		 float *state, size_t n, float lr, float gscale, int decay, int t);
+		 float *m, float *v, size_t n, float lr, float gscale, int decay, int t);
 
 #endif

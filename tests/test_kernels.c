@@ -361,7 +361,8 @@ static void adam_dev(const struct kctx *k, void *ctx)
 
 	for (int t = 1; t <= ASTEPS; t++) {
 		a->lr[t - 1] = optim_lr(&a->o, t - 1);
-		optim_adamw(k, &a->o, a->w, a->g[t - 1], a->state, AN, a->lr[t - 1], 0.5f, 1, t);
+		optim_adamw(k, &a->o, a->w, a->g[t - 1], a->state, a->state + AN, AN, a->lr[t - 1],
+			    0.5f, 1, t);
 	}
 }
 

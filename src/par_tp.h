@@ -1,0 +1,99 @@
+/* par_tp: the GPT of models/gpt.h on one rank of a tensor-parallel group, partitioned as
+ * Megatron-LM does (Shoeybi et al. 2019, arXiv 1909.08053, section 3):
+ *
+ *   QKV and fc         column-parallel: rank r holds rows for its heads / its ffn/tp units
+ *   proj and fc2       row-parallel: rank r holds the matching columns; the partial outputs
+ *                      are summed by an all-reduce (2 forward, 2 backward per layer)
+ *   wte                vocabulary-parallel: rank r holds rows [r V/tp, (r+1) V/tp); the
+ *                      embedding is an all-reduce of masked lookups, the cross-entropy is
+ *                      computed from per-shard max and sum of exponentials (Megatron's
+ *                      vocab-parallel cross-entropy)
+ *   MoE experts        each expert's MLP cut like the dense one; the router replicated
+ *   LayerNorms, wpe    replicated
+ *
+ * A row-parallel bias is added once: rank 0 holds it, the others hold zeros they never
+ * update, so the all-reduce sums the bias in with the partial products.
+ *
+ * With tp = 1 this is the serial model, kernel for kernel (bitwise). Gradients live in one
+ * flat buffer, in the order backward finishes them, and a hook is told when each
+ * parameter's gradient is final, so data parallelism can all-reduce buckets while
+ * backward goes on. */
+#ifndef PEMU_PAR_TP_H
+#define PEMU_PAR_TP_H
+
+#include <stddef.h>
+
+#include "gpt.h"
+
+enum tp_split { TP_REPLICATED, TP_ROWS, TP_COLS };
+
+struct tp_param {
+	int full; /* its index among the serial model's tensors */
+	char name[40];
+	size_t n;            /* local elements */
+	enum tp_split split; /* how it is cut */
+	int blocks;          /* row blocks cut separately (3 for qkv: q, k, v) */
+	int experts;         /* leading expert dimension, 1 if none */
+	size_t rows, cols;   /* one expert's full shape */
+	int owner;           /* this rank's copy is part of the model (norm, verify) */
+	int frozen;          /* a row-parallel bias on a rank other than 0: stays zero */
+	int decay;           /* weight decay applies */
+	float *w;            /* the local shard: a view into the flat weights */
+	float *g;            /* its gradient: a view into the flat gradients */
+	size_t off;          /* where in both flat buffers */
+};
+
+/* Told when parameter i's gradient is final for this micro-batch. */
+typedef int (*tp_grad_hook)(void *ctx, int i);
+
+struct tp_model {
+	struct gpt_config cfg;
+	struct kctx k;
+	int tp, r;           /* group size and this rank */
+	struct emu_group *g; /* the tensor-parallel group */
+	int B, T;            /* micro-batch, sequence */
+	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
+	int np;
+	struct tp_param *p;    /* [np], in the serial model's order */
+	int *order;            /* [np]: parameters in the order backward finishes them */
+	size_t nflat;          /* elements in the flat buffers: the local sizes, padded */
+	struct tensor weights; /* (nflat): every local weight, in that order */
+	struct tensor grads;   /* (nflat): every gradient, in the same order */
+	struct tensor enc;
+	struct gpt_layer_acts *la;
+	struct tensor lnf, lnf_mean, lnf_rstd, probs, losses;
+	struct tensor dres, dln, tmp, dqkv, datty, dfch, dfch_gelu, dlogits, att_scratch;
+	struct tensor ce_max, ce_sums; /* (BT), (BT, 2): vocab-parallel cross-entropy */
+	struct tensor drouter;         /* (E, h): one micro-batch's router gradient */
+	struct moe_shape moe;
+	struct moe_scratch moe_scratch;
+	int *tokens, *targets, *ltargets; /* (B, T); targets local to the vocab shard, -1 if not */
+	float aux_loss;
+	tp_grad_hook hook; /* or NULL */
+	void *hook_ctx;
+	int drop_allreduce; /* tests: skip layer 0's forward MLP all-reduce (a broken TP) */
+};
+
+/* Why the model cannot be cut tp ways (heads, ffn, vocabulary), one line, or 0. */
+int tp_check(const struct gpt_config *cfg, int tp, char *err, size_t n);
+
+/* Builds rank r's shard of the model of seed for micro-batch B on g (tp members). The
+ * weights are cut from the serial model's (gpt_tensor_init). Every parameter starts at a
+ * multiple of pad elements in the flat buffers (for sharding them evenly). 0 or
+ * EMU_EOOM. */
+int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *cfg, int B,
+	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad);
+void tp_free(struct tp_model *m);
+
+/* Forward: the mean loss over the micro-batch (cross-entropy plus MoE aux) into *loss.
+ * 0 or a negative enum emu_err. */
+int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float *loss);
+void tp_zero_grad(struct tp_model *m);
+/* Backward with d loss = scale, calling the hook as gradients become final. */
+int tp_backward(struct tp_model *m, float scale);
+
+/* Copies between parameter i's local shard (local, m->p[i].n) and the full tensor (full,
+ * gpt_tensor_numel): to_full 1 writes this rank's part of full, 0 reads it into local. */
+void tp_shard_copy(const struct tp_model *m, int i, float *full, float *local, int to_full);
+
+#endif

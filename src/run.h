@@ -1,0 +1,70 @@
+/* run: training steps on the emulated cluster, and on one device as the reference, with
+ * what verify compares (DESIGN.md §4): the loss of every step, every gradient of the first
+ * step, every parameter after the last. Used by pemu train, run and verify. */
+#ifndef PEMU_RUN_H
+#define PEMU_RUN_H
+
+#include <stdint.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "mesh.h"
+
+struct run_cfg {
+	struct gpt_config model;
+	int mbs, gbs, steps; /* micro-batch, global batch, optimizer steps */
+	uint64_t seed;
+	enum prec prec;
+	struct optim_cfg opt;
+	struct mesh mesh;        /* tp and dp; the others 1 */
+	int zero;                /* ZeRO stage: 0 or 1 */
+	uint64_t bucket_bytes;   /* data-parallel gradient buckets */
+	int broken;              /* tests: 1 drops a TP all-reduce, 2 a DP bucket */
+	const struct data *data; /* NULL in dry-run */
+	int log_every;           /* print a progress line every this many steps; 0: quiet */
+};
+
+/* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
+struct run_out {
+	int steps, np;
+	float *loss;         /* [steps] the global batch's mean loss */
+	float *loss_part;    /* [dp * steps] each replica's share */
+	int64_t *step_ns;    /* [steps] virtual step time (device 0) */
+	int64_t *compute_ns; /* [steps] of it, compute (device 0) */
+	double flops_step;   /* FLOPs charged by device 0 in the last step */
+	int snapshot;        /* fill grad0 and params */
+	float **grad0;       /* [np] full tensors: the first step's gradients */
+	float **params;      /* [np] full tensors: the weights after the last step */
+};
+
+void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
+void run_free(struct run_out *o);
+
+/* Why cfg cannot run on ndev devices (mesh, heads, batch), one line, or 0. */
+int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
+
+/* Runs cfg on c (whose device count is the mesh's); the serial model when the mesh is a
+ * single device and reference is set. 0 or the run's enum emu_err. */
+int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
+int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
+
+/* verify's comparison: per-step loss, first-step gradients, final parameters, each by the
+ * norm-wise relative error max|a - b| / max|b| per tensor.
+ *
+ * One exception, like DESIGN.md's routing flips: a parameter whose reference gradient is
+ * zero to rounding (below 1e-6 of its tensor's largest) is moved by Adam on noise alone,
+ * since Adam divides the gradient by its own magnitude. The key bias is such a parameter:
+ * adding the same q.b to every score of a query leaves the softmax unchanged, so its
+ * gradient is zero in exact arithmetic. Those entries are left out of the parameter
+ * comparison, counted in noise_params, and still checked as gradients. */
+struct verify_result {
+	double loss_err, grad_err, param_err; /* the worst of each kind */
+	int loss_step, grad_tensor, param_tensor;
+	double loss_tol, grad_tol, param_tol;
+	size_t noise_params; /* entries left out: gradient zero to rounding */
+	int passed;
+};
+void verify_compare(const struct run_out *ref, const struct run_out *par,
+		    const struct gpt_config *cfg, struct verify_result *v);
+
+#endif
