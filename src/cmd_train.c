@@ -15,6 +15,7 @@
 #include "gpt.h"
 #include "mem.h"
 #include "presets.h"
+#include "run.h"
 #include "trace.h"
 #include "units.h"
 
@@ -48,6 +49,15 @@ enum {
 	O_MOE_EVERY,
 	O_CAPACITY,
 	O_AUX,
+	O_DP,
+	O_TP,
+	O_PP,
+	O_CP,
+	O_EP,
+	O_ZERO,
+	O_BUCKET,
+	O_SP,
+	O_VOCAB_DIV,
 };
 
 static const struct cli_opt train_opts[] = {
@@ -67,6 +77,8 @@ static const struct cli_opt train_opts[] = {
 	 "slots per expert = X * tokens * k / experts (default 1.25)"},
 	{"moe-aux-loss-coeff", 0, 1, O_AUX, "X",
 	 "weight of the load-balancing loss (default 0.01)"},
+	{"make-vocab-size-divisible-by", 0, 1, O_VOCAB_DIV, "N",
+	 "pad the vocabulary to a multiple of N x tp, as Megatron does (default 128)"},
 	{"micro-batch-size", 0, 1, O_MBS, "N", "sequences per forward pass"},
 	{"global-batch-size", 0, 1, O_GBS, "N",
 	 "sequences per step (a multiple of the micro-batch)"},
@@ -95,6 +107,7 @@ struct train {
 	struct gpt_config cfg;
 	const char *model_name;
 	int mbs, gbs, steps, log_every, sample, json;
+	int vocab_orig; /* the vocabulary before padding */
 	uint64_t seed;
 	enum prec prec;
 	struct optim_cfg opt;
@@ -106,6 +119,24 @@ struct train {
 	double flops_step; /* FLOPs charged by the last step */
 	char *sample_text;
 	size_t nparams;
+};
+
+static const struct cli_opt par_opts[] = {
+	{"dp", 0, 1, O_DP, "N", "data-parallel size (default 1)"},
+	{"data-parallel-size", 0, 1, O_DP, "N", "the same as --dp"},
+	{"tp", 0, 1, O_TP, "N", "tensor-parallel size (default 1)"},
+	{"tensor-model-parallel-size", 0, 1, O_TP, "N", "the same as --tp"},
+	{"pp", 0, 1, O_PP, "N", "pipeline-parallel size (only 1 in this build)"},
+	{"pipeline-model-parallel-size", 0, 1, O_PP, "N", "the same as --pp"},
+	{"cp", 0, 1, O_CP, "N", "context-parallel size (only 1 in this build)"},
+	{"context-parallel-size", 0, 1, O_CP, "N", "the same as --cp"},
+	{"ep", 0, 1, O_EP, "N", "expert-parallel size (only 1 in this build)"},
+	{"expert-model-parallel-size", 0, 1, O_EP, "N", "the same as --ep"},
+	{"zero-stage", 0, 1, O_ZERO, "0|1",
+	 "ZeRO stage: 1 shards Adam's state over dp (default 0)"},
+	{"bucket-size", 0, 1, O_BUCKET, "SIZE", "data-parallel gradient bucket (default 25MB)"},
+	{"sequence-parallel", 0, 0, O_SP, NULL, "sequence parallelism (not in this build yet)"},
+	{NULL, 0, 0, 0, NULL, NULL},
 };
 
 static void usage(FILE *f)
@@ -240,13 +271,19 @@ static void print_memory(FILE *f, struct emu_dev *d, int json)
 	}
 }
 
-int cmd_train(int argc, char **argv)
+enum cmd_kind { K_TRAIN, K_RUN, K_VERIFY };
+
+static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 {
-	struct cli c = {.prog = "pemu train",
-			.argc = argc,
-			.argv = argv,
-			.i = 1,
-			.opts = {train_opts, cli_cluster_opts, NULL}};
+	static const char *const progs[] = {"pemu train", "pemu run", "pemu verify"};
+	struct cli c = {
+		.prog = progs[kind],
+		.argc = argc,
+		.argv = argv,
+		.i = 1,
+		.opts = {train_opts, cli_cluster_opts, kind == K_TRAIN ? NULL : par_opts, NULL}};
+	long dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, zero = 0, sp = 0, vocab_div = 128;
+	uint64_t bucket = 25000000;
 	const char *model = "small", *data_path = NULL, *prec = NULL, *v;
 	const char *ov[O_AUX + 1] = {0};
 	struct train t = {0};
@@ -333,6 +370,35 @@ int cmd_train(int argc, char **argv)
 		case O_LOG:
 			t.log_every = (int)cli_int(&c, "--log-interval", v, 1, 100000000);
 			break;
+		case O_DP:
+			dp = cli_int(&c, "--dp", v, 1, 4096);
+			break;
+		case O_TP:
+			tp = cli_int(&c, "--tp", v, 1, 4096);
+			break;
+		case O_PP:
+			pp = cli_int(&c, "--pp", v, 1, 4096);
+			break;
+		case O_CP:
+			cp = cli_int(&c, "--cp", v, 1, 4096);
+			break;
+		case O_EP:
+			ep = cli_int(&c, "--ep", v, 1, 4096);
+			break;
+		case O_ZERO:
+			zero = cli_int(&c, "--zero-stage", v, 0, 3);
+			break;
+		case O_BUCKET:
+			bucket = cli_size(&c, "--bucket-size", v);
+			if (!bucket)
+				cli_fail(&c, "--bucket-size must be more than 0 bytes");
+			break;
+		case O_SP:
+			sp = 1;
+			break;
+		case O_VOCAB_DIV:
+			vocab_div = cli_int(&c, "--make-vocab-size-divisible-by", v, 1, 1 << 20);
+			break;
 		case O_HELP:
 			usage(stdout);
 			return 0;
@@ -384,16 +450,48 @@ int cmd_train(int argc, char **argv)
 							  ov[O_CAPACITY], 1e-3, 1e6);
 	if (ov[O_AUX])
 		t.cfg.aux_coeff = (float)cli_double(&c, "--moe-aux-loss-coeff", ov[O_AUX], 0, 1e6);
+	{
+		/* Megatron's padded vocabulary: a multiple of divisible-by x tp, so that every
+		 * tensor-parallel rank holds as many rows of the embedding. */
+		long unit = vocab_div * tp;
+
+		t.vocab_orig = t.cfg.vocab;
+		t.cfg.vocab = (int)((t.cfg.vocab + unit - 1) / unit * unit);
+	}
 	if (gpt_config_check(&t.cfg, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	if (!t.mbs)
 		t.mbs = mp->micro_batch;
-	if (!t.gbs)
-		t.gbs = t.mbs;
+	if (!t.gbs) /* one micro-batch per data-parallel replica */
+		t.gbs = t.mbs * (int)dp;
 	if (t.gbs % t.mbs)
 		cli_fail(&c, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
 			 t.gbs, t.mbs);
-	cli_cluster_finish(&cc, &c, 1);
+	if (kind != K_TRAIN) {
+		if (pp > 1 || cp > 1 || ep > 1)
+			cli_fail(&c,
+				 "--%s %ld: %s parallelism is not in this build yet (dp, tp and "
+				 "ZeRO 0-1 are)",
+				 pp > 1   ? "pp"
+				 : cp > 1 ? "cp"
+					  : "ep",
+				 pp > 1   ? pp
+				 : cp > 1 ? cp
+					  : ep,
+				 pp > 1   ? "pipeline"
+				 : cp > 1 ? "context"
+					  : "expert");
+		if (zero > 1)
+			cli_fail(&c,
+				 "--zero-stage %ld: stages 2 and 3 are not in this build yet (0 "
+				 "and 1 are)",
+				 zero);
+		if (sp)
+			cli_fail(&c, "--sequence-parallel is not in this build yet");
+		if (dp * tp > 65536)
+			cli_fail(&c, "--dp %ld x --tp %ld is more devices than pemu runs", dp, tp);
+	}
+	cli_cluster_finish(&cc, &c, kind == K_TRAIN ? 1 : (int)(dp * tp));
 	t.json = cc.json;
 	if (!prec)
 		t.prec = cc.cfg.dry_run ? PREC_BF16 : PREC_FP32;
@@ -420,6 +518,34 @@ int cmd_train(int argc, char **argv)
 			data_builtin(&t.data, 1 << 20);
 		}
 	}
+	if (kind != K_TRAIN) {
+		struct run_cfg rc2 = {.model = t.cfg,
+				      .mbs = t.mbs,
+				      .gbs = t.gbs,
+				      .steps = t.steps,
+				      .seed = t.seed,
+				      .prec = t.prec,
+				      .opt = t.opt,
+				      .zero = (int)zero,
+				      .bucket_bytes = bucket,
+				      .data = cc.cfg.dry_run ? NULL : &t.data,
+				      .log_every = t.json ? 0 : t.log_every};
+
+		mesh_init(&rc2.mesh, (int)tp, 1, 1, (int)dp, 1);
+		if (kind == K_VERIFY && cc.cfg.dry_run)
+			cli_fail(&c,
+				 "--dry-run: verify compares numbers, so it runs in execute mode");
+		if (run_check(&rc2, cc.cfg.ndev, err, sizeof err))
+			cli_fail(&c, "%s", err);
+		if (!t.json && t.cfg.vocab != t.vocab_orig)
+			printf("# vocabulary %d padded to %d, a multiple of %ld (Megatron's "
+			       "--make-vocab-size-divisible-by)\n",
+			       t.vocab_orig, t.cfg.vocab, vocab_div * tp);
+		rc = run_exec(kind == K_VERIFY, &rc2, &cc.cfg, t.model_name, cc.trace_path,
+			      cc.timeline, t.json);
+		data_free(&t.data);
+		return rc;
+	}
 	t.loss = calloc((size_t)t.steps, sizeof *t.loss);
 	t.step_ns = calloc((size_t)t.steps, sizeof *t.step_ns);
 	t.wall_ns = calloc((size_t)t.steps, sizeof *t.wall_ns);
@@ -434,6 +560,10 @@ int cmd_train(int argc, char **argv)
 		       "seq %d, vocab %d\n",
 		       t.model_name, t.nparams, (double)t.nparams / 1e9, t.cfg.num_layers,
 		       t.cfg.hidden, t.cfg.heads, t.cfg.seq_len, t.cfg.vocab);
+		if (t.cfg.vocab != t.vocab_orig)
+			printf("# vocabulary %d padded to %d, a multiple of %ld (Megatron's "
+			       "--make-vocab-size-divisible-by)\n",
+			       t.vocab_orig, t.cfg.vocab, vocab_div * tp);
 		if (t.cfg.num_experts)
 			printf("# MoE: %d experts, top-%d, in every layer l with (l + 1) %% %d == "
 			       "0, "
@@ -525,4 +655,19 @@ int cmd_train(int argc, char **argv)
 	free(t.wall_ns);
 	free(t.sample_text);
 	return rc ? 1 : 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+	return cmd_model(argc, argv, K_TRAIN);
+}
+
+int cmd_run(int argc, char **argv)
+{
+	return cmd_model(argc, argv, K_RUN);
+}
+
+int cmd_verify(int argc, char **argv)
+{
+	return cmd_model(argc, argv, K_VERIFY);
 }

@@ -8,15 +8,38 @@
 #include "coll.h"
 #include "util.h"
 
+/* Stage 0 all-reduces a bucket; stage 1 reduce-scatters it in place, each rank keeping
+ * the sum of its own chunk (all its optimizer will read). */
 static int post(struct dp_state *s, struct dp_bucket *b)
 {
 	float *g = s->m->grads.data;
+	size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
 
 	b->posted = 1;
 	if (s->dp == 1 || (s->drop_bucket && b == s->b))
 		return 0;
+	if (s->zero >= 1)
+		return coll_ireduce_scatter(s->m->k.d, s->g, g ? g + b->lo : NULL,
+					    g ? g + b->lo + (size_t)s->r * chunk : NULL, chunk,
+					    COLL_SUM, &b->req);
 	return coll_iall_reduce(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
 				b->hi - b->lo, COLL_SUM, &b->req);
+}
+
+/* Calls fn(ctx, lo, hi) for each flat range whose summed gradient this rank holds:
+ * everything in stage 0, its chunk of every bucket in stage 1. */
+static void owned_ranges(const struct dp_state *s, void (*fn)(void *, size_t, size_t), void *ctx)
+{
+	if (s->zero == 0) {
+		fn(ctx, 0, s->m->nflat);
+		return;
+	}
+	for (int k = 0; k < s->nb; k++) {
+		const struct dp_bucket *b = &s->b[k];
+		size_t chunk = (b->hi - b->lo) / (size_t)s->dp, lo = b->lo + (size_t)s->r * chunk;
+
+		fn(ctx, lo, lo + chunk);
+	}
 }
 
 /* The backward hook: post every bucket whose last parameter is now final. */
@@ -95,22 +118,75 @@ int dp_sync_grads(struct dp_state *s)
 	return rc;
 }
 
-/* The global gradient norm: squares of what this rank owns, summed over tp. */
+/* The global gradient norm: the squares this rank holds, summed over tp (and over dp,
+ * where ZeRO split them). */
+struct sq_ctx {
+	struct tp_model *m;
+	double sq;
+};
+
+/* Squares of the gradients in [lo, hi) of the parameters this tp rank owns. */
+static void sq_range(void *ctx, size_t lo, size_t hi)
+{
+	struct sq_ctx *c = ctx;
+	struct tp_model *m = c->m;
+
+	for (int i = 0; i < m->np; i++) {
+		const struct tp_param *p = &m->p[i];
+		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+
+		if (a < b && p->owner)
+			c->sq += optim_sq_norm(&m->k, p->g ? p->g + (a - p->off) : NULL, b - a);
+	}
+}
+
 static int grad_norm(struct dp_state *s, double *norm)
 {
 	struct tp_model *m = s->m;
-	double sq = 0;
+	struct sq_ctx c = {m, 0};
 	float part;
 	int rc;
 
-	for (int i = 0; i < m->np; i++)
-		if (m->p[i].owner && m->p[i].n)
-			sq += optim_sq_norm(&m->k, m->p[i].g, m->p[i].n);
-	part = (float)sq;
+	owned_ranges(s, sq_range, &c);
+	if (m->tp == 1 && (s->zero == 0 || s->dp == 1)) {
+		*norm = sqrt(c.sq); /* nothing to sum: exactly the serial model's norm */
+		return 0;
+	}
+	part = (float)c.sq;
 	if (m->tp > 1 && (rc = coll_all_reduce(m->k.d, m->g, &part, &part, 1, COLL_SUM)))
 		return rc;
-	*norm = m->tp > 1 ? sqrt((double)part) : sqrt(sq);
+	if (s->zero >= 1 && s->dp > 1 &&
+	    (rc = coll_all_reduce(m->k.d, s->g, &part, &part, 1, COLL_SUM)))
+		return rc;
+	*norm = sqrt((double)part);
 	return 0;
+}
+
+struct grad_copy {
+	struct tp_model *m;
+	float **full;
+};
+
+static void copy_range(void *ctx, size_t lo, size_t hi)
+{
+	struct grad_copy *c = ctx;
+	struct tp_model *m = c->m;
+
+	for (int i = 0; i < m->np; i++) {
+		const struct tp_param *p = &m->p[i];
+		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+
+		if (a < b && p->owner && p->g)
+			tp_shard_copy_range(m, i, c->full[i], p->g, a - p->off, b - p->off, 1);
+	}
+}
+
+void dp_copy_grads(const struct dp_state *s, float **full)
+{
+	struct grad_copy c = {s->m, full};
+
+	if (s->zero >= 1 || s->r == 0)
+		owned_ranges(s, copy_range, &c);
 }
 
 /* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st. */

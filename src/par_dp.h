@@ -8,9 +8,11 @@
  * backward; the step waits for every bucket before the optimizer.
  *
  * ZeRO stage 1 (Rajbhandari et al. 2019, arXiv 1910.02054): each bucket is cut into dp
- * equal chunks and rank j owns chunk j of every bucket. A rank keeps Adam's state for its
- * chunks only, updates only them, and the updated weights are all-gathered bucket by
- * bucket. Stage 0 keeps the whole state on every rank.
+ * equal chunks and rank j owns chunk j of every bucket. Buckets are reduce-scattered
+ * instead of all-reduced (rank j needs only chunk j's sum); a rank keeps Adam's state for
+ * its chunks only, updates only them, and the updated weights are all-gathered bucket by
+ * bucket: Psi elements each way, 2 Psi in all, as stage 0's all-reduce. Stage 0 keeps the
+ * whole state on every rank.
  *
  * Gradient-norm clipping takes the norm of the whole model: the sum of squares of every
  * parameter this rank owns (its shards, and replicated ones on tensor-parallel rank 0),
@@ -53,6 +55,11 @@ void dp_free(struct dp_state *s);
 /* Posts what is left of the buckets and waits for all of them: the gradients are then
  * summed over the data-parallel group. 0 or a negative enum emu_err. */
 int dp_sync_grads(struct dp_state *s);
+
+/* Writes the summed gradients this rank holds into the full tensors full[np] (through
+ * the tensor-parallel shard map): all of them on dp rank 0 in stage 0, its chunks in
+ * stage 1. For verify. */
+void dp_copy_grads(const struct dp_state *s, float **full);
 
 /* Clips by the global norm, takes an AdamW step (t, 1-based) on what this rank owns,
  * and (ZeRO-1) all-gathers the updated weights. *norm gets the norm before clipping. */

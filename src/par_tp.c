@@ -98,47 +98,55 @@ static void describe(struct tp_model *m, int i, struct tp_param *p)
 					 : (size_t)p->experts * p->rows * p->cols / (size_t)m->tp;
 }
 
-void tp_shard_copy(const struct tp_model *m, int i, float *full, float *local, int to_full)
+/* Copies one run of n elements, local[l..l+n) <-> full[f..f+n), clipped to the local
+ * range [lo, hi). */
+static void copy_run(float *full, size_t f, float *local, size_t l, size_t n, size_t lo, size_t hi,
+		     int to_full)
+{
+	size_t a = l > lo ? l : lo, b = l + n < hi ? l + n : hi;
+
+	if (a >= b)
+		return;
+	if (to_full)
+		memcpy(full + f + (a - l), local + a, (b - a) * sizeof *full);
+	else
+		memcpy(local + a, full + f + (a - l), (b - a) * sizeof *full);
+}
+
+void tp_shard_copy_range(const struct tp_model *m, int i, float *full, float *local, size_t lo,
+			 size_t hi, int to_full)
 {
 	const struct tp_param *p = &m->p[i];
 	size_t t = (size_t)m->tp, r = (size_t)m->r;
 
 	if (p->split == TP_REPLICATED) {
-		if (to_full)
-			memcpy(full, local, p->n * sizeof *full);
-		else if (p->frozen)
-			memset(local, 0, p->n * sizeof *local);
+		if (!to_full && p->frozen)
+			memset(local + lo, 0, (hi - lo) * sizeof *local);
 		else
-			memcpy(local, full, p->n * sizeof *full);
+			copy_run(full, 0, local, 0, p->n, lo, hi, to_full);
 		return;
 	}
 	for (size_t e = 0; e < (size_t)p->experts; e++) {
 		if (p->split == TP_ROWS) {
 			size_t rb = p->rows / (size_t)p->blocks, lb = rb / t;
 
-			for (size_t b = 0; b < (size_t)p->blocks; b++) {
-				float *fp = full + (e * p->rows + b * rb + r * lb) * p->cols;
-				float *lp = local + (e * p->rows / t + b * lb) * p->cols;
-
-				if (to_full)
-					memcpy(fp, lp, lb * p->cols * sizeof *fp);
-				else
-					memcpy(lp, fp, lb * p->cols * sizeof *fp);
-			}
+			for (size_t b = 0; b < (size_t)p->blocks; b++)
+				copy_run(full, (e * p->rows + b * rb + r * lb) * p->cols, local,
+					 (e * p->rows / t + b * lb) * p->cols, lb * p->cols, lo, hi,
+					 to_full);
 		} else {
 			size_t lc = p->cols / t;
 
-			for (size_t row = 0; row < p->rows; row++) {
-				float *fp = full + (e * p->rows + row) * p->cols + r * lc;
-				float *lp = local + (e * p->rows + row) * lc;
-
-				if (to_full)
-					memcpy(fp, lp, lc * sizeof *fp);
-				else
-					memcpy(lp, fp, lc * sizeof *fp);
-			}
+			for (size_t row = 0; row < p->rows; row++)
+				copy_run(full, (e * p->rows + row) * p->cols + r * lc, local,
+					 (e * p->rows + row) * lc, lc, lo, hi, to_full);
 		}
 	}
+}
+
+void tp_shard_copy(const struct tp_model *m, int i, float *full, float *local, int to_full)
+{
+	tp_shard_copy_range(m, i, full, local, 0, m->p[i].n, to_full);
 }
 
 static int alloc_params(struct tp_model *m, uint64_t seed, size_t pad)

@@ -95,5 +95,8 @@ int tp_backward(struct tp_model *m, float scale);
 /* Copies between parameter i's local shard (local, m->p[i].n) and the full tensor (full,
  * gpt_tensor_numel): to_full 1 writes this rank's part of full, 0 reads it into local. */
 void tp_shard_copy(const struct tp_model *m, int i, float *full, float *local, int to_full);
+/* The same for the local elements [lo, hi) of the shard only. */
+void tp_shard_copy_range(const struct tp_model *m, int i, float *full, float *local, size_t lo,
+			 size_t hi, int to_full);
 
 #endif

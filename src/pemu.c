@@ -14,17 +14,20 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pemu <command> [options]\n\n"
-		"pemu emulates a GPU cluster inside one process: each virtual GPU is a thread with "
+		"pemu emulates a GPU cluster inside one process: each virtual GPU is a thread "
+		"with\n"
+		"a memory cap, joined to the others by links with a bandwidth and a latency, and "
 		"a\n"
-		"memory cap, joined to the others by links with a bandwidth and a latency, and a\n"
 		"deterministic virtual clock says how long each operation takes on real "
 		"hardware.\n\n"
 		"commands:\n"
-		"  coll      collective benchmark in the manner of nccl-tests (pemu coll "
-		"--help)\n\n"
-		"The training commands of the design (run, verify, plan, train) arrive with the "
-		"model\n"
-		"layer; this build has the virtual cluster.\n\n"
+		"  train     the serial reference: train a GPT on one virtual GPU\n"
+		"  run       train on the emulated cluster with --dp, --tp and --zero-stage\n"
+		"  verify    the same plus the serial reference, compared; exit 1 on a mismatch\n"
+		"  coll      collective benchmark in the manner of nccl-tests\n"
+		"'pemu COMMAND --help' lists a command's options. Pipeline, context and expert\n"
+		"parallelism, ZeRO stages 2-3, sequence parallelism and plan are not in this "
+		"build.\n\n"
 		"cluster presets (--cluster):");
 	for (int i = 0; topo_preset_names[i]; i++) {
 		struct topo t;
@@ -58,6 +61,10 @@ int main(int argc, char **argv)
 		return cmd_coll(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "train"))
 		return cmd_train(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "verify"))
+		return cmd_verify(argc - 1, argv + 1);
 	fprintf(stderr, "pemu: unknown command '%s' (try 'pemu --help')\n", argv[1]);
 	return CLI_EXIT_USAGE;
 }

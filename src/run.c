@@ -88,11 +88,14 @@ struct job {
 	struct run_out *o;
 };
 
+static int logging(const struct run_cfg *cfg, int s)
+{
+	return cfg->log_every && (s == 0 || s == cfg->steps - 1 || (s + 1) % cfg->log_every == 0);
+}
+
 static void progress(const struct run_cfg *cfg, const struct run_out *o, struct emu_dev *d, int s,
 		     double loss, int64_t wall)
 {
-	if (!cfg->log_every || !(s == 0 || s == cfg->steps - 1 || (s + 1) % cfg->log_every == 0))
-		return;
 	if (emu_dev_dry_run(d))
 		printf("step %5d/%d | loss     n/a | %9.3f ms/step virtual (compute %.3f) | %8.1f "
 		       "ms wall\n",
@@ -158,10 +161,8 @@ static int par_device(struct emu_dev *d, void *arg)
 		}
 		if ((rc = dp_sync_grads(&s)))
 			goto out;
-		if (step == 0 && o->snapshot && dpr == 0)
-			for (int i = 0; i < m.np; i++)
-				if (m.p[i].owner && m.p[i].n && m.p[i].g)
-					tp_shard_copy(&m, i, o->grad0[i], m.p[i].g, 1);
+		if (step == 0 && o->snapshot)
+			dp_copy_grads(&s, o->grad0);
 		{
 			double norm;
 
@@ -174,7 +175,19 @@ static int par_device(struct emu_dev *d, void *arg)
 			o->step_ns[step] = emu_now(d) - t0;
 			o->compute_ns[step] = emu_compute_ns(d) - c0;
 			o->flops_step = emu_flops(d) - f0;
-			progress(cfg, o, d, step, loss, emu_wall_ns() - w0);
+		}
+		if (logging(cfg, step)) {
+			/* Every replica's share is written: a host-side barrier (no virtual
+			 * time) lets device 0 print the global batch's loss. */
+			if ((rc = emu_barrier(d)))
+				goto out;
+			if (rank == 0) {
+				double total = 0;
+
+				for (int r2 = 0; r2 < dp; r2++)
+					total += o->loss_part[r2 * cfg->steps + step];
+				progress(cfg, o, d, step, total, emu_wall_ns() - w0);
+			}
 		}
 	}
 	if (o->snapshot && dpr == 0)

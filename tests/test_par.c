@@ -11,7 +11,11 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+
+#include "coll.h"
 #include "common.h"
+#include "mem.h"
 #include "presets.h"
 #include "run.h"
 
@@ -115,11 +119,126 @@ static void test_broken_strategies_fail(void **state)
 		fail_msg("%zu entries left out as noise-driven", v.noise_params);
 }
 
+/* Runs cfg in dry-run on a dgx-a100 cluster big enough for its mesh; the caller reads
+ * device 0's statistics and frees the cluster. */
+static struct emu_cluster *dry(struct run_cfg *cfg, struct run_out *o)
+{
+	struct emu_cluster *c =
+		test_cluster("dgx-a100", (cfg->mesh.world + 7) / 8, cfg->mesh.world, 1, 0);
+	char err[256];
+
+	cfg->data = NULL;
+	cfg->prec = PREC_BF16;
+	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
+		fail_msg("config refused: %s", err);
+	run_alloc(o, cfg, 0);
+	if (run_parallel(c, cfg, o))
+		fail_msg("dry run failed: %s", emu_cluster_report(c));
+	return c;
+}
+
+/* ZeRO's memory (REFERENCES.md, bf16 model: 2 + 2 + 12 bytes a parameter): stage 0 keeps
+ * 16 Psi on every device, stage 1 4 Psi + 12 Psi / N; and either moves 2 Psi per device
+ * each step (all-reduce, or reduce-scatter + all-gather: 2 (N-1)/N Psi 2-byte elements
+ * sent by each device). Flat buffers pad each parameter to a multiple of N elements, so
+ * the figures hold within that padding (at most N elements a tensor). */
+static void test_zero_memory_and_volume(void **state)
+{
+	(void)state;
+	for (int zero = 0; zero <= 1; zero++) {
+		struct run_cfg cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+		struct emu_dev *d;
+		const int N = 4;
+		double psi, pad, want_optim, sent, want_sent;
+
+		make_cfg(&cfg, "gpt2-124m", N, 1, zero);
+		cfg.mbs = 1;
+		cfg.gbs = N;
+		cfg.steps = 1;
+		cfg.bucket_bytes = 25000000;
+		c = dry(&cfg, &o);
+		d = emu_cluster_dev(c, 0);
+		psi = (double)gpt_num_params(&cfg.model);
+		pad = (double)gpt_num_tensors(&cfg.model) * N;
+		want_optim = zero ? 12 * psi / N : 12 * psi;
+		assert_true(fabs((double)mem_peak_bytes(d, MEM_PARAM) - 2 * psi) <= 2 * pad);
+		assert_true(fabs((double)mem_peak_bytes(d, MEM_GRAD) - 2 * psi) <= 2 * pad);
+		assert_true(fabs((double)mem_peak_bytes(d, MEM_OPTIM) - want_optim) <= 12 * pad);
+		sent = (double)coll_link_bytes(d, TOPO_LINK_INTRA);
+		want_sent = 2.0 * (N - 1) / N * psi * 2;
+		if (fabs(sent / want_sent - 1) > 1e-3)
+			fail_msg("ZeRO %d: device 0 sent %.6g bytes, 2 Psi is %.6g", zero, sent,
+				 want_sent);
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+}
+
+/* Megatron TP: 4 all-reduces of b s h per layer per micro-batch (2 forward, 2 backward),
+ * plus, outside the layers, the vocab-parallel embedding (b s h), the cross-entropy's row
+ * max (b s) and sums (2 b s), and the final layernorm's input gradient (b s h). */
+static void test_tp_volume(void **state)
+{
+	struct run_cfg cfg;
+	struct run_out o;
+	struct emu_cluster *c;
+	struct coll_stats st;
+	uint64_t bsh, bs, L, want_calls, want_bytes;
+
+	(void)state;
+	make_cfg(&cfg, "small", 1, 4, 0);
+	cfg.mbs = 2;
+	cfg.gbs = 4; /* 2 micro-batches */
+	cfg.steps = 1;
+	c = dry(&cfg, &o);
+	coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
+	L = (uint64_t)cfg.model.num_layers;
+	bs = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len;
+	bsh = bs * (uint64_t)cfg.model.hidden;
+	/* per micro-batch; and once per step, the gradient norm's one element over tp */
+	want_calls = 2 * (4 * L + 4) + 1;
+	want_bytes = 2 * (4 * L * bsh + bsh + bs + 2 * bs + bsh) * 2 + 2;
+	assert_int_equal(st.calls, want_calls);
+	assert_int_equal(st.bytes, want_bytes);
+	run_free(&o);
+	emu_cluster_free(c);
+}
+
+/* With gradient buckets, data-parallel communication overlaps backward: the step's
+ * exposed communication (step time minus compute) is below its total communication. */
+static void test_buckets_overlap(void **state)
+{
+	struct run_cfg cfg;
+	struct run_out o;
+	struct emu_cluster *c;
+	struct coll_stats st;
+	int64_t exposed;
+
+	(void)state;
+	make_cfg(&cfg, "small", 4, 1, 0);
+	cfg.mbs = 4;
+	cfg.gbs = 16;
+	cfg.steps = 1;
+	cfg.bucket_bytes = 256 << 10; /* several buckets */
+	c = dry(&cfg, &o);
+	coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
+	exposed = o.step_ns[0] - o.compute_ns[0];
+	assert_true(st.calls > 4);
+	assert_true(exposed > 0 && exposed < st.time_ns);
+	run_free(&o);
+	emu_cluster_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matrix),
 		cmocka_unit_test(test_broken_strategies_fail),
+		cmocka_unit_test(test_zero_memory_and_volume),
+		cmocka_unit_test(test_tp_volume),
+		cmocka_unit_test(test_buckets_overlap),
 	};
 	int rc;
 

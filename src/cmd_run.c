@@ -1,0 +1,265 @@
+/* pemu run and pemu verify: training on the emulated cluster with a parallel
+ * configuration, and the same plus the serial reference, compared as DESIGN.md §4 says.
+ * The options are pemu train's (cmd_train.c parses them) with the mesh's. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "clock.h"
+#include "cmd.h"
+#include "coll.h"
+#include "mem.h"
+#include "run.h"
+#include "topo.h"
+#include "trace.h"
+#include "units.h"
+
+static const char *const coll_names[] = {"all-reduce", "reduce-scatter", "all-gather",
+					 "all-to-all", "all-to-all-v",   "broadcast",
+					 "reduce",     "send",           "recv"};
+#define NCOLL (int)(sizeof coll_names / sizeof coll_names[0])
+
+/* Megatron's model FLOPs per step (REFERENCES.md), for MFU. */
+static double model_flops(const struct gpt_config *c, int batch)
+{
+	double B = batch, s = c->seq_len, L = c->num_layers, h = c->hidden, V = c->vocab;
+
+	return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+}
+
+static int64_t comm_ns(const struct emu_dev *d)
+{
+	int64_t t = 0;
+
+	for (int k = 0; k < NCOLL; k++) {
+		struct coll_stats st;
+
+		if (!coll_stats_get(d, coll_names[k], &st))
+			t += st.time_ns;
+	}
+	return t;
+}
+
+static void print_memory_table(struct emu_cluster *cl, int ndev)
+{
+	char b[32];
+
+	printf("# memory per device (peak): %-8s", "total");
+	for (int c = 0; c < MEM_NCAT; c++)
+		printf(" %10s", mem_cat_name(c));
+	printf("\n");
+	for (int i = 0; i < ndev; i++) {
+		struct emu_dev *d = emu_cluster_dev(cl, i);
+
+		if (ndev > 16 && i == 8) {
+			printf("#   ... %d more devices\n", ndev - 9);
+			i = ndev - 1;
+			d = emu_cluster_dev(cl, i);
+		}
+		units_fmt_bytes(b, sizeof b, mem_peak_total(d));
+		printf("#   device %-4d %18s", i, b);
+		for (int c = 0; c < MEM_NCAT; c++) {
+			units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
+			printf(" %10s", b);
+		}
+		printf("\n");
+	}
+}
+
+static void json_memory(struct emu_cluster *cl, int ndev)
+{
+	printf("\"memory\":[");
+	for (int i = 0; i < ndev; i++) {
+		struct emu_dev *d = emu_cluster_dev(cl, i);
+
+		printf("%s{\"device\":%d,\"cap\":%" PRIu64 ",\"peak\":%" PRIu64
+		       ",\"by_category\":{",
+		       i ? "," : "", i, mem_cap_bytes(d), mem_peak_total(d));
+		for (int c = 0; c < MEM_NCAT; c++)
+			printf("%s\"%s\":%" PRIu64, c ? "," : "", mem_cat_name(c),
+			       mem_peak_bytes(d, c));
+		printf("}}");
+	}
+	printf("]");
+}
+
+static void json_comm(struct emu_cluster *cl)
+{
+	struct emu_dev *d = emu_cluster_dev(cl, 0);
+	int first = 1;
+
+	printf("\"comm\":{\"device\":0,\"by_collective\":{");
+	for (int k = 0; k < NCOLL; k++) {
+		struct coll_stats st;
+
+		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
+			continue;
+		printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"time_s\":%.9g}",
+		       first ? "" : ",", coll_names[k], st.calls, st.bytes,
+		       (double)st.time_ns / 1e9);
+		first = 0;
+	}
+	printf("},\"by_link\":{\"intra\":%" PRIu64 ",\"inter\":%" PRIu64 ",\"dc\":%" PRIu64 "}}",
+	       coll_link_bytes(d, TOPO_LINK_INTRA), coll_link_bytes(d, TOPO_LINK_INTER),
+	       coll_link_bytes(d, TOPO_LINK_DC));
+}
+
+static void print_comm(struct emu_cluster *cl)
+{
+	struct emu_dev *d = emu_cluster_dev(cl, 0);
+	char b[32], t[32];
+
+	printf("# communication of device 0 over the run:\n");
+	for (int k = 0; k < NCOLL; k++) {
+		struct coll_stats st;
+
+		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
+			continue;
+		units_fmt_bytes(b, sizeof b, st.bytes);
+		units_fmt_time(t, sizeof t, st.time_ns);
+		printf("#   %-15s %6" PRIu64 " calls %12s %12s\n", coll_names[k], st.calls, b, t);
+	}
+	units_fmt_bytes(b, sizeof b, coll_link_bytes(d, TOPO_LINK_INTRA));
+	units_fmt_bytes(t, sizeof t, coll_link_bytes(d, TOPO_LINK_INTER));
+	printf("#   sent over links in a node %s, between nodes %s\n", b, t);
+}
+
+int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
+	     const char *model_name, const char *trace_path, int timeline, int json)
+{
+	struct emu_cluster *cl = emu_cluster_new(ecfg), *one = NULL;
+	struct run_out par, ref;
+	struct verify_result v = {0};
+	int ndev = ecfg->ndev, rc;
+	char mesh[96];
+
+	mesh_describe(&cfg->mesh, mesh, sizeof mesh);
+	if (!json) {
+		printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d, micro-batch %d, global "
+		       "batch %d, %d steps\n",
+		       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model), mesh,
+		       cfg->zero, cfg->mbs, cfg->gbs, cfg->steps);
+		printf("# ");
+		cli_cluster_describe(stdout, ecfg);
+		printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
+		       cfg->prec == PREC_BF16 ? "bf16" : "fp32");
+		fflush(stdout);
+	}
+	run_alloc(&par, cfg, verify);
+	rc = run_parallel(cl, cfg, &par);
+	if (rc) {
+		fflush(stdout);
+		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", verify ? "verify" : "run",
+			emu_err_name(rc), emu_cluster_report(cl));
+		if (!json)
+			print_memory_table(cl, ndev);
+		goto out;
+	}
+	if (verify) {
+		struct emu_config e1 = *ecfg;
+
+		e1.topo.nodes = 1;
+		e1.ndev = 1;
+		e1.trace = 0;
+		one = emu_cluster_new(&e1);
+		run_alloc(&ref, cfg, 1);
+		if ((rc = run_reference(one, cfg, &ref))) {
+			fprintf(stderr, "pemu verify: the reference failed (%s):\n%s\n",
+				emu_err_name(rc), emu_cluster_report(one));
+			run_free(&ref);
+			goto out;
+		}
+		verify_compare(&ref, &par, &cfg->model, &v);
+	}
+	{
+		struct emu_dev *d0 = emu_cluster_dev(cl, 0);
+		int64_t step = par.step_ns[cfg->steps - 1], comp = par.compute_ns[cfg->steps - 1];
+		int64_t comm = comm_ns(d0) / cfg->steps, exposed = step - comp;
+		double mfu = model_flops(&cfg->model, cfg->gbs) /
+			     ((double)step / 1e9 * ecfg->topo.gpu.peak_flops * ndev);
+
+		if (json) {
+			printf("{\"command\":\"%s\",\"config\":{\"model\":\"%s\",\"parameters\":%"
+			       "zu,\"dp\":%d,\"tp\":%d,\"pp\":1,\"cp\":1,\"ep\":1,\"zero_stage\":%"
+			       "d,\"micro_batch_size\":%d,\"global_batch_size\":%d,\"steps\":%d,"
+			       "\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"bucket_size\":%" PRIu64
+			       ",\"cluster\":",
+			       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model),
+			       cfg->mesh.size[MESH_DP], cfg->mesh.size[MESH_TP], cfg->zero,
+			       cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
+			       cfg->prec == PREC_BF16 ? "bf16" : "fp32", cfg->bucket_bytes);
+			cli_cluster_json(stdout, ecfg);
+			printf("},\"steps\":[");
+			for (int s = 0; s < cfg->steps; s++) {
+				printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g",
+				       s ? "," : "", s + 1, (double)par.loss[s],
+				       (double)par.step_ns[s] / 1e9);
+				if (verify)
+					printf(",\"ref_loss\":%.9g", (double)ref.loss[s]);
+				printf("}");
+			}
+			printf("],");
+			if (verify)
+				printf("\"verify\":{\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,"
+				       "\"param\":%.6g},\"tolerance\":{\"loss\":%g,\"grad\":%g,"
+				       "\"param\":%g},\"noise_driven_params\":%zu,\"passed\":%s},",
+				       v.loss_err, v.grad_err, v.param_err, v.loss_tol, v.grad_tol,
+				       v.param_tol, v.noise_params, v.passed ? "true" : "false");
+			printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,"
+			       "\"exposed_comm_s\":%.9g,\"bubble_fraction\":0,\"mfu\":%.6g},",
+			       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
+			       (double)exposed / 1e9, mfu);
+			json_memory(cl, ndev);
+			printf(",");
+			json_comm(cl);
+			printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
+		} else {
+			printf("# step time %.3f ms virtual: compute %.3f ms, communication %.3f "
+			       "ms of which exposed %.3f ms; MFU %.1f%% over %d GPUs\n",
+			       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,
+			       (double)exposed / 1e6, 100 * mfu, ndev);
+			print_memory_table(cl, ndev);
+			print_comm(cl);
+			if (verify) {
+				char gname[48], pname[48];
+
+				printf("# verify against the serial reference (1 GPU, same seed "
+				       "and data):\n");
+				for (int s = 0; s < cfg->steps; s++)
+					printf("#   step %3d  loss %.7f  reference %.7f\n", s + 1,
+					       (double)par.loss[s], (double)ref.loss[s]);
+				gpt_tensor_name(&cfg->model, v.grad_tensor, gname, sizeof gname);
+				gpt_tensor_name(&cfg->model, v.param_tensor, pname, sizeof pname);
+				printf("#   worst loss       %.3g (step %d), tolerance %g\n",
+				       v.loss_err, v.loss_step + 1, v.loss_tol);
+				printf("#   worst gradient   %.3g (%s, first step), tolerance %g\n",
+				       v.grad_err, gname, v.grad_tol);
+				printf("#   worst parameter  %.3g (%s, after step %d), tolerance "
+				       "%g\n",
+				       v.param_err, pname, cfg->steps, v.param_tol);
+				printf("#   %zu parameter entries with a gradient zero to rounding "
+				       "(the key biases among them) left out of the parameter "
+				       "check\n",
+				       v.noise_params);
+				printf("verify: %s\n", v.passed ? "PASSED" : "FAILED");
+			}
+		}
+		if (!v.passed && verify)
+			rc = 1;
+	}
+	if (verify)
+		run_free(&ref);
+	if (trace_path && trace_write_json(cl, trace_path))
+		fprintf(stderr, "pemu: cannot write trace '%s'\n", trace_path);
+	if (timeline)
+		trace_timeline(cl, json ? stderr : stdout, 100, 16);
+out:
+	run_free(&par);
+	emu_cluster_free(cl);
+	if (one)
+		emu_cluster_free(one);
+	return rc ? 1 : 0;
+}
