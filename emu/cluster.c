@@ -794,6 +794,7 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 		d->wait_op = NULL;
 		d->reqs = d->reqs_tail = NULL;
 		d->wire_bytes = 4;
+		d->coll_stream = EMU_STREAM_COMM;
 		memset(&d->mem, 0, sizeof d->mem);
 		d->mem.cap = c->cfg.mem_cap;
 		all[i] = i;

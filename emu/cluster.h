@@ -37,12 +37,16 @@ enum emu_err {
 };
 
 /* The streams of a device, each with its own virtual time cursor. Collectives run on
- * COMM, sends on SEND and receives on RECV, so a send never waits behind a receive. */
+ * COMM, or on COMM2 for a second process group that should not queue behind the first
+ * (data-parallel gradient buckets beside tensor-parallel all-reduces, as frameworks give
+ * each NCCL communicator its own stream; coll_use_stream); sends run on SEND and receives
+ * on RECV, so a send never waits behind a receive. */
 enum emu_stream {
 	EMU_STREAM_COMPUTE,
 	EMU_STREAM_COMM,
 	EMU_STREAM_SEND,
 	EMU_STREAM_RECV,
+	EMU_STREAM_COMM2,
 	EMU_NSTREAMS
 };
 

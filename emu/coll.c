@@ -45,6 +45,15 @@ const char *coll_op_name(enum op_kind k)
 	return kinds[k].name;
 }
 
+enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s)
+{
+	enum emu_stream old = d->coll_stream;
+
+	EMU_ASSERT(s == EMU_STREAM_COMM || s == EMU_STREAM_COMM2);
+	d->coll_stream = s;
+	return old;
+}
+
 void coll_set_wire_bytes(struct emu_dev *d, int bytes)
 {
 	EMU_ASSERT(bytes > 0 && bytes <= 8);
@@ -723,7 +732,7 @@ static int post_group(struct emu_dev *d, struct emu_group *g, struct op_arg *arg
 		free(arg->recv_counts);
 		return rc;
 	}
-	return post(d, g, emu_group_rank(g, d), EMU_STREAM_COMM, arg, req);
+	return post(d, g, emu_group_rank(g, d), d->coll_stream, arg, req);
 }
 
 /* Waits for *req if the post (rc) succeeded. *req is read only after the post has run. */

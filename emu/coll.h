@@ -53,6 +53,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster.h"
+
 struct emu_dev;
 struct emu_group;
 struct coll_req;
@@ -104,6 +106,10 @@ int coll_iall_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send
 
 /* Waits for req's data, makes the compute stream wait for its end, and frees req. */
 int coll_wait(struct emu_dev *d, struct coll_req *req);
+
+/* The stream d's later collectives run on: EMU_STREAM_COMM (the default) or
+ * EMU_STREAM_COMM2. Returns the previous one. */
+enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
  * 16-bit communication). Data still moves as float. */

@@ -163,9 +163,10 @@ struct emu_dev {
 	struct emu_stream_state stream[EMU_NSTREAMS];
 	struct coll_req *reqs; /* outstanding requests, oldest first */
 	struct coll_req *reqs_tail;
-	int wire_bytes;     /* bytes per element charged on the wire (default 4) */
-	double flops;       /* FLOPs charged by emu_compute this run */
-	int64_t compute_ns; /* virtual time charged by emu_compute this run */
+	int wire_bytes;              /* bytes per element charged on the wire (default 4) */
+	enum emu_stream coll_stream; /* where group collectives run (coll_use_stream) */
+	double flops;                /* FLOPs charged by emu_compute this run */
+	int64_t compute_ns;          /* virtual time charged by emu_compute this run */
 
 	struct mem_state mem;
 	struct trace_buf trace;

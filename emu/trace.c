@@ -12,7 +12,7 @@
 #include "units.h"
 #include "util.h"
 
-static const char *const stream_names[EMU_NSTREAMS] = {"compute", "comm", "send", "recv"};
+static const char *const stream_names[EMU_NSTREAMS] = {"compute", "comm", "send", "recv", "comm2"};
 
 void trace_reset(struct emu_dev *d)
 {

@@ -14,16 +14,23 @@ static int post(struct dp_state *s, struct dp_bucket *b)
 {
 	float *g = s->m->grads.data;
 	size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
+	enum emu_stream old;
+	int rc;
 
 	b->posted = 1;
 	if (s->dp == 1 || (s->drop_bucket && b == s->b))
 		return 0;
+	/* on a stream of their own, so that TP's blocking all-reduces never queue behind them */
+	old = coll_use_stream(s->m->k.d, EMU_STREAM_COMM2);
 	if (s->zero >= 1)
-		return coll_ireduce_scatter(s->m->k.d, s->g, g ? g + b->lo : NULL,
-					    g ? g + b->lo + (size_t)s->r * chunk : NULL, chunk,
-					    COLL_SUM, &b->req);
-	return coll_iall_reduce(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
-				b->hi - b->lo, COLL_SUM, &b->req);
+		rc = coll_ireduce_scatter(s->m->k.d, s->g, g ? g + b->lo : NULL,
+					  g ? g + b->lo + (size_t)s->r * chunk : NULL, chunk,
+					  COLL_SUM, &b->req);
+	else
+		rc = coll_iall_reduce(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
+				      b->hi - b->lo, COLL_SUM, &b->req);
+	coll_use_stream(s->m->k.d, old);
+	return rc;
 }
 
 /* Calls fn(ctx, lo, hi) for each flat range whose summed gradient this rank holds:
@@ -236,9 +243,12 @@ int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm)
 		size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
 		float *w = m->weights.data;
 
-		if ((rc = coll_iall_gather(m->k.d, s->g,
-					   w ? w + b->lo + (size_t)s->r * chunk : NULL,
-					   w ? w + b->lo : NULL, chunk, &b->req)))
+		enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
+
+		rc = coll_iall_gather(m->k.d, s->g, w ? w + b->lo + (size_t)s->r * chunk : NULL,
+				      w ? w + b->lo : NULL, chunk, &b->req);
+		coll_use_stream(m->k.d, prev);
+		if (rc)
 			return rc;
 	}
 	for (int k = 0; k < s->nb; k++) {

@@ -79,6 +79,17 @@ static void test_bad_input(void **state)
 		{"train --num-experts 1 --moe-top-k 2",
 		 "--moe-top-k 2 is larger than the 1 experts"},
 		{"train --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
+		{"train --tp 2", "unknown option '--tp'"},
+		{"run --model tiny --tp 3", "--tp 3 does not divide the 4 attention heads"},
+		{"run --model tiny --dp 3 --global-batch-size 8 --micro-batch-size 2",
+		 "which --dp 3 does not divide"},
+		{"run --model tiny --pp 2", "pipeline parallelism is not in this build yet"},
+		{"run --model tiny --zero-stage 3", "stages 2 and 3 are not in this build yet"},
+		{"run --model tiny --tp 2 --sequence-parallel",
+		 "--sequence-parallel is not in this build yet"},
+		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
+		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
+		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},
 		{"", "usage: pemu"},
 	};
 	char out[8192];
@@ -225,6 +236,33 @@ static void test_train_json(void **state)
 	assert_true(first > 5.3 && last < first - 0.5);
 }
 
+/* verify from the command line: a passing configuration exits 0 and says so, with the
+ * report of DESIGN.md section 6 in --json. */
+static void test_verify(void **state)
+{
+	char out[65536];
+
+	(void)state;
+	assert_int_equal(run("verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3 "
+			     "--global-batch-size 8 "
+			     "--micro-batch-size 2",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "dp 2 x tp 2 = 4 devices"));
+	assert_non_null(strstr(out, "verify: PASSED"));
+	assert_int_equal(
+		run("verify --model moe-tiny --dp 2 --tp 2 --steps 2 --global-batch-size 4 "
+		    "--micro-batch-size 2 --json",
+		    0, out, sizeof out),
+		0);
+	assert_non_null(strstr(out, "\"command\":\"verify\""));
+	assert_non_null(strstr(out, "\"ref_loss\":"));
+	assert_non_null(strstr(out, "\"passed\":true"));
+	assert_non_null(strstr(out, "\"exposed_comm_s\":"));
+	assert_non_null(strstr(out, "\"by_collective\":{\"all-reduce\""));
+	assert_non_null(strstr(out, "{\"device\":3,"));
+}
+
 static void test_coll_oom_is_a_report(void **state)
 {
 	char out[8192];
@@ -246,6 +284,7 @@ int main(void)
 		cmocka_unit_test(test_coll_oom_is_a_report),
 		cmocka_unit_test(test_train_gpt3_dry_run),
 		cmocka_unit_test(test_train_json),
+		cmocka_unit_test(test_verify),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
