@@ -131,7 +131,7 @@ void cli_print_opts(FILE *f, const struct cli_opt *opts)
 		else
 			snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "",
 				 o->arg ? o->arg : "");
-		fprintf(f, "  %-30s %s\n", left, o->help);
+		fprintf(f, "  %-36s %s\n", left, o->help);
 	}
 }
 

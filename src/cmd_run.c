@@ -217,7 +217,8 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 			json_comm(cl);
 			printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
 		} else {
-			printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f ms; "
+			printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f "
+			       "ms; "
 			       "compute stream idle %.3f ms (exposed communication and waiting for "
 			       "peers); MFU %.1f%% over %d GPUs\n",
 			       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,

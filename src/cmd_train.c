@@ -139,19 +139,37 @@ static const struct cli_opt par_opts[] = {
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
-static void usage(FILE *f)
+static void usage(FILE *f, int parallel)
 {
-	fprintf(f, "usage: pemu train [options]\n\n"
-		   "Trains a GPT on one virtual GPU: the serial reference that every parallel "
-		   "strategy\n"
-		   "is checked against. Prints the loss per step, the virtual step time and MFU on "
-		   "the\n"
-		   "emulated GPU, and memory by category.\n\n"
-		   "  pemu train --model small --steps 300 --sample 200\n"
-		   "  pemu train --model gpt3-175b --dry-run --mem-cap 4TB\n\n"
-		   "Model and training options (Megatron-LM's names):\n");
+	if (parallel)
+		fprintf(f, "usage: pemu run|verify [options]\n\n"
+			   "run trains on the emulated cluster with a parallel configuration and "
+			   "reports\n"
+			   "loss, virtual step time (compute, communication, idle), memory per "
+			   "device and\n"
+			   "bytes per collective; verify also runs the serial reference on the "
+			   "same seed and\n"
+			   "data and compares losses, first-step gradients and final parameters "
+			   "(exit 1 on a\n"
+			   "mismatch).\n\n"
+			   "  pemu verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3\n"
+			   "  pemu run --model gpt3-175b --dry-run --tp 8 --dp 16 --zero-stage 1 "
+			   "--nodes 16\n\n"
+			   "Parallel options:\n");
+	else
+		fprintf(f, "usage: pemu train [options]\n\n"
+			   "Trains a GPT on one virtual GPU: the serial reference that every "
+			   "parallel\n"
+			   "strategy is checked against. Prints the loss per step, the virtual "
+			   "step time\n"
+			   "and MFU on the emulated GPU, and memory by category.\n\n"
+			   "  pemu train --model small --steps 300 --sample 200\n"
+			   "  pemu train --model gpt3-175b --dry-run --mem-cap 4TB\n\n");
+	if (parallel)
+		cli_print_opts(f, par_opts);
+	fprintf(f, "%sModel and training options (Megatron-LM's names):\n", parallel ? "\n" : "");
 	cli_print_opts(f, train_opts);
-	fprintf(f, "\nCluster options (one GPU of the preset is used):\n");
+	fprintf(f, "\nCluster options%s:\n", parallel ? "" : " (one GPU of the preset is used)");
 	cli_print_opts(f, cli_cluster_opts);
 }
 
@@ -400,7 +418,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			vocab_div = cli_int(&c, "--make-vocab-size-divisible-by", v, 1, 1 << 20);
 			break;
 		case O_HELP:
-			usage(stdout);
+			usage(stdout, kind != K_TRAIN);
 			return 0;
 		}
 	}
@@ -468,6 +486,8 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		cli_fail(&c, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
 			 t.gbs, t.mbs);
 	if (kind != K_TRAIN) {
+		if (t.sample)
+			cli_fail(&c, "--sample: only pemu train generates text");
 		if (pp > 1 || cp > 1 || ep > 1)
 			cli_fail(&c,
 				 "--%s %ld: %s parallelism is not in this build yet (dp, tp and "

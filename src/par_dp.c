@@ -80,11 +80,9 @@ int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp,
 	s->pos = emu_xcalloc((size_t)m->np, sizeof *s->pos);
 	s->b = emu_xcalloc((size_t)m->np, sizeof *s->b);
 	for (int k = 0; k < m->np; k++) {
-		const struct tp_param *p = &m->p[m->order[k]];
 		size_t hi = k + 1 < m->np ? m->p[m->order[k + 1]].off : m->nflat;
 
 		s->pos[m->order[k]] = k;
-		(void)p;
 		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np) {
 			s->b[s->nb++] = (struct dp_bucket){lo, hi, k, NULL, 0};
 			lo = hi;

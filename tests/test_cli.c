@@ -90,6 +90,7 @@ static void test_bad_input(void **state)
 		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
 		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},
+		{"run --model tiny --sample 10", "only pemu train generates text"},
 		{"", "usage: pemu"},
 	};
 	char out[8192];
@@ -123,6 +124,10 @@ static void test_help(void **state)
 	assert_int_equal(run("coll --help", 0, out, sizeof out), 0);
 	assert_non_null(strstr(out, "--inter-bw"));
 	assert_non_null(strstr(out, "-b, --minbytes SIZE"));
+	assert_int_equal(run("run --help", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "--tensor-model-parallel-size N"));
+	assert_non_null(strstr(out, "--zero-stage 0|1"));
+	assert_non_null(strstr(out, "--num-layers N"));
 }
 
 static void test_coll_checks_every_op(void **state)
