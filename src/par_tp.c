@@ -200,7 +200,7 @@ static int alloc_acts(struct tp_model *m)
 {
 	const struct kctx *k = &m->k;
 	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, f = (size_t)m->Fl;
-	size_t att = (size_t)m->B * m->NHl * m->T * m->T, v = (size_t)m->Vl;
+	size_t v = (size_t)m->Vl;
 	int rc = 0;
 
 	m->la = emu_xcalloc((size_t)m->cfg.num_layers, sizeof *m->la);
@@ -210,28 +210,10 @@ static int alloc_acts(struct tp_model *m)
 			rc = tensor_alloc(k, (t), (cat), (n), (name));                             \
 	} while (0)
 	A(&m->enc, MEM_ACT, bt * h, "embeddings");
-	for (int l = 0; l < m->cfg.num_layers; l++) {
-		struct gpt_layer_acts *a = &m->la[l];
-
-		A(&a->ln1, MEM_ACT, bt * h, "ln1");
-		A(&a->ln1_mean, MEM_ACT, bt, "ln1.mean");
-		A(&a->ln1_rstd, MEM_ACT, bt, "ln1.rstd");
-		A(&a->qkv, MEM_ACT, 3 * bt * h / (size_t)m->tp, "qkv");
-		A(&a->att, MEM_ACT, att, "attention scores");
-		A(&a->atty, MEM_ACT, bt * h / (size_t)m->tp, "attention out");
-		A(&a->res2, MEM_ACT, bt * h, "residual 2");
-		A(&a->ln2, MEM_ACT, bt * h, "ln2");
-		A(&a->ln2_mean, MEM_ACT, bt, "ln2.mean");
-		A(&a->ln2_rstd, MEM_ACT, bt, "ln2.rstd");
-		if (gpt_layer_is_moe(&m->cfg, l)) {
-			if (!rc)
-				rc = moe_acts_alloc(k, &a->moe, &m->moe);
-		} else {
-			A(&a->fch, MEM_ACT, bt * f, "fc");
-			A(&a->fch_gelu, MEM_ACT, bt * f, "fc.gelu");
-		}
-		A(&a->res3, MEM_ACT, bt * h, "residual 3");
-	}
+	for (int l = 0; l < m->cfg.num_layers && !rc; l++)
+		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->cfg.hidden,
+					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
+					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
 	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");
 	A(&m->lnf_rstd, MEM_ACT, bt, "lnf.rstd");
