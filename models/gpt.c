@@ -189,10 +189,10 @@ static int alloc_params(struct gpt *m, uint64_t seed)
 	return 0;
 }
 
-int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int h,
-			 int hl, int heads, int ffn, const struct moe_shape *moe)
+int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
+			 int h, int hl, int heads, int ffn, const struct moe_shape *moe)
 {
-	size_t bt = (size_t)B * T, att = (size_t)B * heads * T * T;
+	size_t bt = (size_t)B * T, att = (size_t)B * heads * T * T, r = (size_t)rows;
 	int rc = 0;
 
 #define A(t, n, name)                                                                              \
@@ -201,15 +201,15 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 			rc = tensor_alloc(k, (t), MEM_ACT, (n), (name));                           \
 	} while (0)
 	A(&a->ln1, bt * (size_t)h, "ln1");
-	A(&a->ln1_mean, bt, "ln1.mean");
-	A(&a->ln1_rstd, bt, "ln1.rstd");
+	A(&a->ln1_mean, r, "ln1.mean");
+	A(&a->ln1_rstd, r, "ln1.rstd");
 	A(&a->qkv, 3 * bt * (size_t)hl, "qkv");
 	A(&a->att, att, "attention scores");
 	A(&a->atty, bt * (size_t)hl, "attention out");
-	A(&a->res2, bt * (size_t)h, "residual 2");
+	A(&a->res2, r * (size_t)h, "residual 2");
 	A(&a->ln2, bt * (size_t)h, "ln2");
-	A(&a->ln2_mean, bt, "ln2.mean");
-	A(&a->ln2_rstd, bt, "ln2.rstd");
+	A(&a->ln2_mean, r, "ln2.mean");
+	A(&a->ln2_rstd, r, "ln2.rstd");
 	if (moe) {
 		if (!rc)
 			rc = moe_acts_alloc(k, &a->moe, moe);
@@ -217,7 +217,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 		A(&a->fch, bt * (size_t)ffn, "fc");
 		A(&a->fch_gelu, bt * (size_t)ffn, "fc.gelu");
 	}
-	A(&a->res3, bt * (size_t)h, "residual 3");
+	A(&a->res3, r * (size_t)h, "residual 3");
 #undef A
 	return rc;
 }
@@ -236,8 +236,8 @@ static int alloc_acts(struct gpt *m)
 	} while (0)
 	A(&m->enc, MEM_ACT, bt * h, "embeddings");
 	for (int l = 0; l < m->cfg.num_layers && !rc; l++)
-		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->cfg.hidden, m->cfg.hidden,
-					  m->cfg.heads, m->cfg.ffn,
+		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->B * m->T, m->cfg.hidden,
+					  m->cfg.hidden, m->cfg.heads, m->cfg.ffn,
 					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
 	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");

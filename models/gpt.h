@@ -127,11 +127,12 @@ void gpt_free(struct gpt *m);
 struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
 
 /* Allocates a block's activations for micro-batch B, sequence T: the residual stream is
- * h wide, attention hl wide (heads x head size, the heads this device computes), the MLP
- * ffn wide, or a MoE block of shape moe. For a strategy that holds a slice of the layer.
- * 0 or EMU_EOOM. */
-int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int h,
-			 int hl, int heads, int ffn, const struct moe_shape *moe);
+ * rows x h (rows = B T, or a device's share of the token rows under sequence
+ * parallelism; the LayerNorm outputs stay B T rows, gathered), attention hl wide (heads x
+ * head size, the heads this device computes), the MLP ffn wide, or a MoE block of shape
+ * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
+int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
+			 int h, int hl, int heads, int ffn, const struct moe_shape *moe);
 
 /* Forward on tokens and targets (B, T); returns the mean cross-entropy plus the MoE
  * layers' load-balancing losses (0 in dry-run). */

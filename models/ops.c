@@ -197,32 +197,29 @@ void embedding_range_bwd(const struct kctx *k, float *dwte, const float *dout, c
 	}
 }
 
-void position_fwd(const struct kctx *k, float *out, const float *wpe, int B, int T, int C, int t0)
+void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, int row0, int T, int C)
 {
-	double btc = (double)B * T * C;
+	double mc = (double)M * C;
 
-	emu_compute(k->d, "position", btc, 3 * btc * k->ab);
+	emu_compute(k->d, "position", mc, 3 * mc * k->ab);
 	if (!kctx_math(k))
 		return;
-	for (int b = 0; b < B; b++)
-		for (int t = 0; t < T; t++)
-			for (int c = 0; c < C; c++)
-				out[((size_t)b * T + t) * C + c] += wpe[(size_t)(t0 + t) * C + c];
+	for (int i = 0; i < M; i++)
+		for (int c = 0; c < C; c++)
+			out[(size_t)i * C + c] += wpe[(size_t)((row0 + i) % T) * C + c];
 }
-
-void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int B, int T, int C, int t0)
+void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, int row0, int T,
+		  int C)
 {
-	double btc = (double)B * T * C;
+	double mc = (double)M * C;
 
-	emu_compute(k->d, "position.bwd", btc, 3 * btc * k->ab);
+	emu_compute(k->d, "position.bwd", mc, 3 * mc * k->ab);
 	if (!kctx_math(k))
 		return;
-	for (int b = 0; b < B; b++)
-		for (int t = 0; t < T; t++)
-			for (int c = 0; c < C; c++)
-				dwpe[(size_t)(t0 + t) * C + c] += dout[((size_t)b * T + t) * C + c];
+	for (int i = 0; i < M; i++)
+		for (int c = 0; c < C; c++)
+			dwpe[(size_t)((row0 + i) % T) * C + c] += dout[(size_t)i * C + c];
 }
-
 /* y (n) = softmax(x), subtracting the max first; y may be x. */
 static void softmax_row(float *y, const float *x, int n)
 {

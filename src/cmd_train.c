@@ -135,7 +135,8 @@ static const struct cli_opt par_opts[] = {
 	{"zero-stage", 0, 1, O_ZERO, "0|1",
 	 "ZeRO stage: 1 shards Adam's state over dp (default 0)"},
 	{"bucket-size", 0, 1, O_BUCKET, "SIZE", "data-parallel gradient bucket (default 25MB)"},
-	{"sequence-parallel", 0, 0, O_SP, NULL, "sequence parallelism (not in this build yet)"},
+	{"sequence-parallel", 0, 0, O_SP, NULL,
+	 "sequence parallelism: LayerNorm regions split by tokens over tp"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -506,8 +507,6 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 				 "--zero-stage %ld: stages 2 and 3 are not in this build yet (0 "
 				 "and 1 are)",
 				 zero);
-		if (sp)
-			cli_fail(&c, "--sequence-parallel is not in this build yet");
 		if (dp * tp > 65536)
 			cli_fail(&c, "--dp %ld x --tp %ld is more devices than pemu runs", dp, tp);
 	}
@@ -547,6 +546,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 				      .prec = t.prec,
 				      .opt = t.opt,
 				      .zero = (int)zero,
+				      .sp = (int)sp,
 				      .bucket_bytes = bucket,
 				      .data = cc.cfg.dry_run ? NULL : &t.data,
 				      .log_every = t.json ? 0 : t.log_every};

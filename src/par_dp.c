@@ -120,6 +120,18 @@ int dp_sync_grads(struct dp_state *s)
 		b->req = NULL;
 		b->posted = 0;
 	}
+	if (rc || !s->m->sp)
+		return rc;
+	/* Sequence parallelism left the LayerNorm and position gradients partial over tp:
+	 * sum what this rank holds of them. */
+	if (s->zero == 0 || s->dp == 1)
+		return tp_sum_partials(s->m, 0, s->m->nflat);
+	for (int k = 0; k < s->nb && !rc; k++) {
+		const struct dp_bucket *b = &s->b[k];
+		size_t chunk = (b->hi - b->lo) / (size_t)s->dp, lo = b->lo + (size_t)s->r * chunk;
+
+		rc = tp_sum_partials(s->m, lo, lo + chunk);
+	}
 	return rc;
 }
 

@@ -14,6 +14,12 @@
  * A row-parallel bias is added once: rank 0 holds it, the others hold zeros they never
  * update, so the all-reduce sums the bias in with the partial products.
  *
+ * Sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198): the residual stream,
+ * LayerNorms and residual adds run on this rank's share of the token rows; each
+ * all-reduce becomes a reduce-scatter into those rows after a row-parallel layer and an
+ * all-gather of them before a column-parallel one: the same volume. The rows are a chunk
+ * of the flattened (B, T) tokens, which for B = 1 is a chunk of the sequence.
+ *
  * With tp = 1 this is the serial model, kernel for kernel (bitwise). Gradients live in one
  * flat buffer, in the order backward finishes them, and a hook is told when each
  * parameter's gradient is final, so data parallelism can all-reduce buckets while
@@ -36,6 +42,8 @@ struct tp_param {
 	int experts;         /* leading expert dimension, 1 if none */
 	size_t rows, cols;   /* one expert's full shape */
 	int owner;           /* this rank's copy is part of the model (norm, verify) */
+	int partial;         /* sequence parallelism: each rank holds part of the gradient
+			      * (LayerNorms, positions), summed over tp by tp_sum_partials */
 	int frozen;          /* a row-parallel bias on a rank other than 0: stays zero */
 	int decay;           /* weight decay applies */
 	float *w;            /* the local shard: a view into the flat weights */
@@ -53,6 +61,8 @@ struct tp_model {
 	struct emu_group *g; /* the tensor-parallel group */
 	int B, T;            /* micro-batch, sequence */
 	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
+	int sp;              /* sequence parallelism: the residual stream split by token rows */
+	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T (all without sp) */
 	int np;
 	struct tp_param *p;    /* [np], in the serial model's order */
 	int *order;            /* [np]: parameters in the order backward finishes them */
@@ -65,6 +75,8 @@ struct tp_model {
 	struct tensor dres, dln, tmp, dqkv, datty, dfch, dfch_gelu, dlogits, att_scratch;
 	struct tensor ce_max, ce_sums; /* (BT), (BT, 2): vocab-parallel cross-entropy */
 	struct tensor drouter;         /* (E, h): one micro-batch's router gradient */
+	struct tensor tmpl, dlocal; /* (Ml, h): a branch's rows, a LayerNorm input gradient (sp) */
+	struct tensor gfull;        /* (B T, h): the residual gradient gathered (sp) */
 	struct moe_shape moe;
 	struct moe_scratch moe_scratch;
 	int *tokens, *targets, *ltargets; /* (B, T); targets local to the vocab shard, -1 if not */
@@ -82,7 +94,12 @@ int tp_check(const struct gpt_config *cfg, int tp, char *err, size_t n);
  * multiple of pad elements in the flat buffers (for sharding them evenly). 0 or
  * EMU_EOOM. */
 int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *cfg, int B,
-	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad);
+	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp);
+
+/* Sums over the group the gradients this rank holds only part of (sequence parallelism:
+ * LayerNorms and positions), within the flat range [lo, hi). Called once the data-parallel
+ * sync has summed them over replicas; the order of the two sums does not matter. */
+int tp_sum_partials(struct tp_model *m, size_t lo, size_t hi);
 void tp_free(struct tp_model *m);
 
 /* Forward: the mean loss over the micro-batch (cross-entropy plus MoE aux) into *loss.

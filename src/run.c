@@ -69,6 +69,19 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			 cfg->gbs, cfg->mbs);
 		return -1;
 	}
+	if (cfg->sp && tp == 1) {
+		snprintf(err, n,
+			 "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel "
+			 "group's work)");
+		return -1;
+	}
+	if (cfg->sp && cfg->mbs * cfg->model.seq_len % tp) {
+		snprintf(err, n,
+			 "--sequence-parallel: --tp %d does not divide the %d tokens of a "
+			 "micro-batch",
+			 tp, cfg->mbs * cfg->model.seq_len);
+		return -1;
+	}
 	accum = cfg->gbs / cfg->mbs;
 	if (accum % dp) {
 		snprintf(err, n,
@@ -136,7 +149,8 @@ static int par_device(struct emu_dev *d, void *arg)
 	}
 	kctx_init(&k, d, cfg->prec);
 	coll_set_wire_bytes(d, k.ab);
-	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp)) ||
+	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp,
+			  cfg->sp)) ||
 	    (rc = dp_init(&s, &m, gd, dp, dpr, cfg->zero, cfg->bucket_bytes, k.ab)))
 		goto out;
 	m.drop_allreduce = cfg->broken == 1;

@@ -18,6 +18,7 @@ struct run_cfg {
 	struct optim_cfg opt;
 	struct mesh mesh;        /* tp and dp; the others 1 */
 	int zero;                /* ZeRO stage: 0 or 1 */
+	int sp;                  /* sequence parallelism (with tp > 1) */
 	uint64_t bucket_bytes;   /* data-parallel gradient buckets */
 	int broken;              /* tests: 1 drops a TP all-reduce, 2 a DP bucket */
 	const struct data *data; /* NULL in dry-run */

@@ -1,5 +1,6 @@
 /* pemu's strategies against the serial reference (DESIGN.md §4): for every combination of
- * dp in {1, 2, 4}, tp in {1, 2, 4} and ZeRO stage in {0, 1}, on tiny and moe-tiny, the loss
+ * dp in {1, 2, 4}, tp in {1, 2, 4}, ZeRO stage in {0, 1} and sequence parallelism on and
+ * off where tp > 1, on tiny and moe-tiny, the loss
  * of every step, every gradient of the first step and every parameter after 3 steps
  * agree within the design's tolerances; a strategy that drops one all-reduce does not. */
 #include <setjmp.h>
@@ -67,28 +68,34 @@ static void test_matrix(void **state)
 {
 	static const char *const presets[] = {"tiny", "moe-tiny"};
 	static const int degrees[] = {1, 2, 4};
+	int runs = 0;
 
 	(void)state;
 	for (int p = 0; p < 2; p++)
 		for (int d = 0; d < 3; d++)
 			for (int t = 0; t < 3; t++)
-				for (int z = 0; z <= 1; z++) {
-					struct run_cfg cfg;
-					struct verify_result v;
+				for (int z = 0; z <= 1; z++)
+					for (int sp = 0; sp <= (degrees[t] > 1); sp++) {
+						struct run_cfg cfg;
+						struct verify_result v;
 
-					make_cfg(&cfg, presets[p], degrees[d], degrees[t], z);
-					v = verify(&cfg);
-					if (!v.passed)
-						fail_msg("%s dp %d tp %d zero %d: loss %.2g (step "
-							 "%d), grad %.2g (tensor %d), param %.2g "
-							 "(tensor %d)",
-							 presets[p], degrees[d], degrees[t], z,
-							 v.loss_err, v.loss_step, v.grad_err,
-							 v.grad_tensor, v.param_err,
-							 v.param_tensor);
-				}
+						make_cfg(&cfg, presets[p], degrees[d], degrees[t],
+							 z);
+						cfg.sp = sp;
+						v = verify(&cfg);
+						runs++;
+						if (!v.passed)
+							fail_msg("%s dp %d tp %d zero %d sp %d: "
+								 "loss %.2g (step %d), grad "
+								 "%.2g (tensor %d), param %.2g "
+								 "(tensor %d)",
+								 presets[p], degrees[d], degrees[t],
+								 z, sp, v.loss_err, v.loss_step,
+								 v.grad_err, v.grad_tensor,
+								 v.param_err, v.param_tensor);
+					}
+	assert_int_equal(runs, 60);
 }
-
 /* Dropping one all-reduce, of the tensor-parallel MLP output in layer 0 or of the first
  * data-parallel gradient bucket, is a wrong strategy: verify must see it. */
 static void test_broken_strategies_fail(void **state)
@@ -206,6 +213,37 @@ static void test_tp_volume(void **state)
 	emu_cluster_free(c);
 }
 
+/* Sequence parallelism moves the same volume as reduce-scatter + all-gather: each of
+ * tensor parallelism's 4L + 2 all-reduces of b s h a micro-batch becomes one
+ * reduce-scatter and one all-gather of b s h. */
+static void test_sp_volume(void **state)
+{
+	struct run_cfg cfg;
+	struct run_out o;
+	struct emu_cluster *c;
+	struct coll_stats rs, ag;
+	uint64_t bsh, L, want;
+
+	(void)state;
+	make_cfg(&cfg, "small", 1, 4, 0);
+	cfg.sp = 1;
+	cfg.mbs = 2;
+	cfg.gbs = 4; /* 2 micro-batches */
+	cfg.steps = 1;
+	c = dry(&cfg, &o);
+	coll_stats_get(emu_cluster_dev(c, 0), "reduce-scatter", &rs);
+	coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &ag);
+	L = (uint64_t)cfg.model.num_layers;
+	bsh = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len * (uint64_t)cfg.model.hidden;
+	want = 2 * (4 * L + 2);
+	assert_int_equal(rs.calls, want);
+	assert_int_equal(ag.calls, want);
+	assert_int_equal(rs.bytes, want * bsh * 2);
+	assert_int_equal(ag.bytes, want * bsh * 2);
+	run_free(&o);
+	emu_cluster_free(c);
+}
+
 /* With gradient buckets, data-parallel communication overlaps backward: the step's
  * exposed communication (step time minus compute) is below its total communication. */
 static void test_buckets_overlap(void **state)
@@ -238,6 +276,7 @@ int main(void)
 		cmocka_unit_test(test_broken_strategies_fail),
 		cmocka_unit_test(test_zero_memory_and_volume),
 		cmocka_unit_test(test_tp_volume),
+		cmocka_unit_test(test_sp_volume),
 		cmocka_unit_test(test_buckets_overlap),
 	};
 	int rc;
