@@ -454,7 +454,7 @@ int emu_group_rank(const struct emu_group *g, const struct emu_dev *d)
 /* ------------------------------------------------------------------------------------ */
 /* Rendezvous                                                                           */
 
-static void describe_group(struct emu_str *s, const struct emu_group *ch)
+void chan_describe(struct emu_str *s, const struct emu_group *ch)
 {
 	int contiguous = 1;
 
@@ -475,7 +475,7 @@ static char *mismatch_report(const struct op *op)
 	struct emu_str s = {0};
 
 	emu_str_addf(&s, "collective mismatch: call #%llu on group ", (unsigned long long)op->seq);
-	describe_group(&s, op->ch);
+	chan_describe(&s, op->ch);
 	emu_str_addf(&s, " was not the same on every member:");
 	for (int i = 0; i < op->ch->n; i++) {
 		emu_str_addf(&s, "\n  device %d: ", op->ch->devs[i]);

@@ -134,20 +134,7 @@ void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const stru
 	if (a->wire_bytes != 4)
 		emu_str_addf(s, " [%d-byte elements]", a->wire_bytes);
 	emu_str_addf(s, " on group ");
-	{
-		int contiguous = 1;
-
-		for (int i = 1; i < ch->n; i++)
-			contiguous &= ch->devs[i] == ch->devs[0] + i;
-		if (ch->n > 2 && contiguous) {
-			emu_str_addf(s, "{%d..%d}", ch->devs[0], ch->devs[ch->n - 1]);
-		} else {
-			emu_str_addf(s, "{");
-			for (int i = 0; i < ch->n && i < 16; i++)
-				emu_str_addf(s, "%s%d", i ? "," : "", ch->devs[i]);
-			emu_str_addf(s, ch->n > 16 ? ",... (%d devices)}" : "}", ch->n);
-		}
-	}
+	chan_describe(s, ch);
 }
 
 /* ------------------------------------------------------------------------------------ */

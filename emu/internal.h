@@ -201,6 +201,8 @@ struct emu_cluster {
 
 /* cluster.c: channels, rendezvous, waiting and failing. */
 struct emu_group *chan_p2p(struct emu_dev *d, int src, int dst);
+/* "{0..7}" or "{2,0,1}" (the first 16 members, then the count). */
+void chan_describe(struct emu_str *s, const struct emu_group *ch);
 /* Adds d's call arg as member of the next op on ch; sets *out (with a reference). */
 int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct op_arg *arg,
 	       struct op **out);

@@ -17,6 +17,13 @@ static const char *const lp_names[LP_N] = {"ln1.weight",   "ln1.bias",  "qkv.wei
 					   "fc.weight",    "fc.bias",   "fc2.weight", "fc2.bias",
 					   "router.weight"};
 
+double gpt_model_flops(const struct gpt_config *c, int batch)
+{
+	double B = batch, s = c->seq_len, L = c->num_layers, h = c->hidden, V = c->vocab;
+
+	return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+}
+
 int gpt_layer_is_moe(const struct gpt_config *c, int l)
 {
 	return c->num_experts > 0 && (l + 1) % c->moe_every == 0;

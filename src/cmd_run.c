@@ -22,14 +22,6 @@ static const char *const coll_names[] = {"all-reduce", "reduce-scatter", "all-ga
 					 "reduce",     "send",           "recv"};
 #define NCOLL (int)(sizeof coll_names / sizeof coll_names[0])
 
-/* Megatron's model FLOPs per step (REFERENCES.md), for MFU. */
-static double model_flops(const struct gpt_config *c, int batch)
-{
-	double B = batch, s = c->seq_len, L = c->num_layers, h = c->hidden, V = c->vocab;
-
-	return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
-}
-
 static int64_t comm_ns(const struct emu_dev *d)
 {
 	int64_t t = 0;
@@ -178,7 +170,7 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 		struct emu_dev *d0 = emu_cluster_dev(cl, 0);
 		int64_t step = par.step_ns[cfg->steps - 1], comp = par.compute_ns[cfg->steps - 1];
 		int64_t comm = comm_ns(d0) / cfg->steps, exposed = step - comp;
-		double mfu = model_flops(&cfg->model, cfg->gbs) /
+		double mfu = gpt_model_flops(&cfg->model, cfg->gbs) /
 			     ((double)step / 1e9 * ecfg->topo.gpu.peak_flops * ndev);
 
 		if (json) {

@@ -174,15 +174,6 @@ static void usage(FILE *f, int parallel)
 	cli_print_opts(f, cli_cluster_opts);
 }
 
-/* Megatron's model FLOPs per step without recomputation (REFERENCES.md):
- * 72 B s L h^2 (1 + s/(6h) + V/(12 L h)). */
-static double model_flops(const struct gpt_config *c, int batch)
-{
-	double B = batch, s = c->seq_len, L = c->num_layers, h = c->hidden, V = c->vocab;
-
-	return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
-}
-
 static int train_device(struct emu_dev *d, void *arg)
 {
 	struct train *t = arg;
@@ -231,7 +222,7 @@ static int train_device(struct emu_dev *d, void *arg)
 			       "%5.1f%% | %8.1f ms wall\n",
 			       s + 1, t->steps, lbuf, (double)optim_lr(&t->opt, s),
 			       (double)t->step_ns[s] / 1e6,
-			       100 * model_flops(&t->cfg, t->gbs) /
+			       100 * gpt_model_flops(&t->cfg, t->gbs) /
 				       ((double)t->step_ns[s] / 1e9 * peak),
 			       (double)t->wall_ns[s] / 1e6);
 			fflush(stdout);
@@ -614,7 +605,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		struct emu_dev *d = emu_cluster_dev(cl, 0);
 		int64_t step = t.step_ns[t.steps - 1];
 		double peak = cc.cfg.topo.gpu.peak_flops,
-		       mfu = model_flops(&t.cfg, t.gbs) / ((double)step / 1e9 * peak);
+		       mfu = gpt_model_flops(&t.cfg, t.gbs) / ((double)step / 1e9 * peak);
 
 		if (t.json) {
 			printf("{\"command\":\"train\",\"config\":{\"model\":\"%s\",\"num_layers\":"
@@ -635,7 +626,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			       "\"exposed_comm_s\":0,\"bubble_fraction\":0,\"mfu\":%.6g,\"flops_"
 			       "per_step\":%.6g,\"model_flops_per_step\":%.6g},",
 			       (double)step / 1e9, (double)step / 1e9, mfu, t.flops_step,
-			       model_flops(&t.cfg, t.gbs));
+			       gpt_model_flops(&t.cfg, t.gbs));
 			print_memory(stdout, d, 1);
 			printf(",\"comm\":{},\"wall_s\":%.6g",
 			       (double)emu_cluster_wall_ns(cl) / 1e9);
@@ -657,7 +648,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		} else {
 			printf("# step time %.3f ms virtual (FLOPs charged %.4g, Megatron's count "
 			       "%.4g), MFU %.1f%%; wall %.2f s in all\n",
-			       (double)step / 1e6, t.flops_step, model_flops(&t.cfg, t.gbs),
+			       (double)step / 1e6, t.flops_step, gpt_model_flops(&t.cfg, t.gbs),
 			       100 * mfu, (double)emu_cluster_wall_ns(cl) / 1e9);
 			print_memory(stdout, d, 0);
 			if (t.sample_text)

@@ -44,8 +44,9 @@ void run_free(struct run_out *o);
 /* Why cfg cannot run on ndev devices (mesh, heads, batch), one line, or 0. */
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
 
-/* Runs cfg on c (whose device count is the mesh's); the serial model when the mesh is a
- * single device and reference is set. 0 or the run's enum emu_err. */
+/* run_parallel runs cfg on c, whose device count is the mesh's; run_reference runs the
+ * serial model (models/gpt.c) on one device of c with the same seed, data and batches.
+ * Both fill o; 0 or the run's enum emu_err. */
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
 int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
 
