@@ -40,6 +40,13 @@ int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_
 		     name);
 }
 
+int tensor_alloc_shard(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
+		       size_t resident, const char *name)
+{
+	return alloc(k, t, cat, n, (uint64_t)resident * tensor_elem_bytes(k->prec, cat),
+		     (uint64_t)n * 4, name);
+}
+
 int tensor_alloc_optim(const struct kctx *k, struct tensor *t, size_t nparams, const char *name)
 {
 	return alloc(k, t, MEM_OPTIM, 2 * nparams,

@@ -43,6 +43,12 @@ int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_
 		 const char *name);
 /* Adam's state for n parameters: 2n floats (m, then v) on the host; accounted as
  * 8 bytes per parameter in fp32 and 12 (with the fp32 master copy) in bf16. */
+/* n elements of category cat on the host, of which the device is charged for resident
+ * only: for ZeRO, whose device keeps one shard of a buffer between uses and is charged
+ * separately (par_dp.c) for the rest while it is gathered or being reduced. The host
+ * keeps all n so that the kernels address the buffer as a whole. */
+int tensor_alloc_shard(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
+		       size_t resident, const char *name);
 int tensor_alloc_optim(const struct kctx *k, struct tensor *t, size_t nparams, const char *name);
 void tensor_free(const struct kctx *k, struct tensor *t);
 

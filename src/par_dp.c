@@ -1,4 +1,4 @@
-/* par_dp: buckets, gradient all-reduce and ZeRO-1; see par_dp.h. */
+/* par_dp: buckets, gradient all-reduce and ZeRO 1-3; see par_dp.h. */
 #include "par_dp.h"
 
 #include <math.h>
@@ -8,12 +8,34 @@
 #include "coll.h"
 #include "util.h"
 
-/* Stage 0 all-reduces a bucket; stage 1 reduce-scatters it in place, each rank keeping
+/* Where this rank's chunk of bucket b starts, and its size. */
+static size_t chunk_of(const struct dp_state *s, const struct dp_bucket *b, size_t *lo)
+{
+	size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
+
+	*lo = b->lo + (size_t)s->r * chunk;
+	return chunk;
+}
+
+/* Fills what bucket b's range of buf holds outside this rank's chunk with v. */
+static void fill_others(const struct dp_state *s, const struct dp_bucket *b, float *buf, float v)
+{
+	size_t lo, chunk = chunk_of(s, b, &lo);
+
+	if (!buf)
+		return;
+	for (size_t e = b->lo; e < lo; e++)
+		buf[e] = v;
+	for (size_t e = lo + chunk; e < b->hi; e++)
+		buf[e] = v;
+}
+
+/* Stage 0 all-reduces a bucket; stages 1-3 reduce-scatter it in place, each rank keeping
  * the sum of its own chunk (all its optimizer will read). */
 static int post(struct dp_state *s, struct dp_bucket *b)
 {
 	float *g = s->m->grads.data;
-	size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
+	size_t lo, chunk = chunk_of(s, b, &lo);
 	enum emu_stream old;
 	int rc;
 
@@ -23,9 +45,8 @@ static int post(struct dp_state *s, struct dp_bucket *b)
 	/* on a stream of their own, so that TP's blocking all-reduces never queue behind them */
 	old = coll_use_stream(s->m->k.d, EMU_STREAM_COMM2);
 	if (s->zero >= 1)
-		rc = coll_ireduce_scatter(s->m->k.d, s->g, g ? g + b->lo : NULL,
-					  g ? g + b->lo + (size_t)s->r * chunk : NULL, chunk,
-					  COLL_SUM, &b->req);
+		rc = coll_ireduce_scatter(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + lo : NULL,
+					  chunk, COLL_SUM, &b->req);
 	else
 		rc = coll_iall_reduce(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
 				      b->hi - b->lo, COLL_SUM, &b->req);
@@ -34,7 +55,7 @@ static int post(struct dp_state *s, struct dp_bucket *b)
 }
 
 /* Calls fn(ctx, lo, hi) for each flat range whose summed gradient this rank holds:
- * everything in stage 0, its chunk of every bucket in stage 1. */
+ * everything in stage 0, its chunk of every bucket in stages 1-3. */
 static void owned_ranges(const struct dp_state *s, void (*fn)(void *, size_t, size_t), void *ctx)
 {
 	if (s->zero == 0) {
@@ -42,28 +63,160 @@ static void owned_ranges(const struct dp_state *s, void (*fn)(void *, size_t, si
 		return;
 	}
 	for (int k = 0; k < s->nb; k++) {
-		const struct dp_bucket *b = &s->b[k];
-		size_t chunk = (b->hi - b->lo) / (size_t)s->dp, lo = b->lo + (size_t)s->r * chunk;
+		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
 
 		fn(ctx, lo, lo + chunk);
 	}
 }
 
-/* The backward hook: post every bucket whose last parameter is now final. */
+/* Stages 2-3: bucket b's gradients become a live buffer as backward starts writing it. */
+static int open_bucket(struct dp_state *s, struct dp_bucket *b)
+{
+	uint64_t bytes = (b->hi - b->lo) * (uint64_t)tensor_elem_bytes(s->m->k.prec, MEM_GRAD);
+
+	if (b->gbuf)
+		return 0;
+	b->gbuf = mem_alloc_host(s->m->k.d, MEM_COMM, bytes, 0, "zero gradient bucket");
+	return b->gbuf ? 0 : EMU_EOOM;
+}
+
+/* Stages 2-3: once bucket b's reduce-scatter is done, this rank's chunk holds the sum so
+ * far; the rest is zeroed for the next micro-batch and the buffer goes. */
+static int close_bucket(struct dp_state *s, struct dp_bucket *b)
+{
+	int rc = b->req ? coll_wait(s->m->k.d, b->req) : 0;
+
+	b->req = NULL;
+	fill_others(s, b, s->m->grads.data, 0.0f);
+	if (b->gbuf)
+		mem_free(s->m->k.d, b->gbuf);
+	b->gbuf = NULL;
+	return rc;
+}
+
+/* The backward hook: post every bucket whose last parameter is now final. Stages 2-3
+ * post in every micro-batch and keep the live buckets few (par_dp.h). */
 static int hook(void *ctx, int i)
 {
 	struct dp_state *s = ctx;
 	int rc;
 
-	if (!s->armed)
+	if (!s->armed && s->zero < 2)
 		return 0;
+	if (i < 0) { /* backward begins: the tied output layer writes wte's gradient first */
+		if (s->zero < 2 || (rc = open_bucket(s, &s->b[0])))
+			return s->zero < 2 ? 0 : rc;
+		return open_bucket(s, &s->b[s->nb - 1]);
+	}
 	for (int k = 0; k < s->nb; k++) {
 		struct dp_bucket *b = &s->b[k];
 
-		if (!b->posted && b->last <= s->pos[i] && (rc = post(s, b)))
+		if (b->posted || b->last > s->pos[i])
+			continue;
+		if ((rc = post(s, b)))
+			return rc;
+		if (s->zero < 2)
+			continue;
+		if ((k + 1 < s->nb && (rc = open_bucket(s, &s->b[k + 1]))) ||
+		    (k > 0 && (rc = close_bucket(s, &s->b[k - 1]))))
 			return rc;
 	}
 	return 0;
+}
+
+/* ZeRO-3: posts the all-gather of bucket b's weights into a live buffer, unless they
+ * are gathered or on their way. */
+static int gather(struct dp_state *s, struct dp_bucket *b)
+{
+	struct emu_dev *d = s->m->k.d;
+	float *w = s->m->weights.data;
+	size_t lo, chunk = chunk_of(s, b, &lo);
+	uint64_t bytes = (b->hi - b->lo) * (uint64_t)tensor_elem_bytes(s->m->k.prec, MEM_PARAM);
+	enum emu_stream old;
+	int rc;
+
+	if (b->wbuf)
+		return 0;
+	if (!(b->wbuf = mem_alloc_host(d, MEM_COMM, bytes, 0, "zero-3 gathered weights")))
+		return EMU_EOOM;
+	if (s->drop_gather && b == &s->b[s->unit_bucket[0]])
+		return 0; /* tests: layer 0 is read as it was left, NaN but for this rank's chunk */
+	old = coll_use_stream(d, EMU_STREAM_COMM2);
+	rc = coll_iall_gather(d, s->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk, &b->gather);
+	coll_use_stream(d, old);
+	return rc;
+}
+
+/* ZeRO-3: frees bucket b's gathered weights, leaving NaN where they were. */
+static int release(struct dp_state *s, struct dp_bucket *b)
+{
+	int rc = b->gather ? coll_wait(s->m->k.d, b->gather) : 0;
+
+	b->gather = NULL;
+	if (!b->wbuf)
+		return rc;
+	fill_others(s, b, s->m->weights.data, NAN);
+	mem_free(s->m->k.d, b->wbuf);
+	b->wbuf = NULL;
+	return rc;
+}
+
+/* The read hook (ZeRO-3): unit u is about to be read. Frees the unit read before it,
+ * waits for u's gather, and posts the next one's. */
+static int use(void *ctx, int u)
+{
+	struct dp_state *s = ctx;
+	struct dp_bucket *b = &s->b[s->unit_bucket[u]];
+	int i = s->cur++, rc;
+
+	EMU_ASSERT(i < s->nseq && s->seq[i] == u);
+	if (i > 0 && s->seq[i - 1] != u && (rc = release(s, &s->b[s->unit_bucket[s->seq[i - 1]]])))
+		return rc;
+	if ((rc = gather(s, b)))
+		return rc;
+	if (b->gather) {
+		rc = coll_wait(s->m->k.d, b->gather);
+		b->gather = NULL;
+		if (rc)
+			return rc;
+	}
+	if (i + 1 < s->nseq && s->seq[i + 1] != u)
+		return gather(s, &s->b[s->unit_bucket[s->seq[i + 1]]]);
+	return 0;
+}
+
+/* ZeRO-3: one bucket per unit, and the order a micro-batch reads the units in. */
+static void unit_buckets(struct dp_state *s)
+{
+	struct tp_model *m = s->m;
+	int L = m->cfg.num_layers;
+
+	s->nb = 0;
+	s->unit_bucket = emu_xcalloc((size_t)L + 2, sizeof *s->unit_bucket);
+	for (int k = 0; k < m->np; k++) {
+		int u = tp_unit_of(m, m->order[k]);
+
+		if (k + 1 < m->np && tp_unit_of(m, m->order[k + 1]) == u)
+			continue;
+		s->unit_bucket[u] = s->nb;
+		s->b[s->nb].lo = s->nb ? s->b[s->nb - 1].hi : 0;
+		s->b[s->nb].hi = k + 1 < m->np ? m->p[m->order[k + 1]].off : m->nflat;
+		s->b[s->nb++].last = k;
+	}
+	s->seq = emu_xcalloc(2 * (size_t)L + 5, sizeof *s->seq);
+	s->seq[s->nseq++] = TP_UNIT_EMB(m);
+	for (int l = 0; l < L; l++)
+		s->seq[s->nseq++] = l;
+	s->seq[s->nseq++] = TP_UNIT_LNF(m);
+	s->seq[s->nseq++] = TP_UNIT_EMB(m);
+	s->seq[s->nseq++] = TP_UNIT_EMB(m);
+	s->seq[s->nseq++] = TP_UNIT_LNF(m);
+	for (int l = L - 1; l >= 0; l--)
+		s->seq[s->nseq++] = l;
+	/* between uses, only this rank's chunks are there */
+	for (int k = 0; k < s->nb; k++)
+		fill_others(s, &s->b[k], m->weights.data, NAN);
+	m->use = use;
 }
 
 int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp, int r, int zero,
@@ -76,7 +229,7 @@ int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp,
 	s->g = g;
 	s->dp = dp;
 	s->r = r;
-	s->zero = zero;
+	s->zero = dp == 1 && zero > 1 ? 1 : zero;
 	s->pos = emu_xcalloc((size_t)m->np, sizeof *s->pos);
 	s->b = emu_xcalloc((size_t)m->np, sizeof *s->b);
 	for (int k = 0; k < m->np; k++) {
@@ -84,10 +237,12 @@ int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp,
 
 		s->pos[m->order[k]] = k;
 		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np) {
-			s->b[s->nb++] = (struct dp_bucket){lo, hi, k, NULL, 0};
+			s->b[s->nb++] = (struct dp_bucket){.lo = lo, .hi = hi, .last = k};
 			lo = hi;
 		}
 	}
+	if (s->zero == 3)
+		unit_buckets(s);
 	m->hook = hook;
 	m->hook_ctx = s;
 	s->owned = zero >= 1 ? m->nflat / (size_t)dp : m->nflat;
@@ -98,14 +253,41 @@ void dp_free(struct dp_state *s)
 {
 	free(s->pos);
 	free(s->b);
+	free(s->unit_bucket);
+	free(s->seq);
 	s->pos = NULL;
 	s->b = NULL;
+	s->unit_bucket = NULL;
+	s->seq = NULL;
+}
+
+int dp_after_backward(struct dp_state *s)
+{
+	int rc = 0;
+
+	if (s->zero < 2)
+		return 0;
+	for (int k = 0; k < s->nb && !rc; k++)
+		if (!s->b[k].posted)
+			rc = post(s, &s->b[k]);
+	for (int k = 0; k < s->nb; k++) {
+		int rc2 = close_bucket(s, &s->b[k]);
+
+		if (s->zero == 3 && !rc2)
+			rc2 = release(s, &s->b[k]);
+		rc = rc ? rc : rc2;
+		s->b[k].posted = 0;
+	}
+	s->cur = 0;
+	return rc;
 }
 
 int dp_sync_grads(struct dp_state *s)
 {
 	int rc = 0;
 
+	if (s->zero >= 2) /* dp_after_backward has reduced every micro-batch */
+		goto partials;
 	for (int k = 0; k < s->nb && !rc; k++)
 		if (!s->b[k].posted)
 			rc = post(s, &s->b[k]);
@@ -120,6 +302,7 @@ int dp_sync_grads(struct dp_state *s)
 		b->req = NULL;
 		b->posted = 0;
 	}
+partials:
 	if (rc || !s->m->sp)
 		return rc;
 	/* Sequence parallelism left the LayerNorm and position gradients partial over tp:
@@ -127,8 +310,7 @@ int dp_sync_grads(struct dp_state *s)
 	if (s->zero == 0 || s->dp == 1)
 		return tp_sum_partials(s->m, 0, s->m->nflat);
 	for (int k = 0; k < s->nb && !rc; k++) {
-		const struct dp_bucket *b = &s->b[k];
-		size_t chunk = (b->hi - b->lo) / (size_t)s->dp, lo = b->lo + (size_t)s->r * chunk;
+		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
 
 		rc = tp_sum_partials(s->m, lo, lo + chunk);
 	}
@@ -179,31 +361,43 @@ static int grad_norm(struct dp_state *s, double *norm)
 	return 0;
 }
 
-struct grad_copy {
+struct full_copy {
 	struct tp_model *m;
 	float **full;
+	int weights; /* copy the weights, else the gradients */
 };
 
 static void copy_range(void *ctx, size_t lo, size_t hi)
 {
-	struct grad_copy *c = ctx;
+	struct full_copy *c = ctx;
 	struct tp_model *m = c->m;
 
 	for (int i = 0; i < m->np; i++) {
 		const struct tp_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+		float *local = c->weights ? p->w : p->g;
 
-		if (a < b && p->owner && p->g)
-			tp_shard_copy_range(m, i, c->full[i], p->g, a - p->off, b - p->off, 1);
+		if (a < b && p->owner && local)
+			tp_shard_copy_range(m, i, c->full[i], local, a - p->off, b - p->off, 1);
 	}
 }
 
 void dp_copy_grads(const struct dp_state *s, float **full)
 {
-	struct grad_copy c = {s->m, full};
+	struct full_copy c = {s->m, full, 0};
 
 	if (s->zero >= 1 || s->r == 0)
 		owned_ranges(s, copy_range, &c);
+}
+
+void dp_copy_weights(const struct dp_state *s, float **full)
+{
+	struct full_copy c = {s->m, full, 1};
+
+	if (s->zero == 3)
+		owned_ranges(s, copy_range, &c);
+	else if (s->r == 0)
+		copy_range(&c, 0, s->m->nflat);
 }
 
 /* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st. */
@@ -240,23 +434,22 @@ int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm)
 		update_range(s, o, 0, m->nflat, 0, lr, scale, t);
 		return 0;
 	}
-	/* ZeRO-1: this rank's chunk of every bucket, then everyone's chunks gathered. */
+	/* ZeRO 1-3: this rank's chunk of every bucket; then, but in stage 3 (which gathers
+	 * before each use), everyone's chunks gathered. */
 	for (int k = 0; k < s->nb; k++) {
-		struct dp_bucket *b = &s->b[k];
-		size_t chunk = (b->hi - b->lo) / (size_t)s->dp, lo = b->lo + (size_t)s->r * chunk;
+		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
 
 		update_range(s, o, lo, lo + chunk, st, lr, scale, t);
 		st += chunk;
 	}
-	for (int k = 0; k < s->nb && s->dp > 1; k++) {
+	for (int k = 0; k < s->nb && s->dp > 1 && s->zero < 3; k++) {
 		struct dp_bucket *b = &s->b[k];
-		size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
+		size_t lo, chunk = chunk_of(s, b, &lo);
 		float *w = m->weights.data;
-
 		enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
 
-		rc = coll_iall_gather(m->k.d, s->g, w ? w + b->lo + (size_t)s->r * chunk : NULL,
-				      w ? w + b->lo : NULL, chunk, &b->req);
+		rc = coll_iall_gather(m->k.d, s->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk,
+				      &b->req);
 		coll_use_stream(m->k.d, prev);
 		if (rc)
 			return rc;

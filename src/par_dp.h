@@ -1,4 +1,4 @@
-/* par_dp: data parallelism and ZeRO's first stage over the flat gradient buffer of a
+/* par_dp: data parallelism and ZeRO's three stages over the flat buffers of a
  * tensor-parallel model (par_tp.h).
  *
  * Buckets (PyTorch DDP, Li et al. 2020, arXiv 2006.15704): consecutive parameters, in the
@@ -14,6 +14,27 @@
  * bucket: Psi elements each way, 2 Psi in all, as stage 0's all-reduce. Stage 0 keeps the
  * whole state on every rank.
  *
+ * ZeRO stage 2 also shards the gradients: the device keeps only its chunks (2 Psi / N
+ * bytes in bf16). Every micro-batch reduce-scatters its buckets as backward finishes
+ * them, adding into the chunks this rank owns. A bucket is a transient buffer (charged
+ * as comm memory) from the moment backward starts writing it until its reduce-scatter
+ * is done; at most two are live besides the one holding wte, which the tied output layer
+ * writes first and the embedding last. The reduce-scatter after bucket k is posted waits
+ * for bucket k - 1's, as a double-buffered implementation would.
+ *
+ * ZeRO stage 3 shards the weights too (16 Psi / N in all). Its buckets are par_tp's
+ * units (a layer, the final LayerNorm, the embeddings), so that one cut serves weights,
+ * gradients and optimizer state alike, and --bucket-size does not apply. Before a unit
+ * is read it is all-gathered into a transient buffer (comm memory); the next unit's
+ * gather is posted as soon as this one is in use (prefetch), and a unit is freed as soon
+ * as the next one is in use, except across the tied output layer, read at the end of
+ * forward and again at the start of backward. Each unit is thus gathered twice per
+ * micro-batch (the embeddings' backward reads no weights) and reduce-scattered once:
+ * 3 Psi moved per step with one micro-batch. Freed shards are filled with NaN in execute
+ * mode, so a read of weights that were not gathered would show in verify.
+ *
+ * With dp = 1 every stage keeps everything: stages 2 and 3 run as stage 1.
+ *
  * Gradient-norm clipping takes the norm of the whole model: the sum of squares of every
  * parameter this rank owns (its shards, and replicated ones on tensor-parallel rank 0),
  * summed over the tensor-parallel group. */
@@ -28,41 +49,57 @@
 struct dp_bucket {
 	size_t lo, hi;        /* elements [lo, hi) of the flat buffers */
 	int last;             /* position in m->order of its last parameter */
-	struct coll_req *req; /* its posted all-reduce, or NULL */
+	struct coll_req *req; /* its posted all-reduce (reduce-scatter), or NULL */
 	int posted;
+	struct mem_block *gbuf;  /* ZeRO 2-3: its gradients, while live */
+	struct mem_block *wbuf;  /* ZeRO 3: its gathered weights, while live */
+	struct coll_req *gather; /* ZeRO 3: their posted all-gather, or NULL */
 };
 
 struct dp_state {
 	struct tp_model *m;
 	struct emu_group *g; /* the data-parallel group */
 	int dp, r;           /* its size, this rank */
-	int zero;            /* ZeRO stage, 0 or 1 */
+	int zero;            /* ZeRO stage, 0 to 3 (1 when it was more and dp = 1) */
 	int nb;
 	struct dp_bucket *b;
 	int *pos;          /* [np] position of each parameter in m->order */
 	int armed;         /* post buckets from the backward hook (the last micro-batch) */
 	int drop_bucket;   /* tests: never all-reduce bucket 0 (a broken DP) */
+	int drop_gather;   /* tests: never gather layer 0 (a broken ZeRO-3) */
 	size_t owned;      /* elements whose Adam state this rank keeps */
 	struct tensor opt; /* Adam m then v for the owned elements */
+	int *unit_bucket;  /* ZeRO 3: [L + 2] the bucket of each unit */
+	int *seq, nseq;    /* ZeRO 3: the units a micro-batch reads, in order (par_tp.h) */
+	int cur;           /* ZeRO 3: reads so far in this micro-batch */
 };
 
-/* Sets up buckets of about bucket_bytes (at wire_bytes an element) and the optimizer
- * state; installs the backward hook on m. 0 or EMU_EOOM. */
+/* Sets up buckets of about bucket_bytes (at wire_bytes an element; units in stage 3)
+ * and the optimizer state; installs the hooks on m, whose tp_init had the same zero and
+ * pad = dp. 0 or EMU_EOOM. */
 int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp, int r, int zero,
 	    uint64_t bucket_bytes, int wire_bytes);
 void dp_free(struct dp_state *s);
 
-/* Posts what is left of the buckets and waits for all of them: the gradients are then
- * summed over the data-parallel group. 0 or a negative enum emu_err. */
+/* After each micro-batch's backward: stages 2 and 3 finish reducing its gradients into
+ * the owned chunks (and stage 3 frees the last unit it read); nothing otherwise. */
+int dp_after_backward(struct dp_state *s);
+
+/* After the last micro-batch: posts what is left of the buckets and waits for all of
+ * them, so the gradients this rank holds are summed over the data-parallel group. 0 or
+ * a negative enum emu_err. */
 int dp_sync_grads(struct dp_state *s);
 
 /* Writes the summed gradients this rank holds into the full tensors full[np] (through
  * the tensor-parallel shard map): all of them on dp rank 0 in stage 0, its chunks in
  * stage 1. For verify. */
 void dp_copy_grads(const struct dp_state *s, float **full);
+/* The same for the weights: all of them on dp rank 0, its chunks in stage 3. */
+void dp_copy_weights(const struct dp_state *s, float **full);
 
 /* Clips by the global norm, takes an AdamW step (t, 1-based) on what this rank owns,
- * and (ZeRO-1) all-gathers the updated weights. *norm gets the norm before clipping. */
+ * and (stages 1 and 2) all-gathers the updated weights. *norm gets the norm before
+ * clipping. */
 int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm);
 
 #endif

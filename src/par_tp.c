@@ -154,7 +154,16 @@ void tp_shard_copy(const struct tp_model *m, int i, float *full, float *local, i
 	tp_shard_copy_range(m, i, full, local, 0, m->p[i].n, to_full);
 }
 
-static int alloc_params(struct tp_model *m, uint64_t seed, size_t pad)
+int tp_unit_of(const struct tp_model *m, int i)
+{
+	if (i < 2)
+		return TP_UNIT_EMB(m);
+	if (i >= m->np - 2)
+		return TP_UNIT_LNF(m);
+	return (i - 2) / LP_N;
+}
+
+static int alloc_params(struct tp_model *m, uint64_t seed, size_t pad, int zero)
 {
 	const struct gpt_config *c = &m->cfg;
 	size_t total = 0;
@@ -180,8 +189,10 @@ static int alloc_params(struct tp_model *m, uint64_t seed, size_t pad)
 		total = (total + m->p[m->order[k2]].n + pad - 1) / pad * pad;
 	}
 	m->nflat = total;
-	if ((rc = tensor_alloc(&m->k, &m->weights, MEM_PARAM, m->nflat, "weights")) ||
-	    (rc = tensor_alloc(&m->k, &m->grads, MEM_GRAD, m->nflat, "gradients")))
+	if ((rc = tensor_alloc_shard(&m->k, &m->weights, MEM_PARAM, m->nflat,
+				     zero >= 3 ? m->nflat / pad : m->nflat, "weights")) ||
+	    (rc = tensor_alloc_shard(&m->k, &m->grads, MEM_GRAD, m->nflat,
+				     zero >= 2 ? m->nflat / pad : m->nflat, "gradients")))
 		return rc;
 	for (int i = 0; i < m->np; i++) {
 		struct tp_param *p = &m->p[i];
@@ -251,7 +262,7 @@ static int alloc_acts(struct tp_model *m)
 }
 
 int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *cfg, int B,
-	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp)
+	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp, int zero)
 {
 	int rc;
 
@@ -282,7 +293,7 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 			cfg->moe_top_k,
 			moe_capacity(cfg->capacity_factor, B * m->T, cfg->moe_top_k, cfg->num_experts),
 			cfg->aux_coeff};
-	if ((rc = alloc_params(m, seed, pad ? pad : 1)))
+	if ((rc = alloc_params(m, seed, pad ? pad : 1, zero)))
 		return rc;
 	return alloc_acts(m);
 }
@@ -314,6 +325,12 @@ static void zero(struct tensor *t)
 }
 
 /* Sums buf over the tensor-parallel group (nothing to do alone). */
+/* About to read unit u's weights. */
+static int use(struct tp_model *m, int u)
+{
+	return m->use ? m->use(m->hook_ctx, u) : 0;
+}
+
 static int tp_sum(struct tp_model *m, float *buf, size_t n)
 {
 	return m->tp == 1 ? 0 : coll_all_reduce(m->k.d, m->g, buf, buf, n, COLL_SUM);
@@ -421,6 +438,8 @@ int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float 
 						 : -1;
 	}
 	/* embeddings: this rank's rows of them (all rows without sp) */
+	if ((rc = use(m, TP_UNIT_EMB(m))))
+		return rc;
 	if (m->tp == 1) {
 		embedding_fwd(k, D(m->enc), m->tokens, m->p[0].w, m->p[1].w, B, T, C, 0);
 	} else {
@@ -437,6 +456,8 @@ int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float 
 		float *ln1 = D(a->ln1) ? D(a->ln1) + r0 : NULL,
 		      *ln2 = D(a->ln2) ? D(a->ln2) + r0 : NULL;
 
+		if ((rc = use(m, l)))
+			return rc;
 		layernorm_fwd(k, ln1, D(a->ln1_mean), D(a->ln1_rstd), x, PW(m, l, LP_LN1W),
 			      PW(m, l, LP_LN1B), Ml, C);
 		if ((rc = gather_rows(m, D(a->ln1), (size_t)C)))
@@ -472,9 +493,11 @@ int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float 
 		residual_fwd(k, D(a->res3), D(a->res2), branch, mc);
 		x = D(a->res3);
 	}
+	if ((rc = use(m, TP_UNIT_LNF(m))))
+		return rc;
 	layernorm_fwd(k, D(m->lnf) ? D(m->lnf) + r0 : NULL, D(m->lnf_mean), D(m->lnf_rstd), x,
 		      m->p[m->np - 2].w, m->p[m->np - 1].w, Ml, C);
-	if ((rc = gather_rows(m, D(m->lnf), (size_t)C)))
+	if ((rc = gather_rows(m, D(m->lnf), (size_t)C)) || (rc = use(m, TP_UNIT_EMB(m))))
 		return rc;
 	linear_fwd(k, D(m->probs), D(m->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
 	if (m->tp == 1)
@@ -526,6 +549,8 @@ int tp_backward(struct tp_model *m, float scale)
 	int C3 = 3 * C / m->tp, Cl = C / m->tp, hs = C / m->cfg.heads, V = m->Vl, Ml = m->Ml, rc;
 	const float *x_last = L ? D(m->la[L - 1].res3) : D(m->enc), *dl, *g;
 
+	if ((rc = ready(m, -1)) || (rc = use(m, TP_UNIT_EMB(m))))
+		return rc;
 	zero(&m->dlogits);
 	crossentropy_bwd(k, D(m->dlogits), D(m->probs), m->tp == 1 ? m->targets : m->ltargets,
 			 scale / (float)BT, BT, V);
@@ -533,6 +558,8 @@ int tp_backward(struct tp_model *m, float scale)
 	linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w, BT, C, V);
 	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(m->dlogits), D(m->lnf), BT, C, V);
 	if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
+		return rc;
+	if ((rc = use(m, TP_UNIT_LNF(m))))
 		return rc;
 	zero(&m->dres);
 	layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g, m->p[m->np - 1].g, dl, x_last,
@@ -543,7 +570,7 @@ int tp_backward(struct tp_model *m, float scale)
 		struct gpt_layer_acts *a = &m->la[l];
 		const float *x = l ? D(m->la[l - 1].res3) : D(m->enc);
 
-		if ((rc = full_rows(m, &g)))
+		if ((rc = use(m, l)) || (rc = full_rows(m, &g)))
 			return rc;
 		zero(&m->dln);
 		if (gpt_layer_is_moe(&m->cfg, l)) {

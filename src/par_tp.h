@@ -51,8 +51,20 @@ struct tp_param {
 	size_t off;          /* where in both flat buffers */
 };
 
-/* Told when parameter i's gradient is final for this micro-batch. */
+/* Told when parameter i's gradient is final for this micro-batch; i = -1 when backward
+ * begins, before any gradient is written. */
 typedef int (*tp_grad_hook)(void *ctx, int i);
+
+/* The parameters come in units whose weights are read together: layer l (0 <= l < L),
+ * the final LayerNorm (unit L) and the embeddings wte and wpe (unit L + 1). Each unit is
+ * one contiguous range of the flat buffers. */
+#define TP_UNIT_LNF(m) ((m)->cfg.num_layers)
+#define TP_UNIT_EMB(m) ((m)->cfg.num_layers + 1)
+
+/* Told before the weights of unit u are read. A micro-batch reads, in this order:
+ * forward EMB, 0, ..., L-1, LNF, EMB (the tied output layer); backward EMB, LNF, L-1,
+ * ..., 0 (the embeddings' backward reads no weights). ZeRO-3 gathers units here. */
+typedef int (*tp_use_hook)(void *ctx, int u);
 
 struct tp_model {
 	struct gpt_config cfg;
@@ -81,20 +93,26 @@ struct tp_model {
 	struct moe_scratch moe_scratch;
 	int *tokens, *targets, *ltargets; /* (B, T); targets local to the vocab shard, -1 if not */
 	float aux_loss;
-	tp_grad_hook hook; /* or NULL */
-	void *hook_ctx;
+	tp_grad_hook hook;  /* or NULL */
+	tp_use_hook use;    /* or NULL */
+	void *hook_ctx;     /* for both */
 	int drop_allreduce; /* tests: skip layer 0's forward MLP all-reduce (a broken TP) */
 };
+
+/* The unit parameter i belongs to. */
+int tp_unit_of(const struct tp_model *m, int i);
 
 /* Why the model cannot be cut tp ways (heads, ffn, vocabulary), one line, or 0. */
 int tp_check(const struct gpt_config *cfg, int tp, char *err, size_t n);
 
 /* Builds rank r's shard of the model of seed for micro-batch B on g (tp members). The
  * weights are cut from the serial model's (gpt_tensor_init). Every parameter starts at a
- * multiple of pad elements in the flat buffers (for sharding them evenly). 0 or
- * EMU_EOOM. */
+ * multiple of pad elements in the flat buffers (for sharding them evenly pad ways). With
+ * zero >= 2 the device is charged for 1/pad of the gradient buffer, with zero = 3 for
+ * 1/pad of the weights too: the ZeRO shards (par_dp.h charges the rest while in use).
+ * 0 or EMU_EOOM. */
 int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *cfg, int B,
-	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp);
+	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp, int zero);
 
 /* Sums over the group the gradients this rank holds only part of (sequence parallelism:
  * LayerNorms and positions), within the flat range [lo, hi). Called once the data-parallel

@@ -18,6 +18,7 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 
 	memset(o, 0, sizeof *o);
 	o->steps = cfg->steps;
+	o->accum = cfg->gbs / cfg->mbs;
 	o->np = np;
 	o->loss = emu_xcalloc((size_t)cfg->steps, sizeof *o->loss);
 	o->loss_part = emu_xcalloc((size_t)cfg->steps * (size_t)dp, sizeof *o->loss_part);
@@ -26,6 +27,13 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 	o->snapshot = snapshot;
 	if (!snapshot)
 		return;
+	if (cfg->model.num_experts > 0) {
+		o->route_mb = (size_t)cfg->model.num_layers * (size_t)cfg->mbs *
+			      (size_t)cfg->model.seq_len * (size_t)cfg->model.moe_top_k;
+		o->routes = emu_xcalloc((size_t)cfg->steps * (size_t)(cfg->gbs / cfg->mbs) *
+						o->route_mb,
+					sizeof *o->routes);
+	}
 	o->grad0 = emu_xcalloc((size_t)np, sizeof *o->grad0);
 	o->params = emu_xcalloc((size_t)np, sizeof *o->params);
 	for (int i = 0; i < np; i++) {
@@ -48,6 +56,7 @@ void run_free(struct run_out *o)
 	free(o->loss_part);
 	free(o->step_ns);
 	free(o->compute_ns);
+	free(o->routes);
 	memset(o, 0, sizeof *o);
 }
 
@@ -91,6 +100,24 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	}
 	return 0;
+}
+
+/* Keeps the routing decisions of micro-batch mb (in global order) from its layers' la. */
+static void record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
+			  const struct gpt_layer_acts *la)
+{
+	int L = cfg->model.num_layers;
+	size_t per = o->route_mb / (size_t)L;
+	int *out = o->routes ? o->routes + mb * o->route_mb : NULL;
+
+	for (int l = 0; out && l < L; l++) {
+		const struct moe_acts *a = &la[l].moe;
+
+		if (!gpt_layer_is_moe(&cfg->model, l) || !a->choice)
+			continue;
+		for (size_t e = 0; e < per; e++)
+			out[l * per + e] = a->slot[e] >= 0 ? a->choice[e] : -1 - a->choice[e];
+	}
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -150,11 +177,12 @@ static int par_device(struct emu_dev *d, void *arg)
 	kctx_init(&k, d, cfg->prec);
 	coll_set_wire_bytes(d, k.ab);
 	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp,
-			  cfg->sp)) ||
+			  cfg->sp, cfg->zero)) ||
 	    (rc = dp_init(&s, &m, gd, dp, dpr, cfg->zero, cfg->bucket_bytes, k.ab)))
 		goto out;
 	m.drop_allreduce = cfg->broken == 1;
 	s.drop_bucket = cfg->broken == 2;
+	s.drop_gather = cfg->broken == 3;
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0;
@@ -168,8 +196,13 @@ static int par_device(struct emu_dev *d, void *arg)
 					   (uint64_t)step * accum + (uint64_t)dpr * local + a,
 					   cfg->mbs, cfg->model.seq_len, tok, tgt);
 			s.armed = a == local - 1;
-			if ((rc = tp_forward(&m, tok, tgt, &l)) ||
-			    (rc = tp_backward(&m, 1.0f / accum)))
+			if ((rc = tp_forward(&m, tok, tgt, &l)))
+				goto out;
+			if (tpr == 0)
+				record_routes(o, cfg,
+					      (uint64_t)step * accum + (uint64_t)dpr * local + a,
+					      m.la);
+			if ((rc = tp_backward(&m, 1.0f / accum)) || (rc = dp_after_backward(&s)))
 				goto out;
 			loss += (double)l / accum;
 		}
@@ -204,10 +237,8 @@ static int par_device(struct emu_dev *d, void *arg)
 			}
 		}
 	}
-	if (o->snapshot && dpr == 0)
-		for (int i = 0; i < m.np; i++)
-			if (m.p[i].owner && m.p[i].n && m.p[i].w)
-				tp_shard_copy(&m, i, o->params[i], m.p[i].w, 1);
+	if (o->snapshot)
+		dp_copy_weights(&s, o->params);
 out:
 	dp_free(&s);
 	tp_free(&m);
@@ -263,6 +294,8 @@ static int ref_device(struct emu_dev *d, void *arg)
 				data_batch(cfg->data, cfg->seed, (uint64_t)s * accum + a, cfg->mbs,
 					   cfg->model.seq_len, tok, tgt);
 			loss += (double)gpt_forward(&m, tok, tgt) / accum;
+			if (kctx_math(&k))
+				record_routes(o, cfg, (uint64_t)s * accum + a, m.la);
 			gpt_backward(&m, 1.0f / accum);
 		}
 		if (s == 0 && o->snapshot && kctx_math(&k))
@@ -302,8 +335,10 @@ int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_o
 /* ------------------------------------------------------------------------------------ */
 /* Comparison                                                                           */
 
-/* max |a - b| / max |b| over the entries where keep is NULL or keep[i]. */
-static double rel_err(const float *a, const float *b, size_t n, const unsigned char *keep)
+/* max |a - b| / max |b| over the entries where keep is NULL or keep[i]; *abs_err is
+ * raised to max |a - b| over them. */
+static double rel_err(const float *a, const float *b, size_t n, const unsigned char *keep,
+		      double *abs_err)
 {
 	double num = 0, den = 0;
 
@@ -315,7 +350,33 @@ static double rel_err(const float *a, const float *b, size_t n, const unsigned c
 		num = e > num || isnan(e) ? e : num;
 		den = fabs((double)b[i]) > den ? fabs((double)b[i]) : den;
 	}
+	if (num > *abs_err || (isnan(num) && !isnan(*abs_err)))
+		*abs_err = num;
 	return den > 0 ? num / den : num;
+}
+
+/* Counts the routing decisions of par that differ from ref's; notes the first. */
+static void compare_routes(const struct run_out *ref, const struct run_out *par,
+			   const struct gpt_config *cfg, struct verify_result *v)
+{
+	size_t per_layer, n;
+
+	if (!ref->routes || !par->routes)
+		return;
+	per_layer = ref->route_mb / (size_t)cfg->num_layers;
+	n = ref->route_mb * (size_t)ref->steps * (size_t)ref->accum;
+	for (size_t e = 0; e < n; e++) {
+		size_t mb = e / ref->route_mb, in = e % ref->route_mb;
+
+		if (!gpt_layer_is_moe(cfg, (int)(in / per_layer)))
+			continue;
+		v->routes++;
+		if (ref->routes[e] == par->routes[e] || v->route_flips++)
+			continue;
+		v->flip_step = (int)(mb / (size_t)ref->accum);
+		v->flip_layer = (int)(in / per_layer);
+		v->flip_token = (int)(in % per_layer / (size_t)cfg->moe_top_k);
+	}
 }
 
 void verify_compare(const struct run_out *ref, const struct run_out *par,
@@ -326,9 +387,9 @@ void verify_compare(const struct run_out *ref, const struct run_out *par,
 	v->grad_tol = 1e-5;
 	v->param_tol = 1e-4;
 	for (int s = 0; s < ref->steps; s++) {
-		double e = rel_err(&par->loss[s], &ref->loss[s], 1, NULL);
+		double e = rel_err(&par->loss[s], &ref->loss[s], 1, NULL, &v->loss_abs);
 
-		if (e > v->loss_err || isnan(e)) {
+		if (e > v->loss_err || (isnan(e) && !isnan(v->loss_err))) {
 			v->loss_err = e;
 			v->loss_step = s;
 		}
@@ -346,19 +407,20 @@ void verify_compare(const struct run_out *ref, const struct run_out *par,
 			keep[e] = fabs((double)ref->grad0[i][e]) >= 1e-6 * gmax;
 			v->noise_params += !keep[e];
 		}
-		eg = rel_err(par->grad0[i], ref->grad0[i], n, NULL);
-		ep = rel_err(par->params[i], ref->params[i], n, keep);
+		eg = rel_err(par->grad0[i], ref->grad0[i], n, NULL, &v->grad_abs);
+		ep = rel_err(par->params[i], ref->params[i], n, keep, &v->param_abs);
 		free(keep);
 
-		if (eg > v->grad_err || isnan(eg)) {
+		if (eg > v->grad_err || (isnan(eg) && !isnan(v->grad_err))) {
 			v->grad_err = eg;
 			v->grad_tensor = i;
 		}
-		if (ep > v->param_err || isnan(ep)) {
+		if (ep > v->param_err || (isnan(ep) && !isnan(v->param_err))) {
 			v->param_err = ep;
 			v->param_tensor = i;
 		}
 	}
+	compare_routes(ref, par, cfg, v);
 	v->passed = v->loss_err <= v->loss_tol && v->grad_err <= v->grad_tol &&
 		    v->param_err <= v->param_tol;
 }

@@ -17,25 +17,32 @@ struct run_cfg {
 	enum prec prec;
 	struct optim_cfg opt;
 	struct mesh mesh;        /* tp and dp; the others 1 */
-	int zero;                /* ZeRO stage: 0 or 1 */
+	int zero;                /* ZeRO stage: 0 to 3 */
 	int sp;                  /* sequence parallelism (with tp > 1) */
 	uint64_t bucket_bytes;   /* data-parallel gradient buckets */
-	int broken;              /* tests: 1 drops a TP all-reduce, 2 a DP bucket */
+	int broken;              /* tests: 1 drops a TP all-reduce, 2 a DP bucket, 3 a ZeRO-3
+				  * gather */
 	const struct data *data; /* NULL in dry-run */
 	int log_every;           /* print a progress line every this many steps; 0: quiet */
 };
 
 /* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
 struct run_out {
-	int steps, np;
-	float *loss;         /* [steps] the global batch's mean loss */
-	float *loss_part;    /* [dp * steps] each replica's share */
-	int64_t *step_ns;    /* [steps] virtual step time (device 0) */
-	int64_t *compute_ns; /* [steps] of it, compute (device 0) */
-	double flops_step;   /* FLOPs charged by device 0 in the last step */
-	int snapshot;        /* fill grad0 and params */
-	float **grad0;       /* [np] full tensors: the first step's gradients */
-	float **params;      /* [np] full tensors: the weights after the last step */
+	int steps, np, accum; /* steps, tensors, micro-batches a step */
+	float *loss;          /* [steps] the global batch's mean loss */
+	float *loss_part;     /* [dp * steps] each replica's share */
+	int64_t *step_ns;     /* [steps] virtual step time (device 0) */
+	int64_t *compute_ns;  /* [steps] of it, compute (device 0) */
+	double flops_step;    /* FLOPs charged by device 0 in the last step */
+	int snapshot;         /* fill grad0 and params */
+	float **grad0;        /* [np] full tensors: the first step's gradients */
+	float **params;       /* [np] full tensors: the weights after the last step */
+	/* MoE presets with a snapshot: every routing decision of the run, route_mb of
+	 * them per micro-batch (layer, token, choice; non-MoE layers left 0), micro-batches
+	 * in global order. A decision is the expert picked, or -1 - it when the token was
+	 * dropped at the capacity limit. */
+	int *routes;
+	size_t route_mb;
 };
 
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
@@ -60,10 +67,16 @@ int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_o
  * gradient is zero in exact arithmetic. Those entries are left out of the parameter
  * comparison, counted in noise_params, and still checked as gradients. */
 struct verify_result {
-	double loss_err, grad_err, param_err; /* the worst of each kind */
+	double loss_err, grad_err, param_err; /* the worst relative error of each kind */
+	double loss_abs, grad_abs, param_abs; /* the worst absolute error max |a - b| */
 	int loss_step, grad_tensor, param_tensor;
 	double loss_tol, grad_tol, param_tol;
 	size_t noise_params; /* entries left out: gradient zero to rounding */
+	/* routing decisions that differ from the reference's (DESIGN.md §4: a flip is
+	 * rounding amplified by a discrete choice, not a strategy error), of routes; the
+	 * first one's step, layer and token */
+	size_t route_flips, routes;
+	int flip_step, flip_layer, flip_token;
 	int passed;
 };
 void verify_compare(const struct run_out *ref, const struct run_out *par,

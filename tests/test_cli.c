@@ -84,7 +84,8 @@ static void test_bad_input(void **state)
 		{"run --model tiny --dp 3 --global-batch-size 8 --micro-batch-size 2",
 		 "which --dp 3 does not divide"},
 		{"run --model tiny --pp 2", "pipeline parallelism is not in this build yet"},
-		{"run --model tiny --zero-stage 3", "stages 2 and 3 are not in this build yet"},
+		{"run --model tiny --zero-stage 4",
+		 "--zero-stage: '4' is not a whole number from 0 to 3"},
 		{"run --model tiny --sequence-parallel", "--sequence-parallel needs --tp > 1"},
 		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
@@ -125,7 +126,7 @@ static void test_help(void **state)
 	assert_non_null(strstr(out, "-b, --minbytes SIZE"));
 	assert_int_equal(run("run --help", 0, out, sizeof out), 0);
 	assert_non_null(strstr(out, "--tensor-model-parallel-size N"));
-	assert_non_null(strstr(out, "--zero-stage 0|1"));
+	assert_non_null(strstr(out, "--zero-stage 0-3"));
 	assert_non_null(strstr(out, "--num-layers N"));
 }
 
@@ -247,12 +248,13 @@ static void test_verify(void **state)
 	char out[65536];
 
 	(void)state;
-	assert_int_equal(run("verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3 "
+	assert_int_equal(run("verify --model tiny --dp 2 --tp 2 --zero-stage 3 "
 			     "--global-batch-size 8 "
 			     "--micro-batch-size 2",
 			     0, out, sizeof out),
 			 0);
-	assert_non_null(strstr(out, "dp 2 x tp 2 = 4 devices"));
+	assert_non_null(strstr(out, "dp 2 x tp 2 = 4 devices, ZeRO stage 3"));
+	assert_non_null(strstr(out, "3 steps")); /* verify's default */
 	assert_non_null(strstr(out, "verify: PASSED"));
 	assert_int_equal(
 		run("verify --model moe-tiny --dp 2 --tp 2 --steps 2 --global-batch-size 4 "
@@ -262,6 +264,8 @@ static void test_verify(void **state)
 	assert_non_null(strstr(out, "\"command\":\"verify\""));
 	assert_non_null(strstr(out, "\"ref_loss\":"));
 	assert_non_null(strstr(out, "\"passed\":true"));
+	assert_non_null(strstr(out, "\"max_abs_err\":{\"loss\":"));
+	assert_non_null(strstr(out, "\"routing_flips\":0,"));
 	assert_non_null(strstr(out, "\"exposed_comm_s\":"));
 	assert_non_null(strstr(out, "\"by_collective\":{\"all-reduce\""));
 	assert_non_null(strstr(out, "{\"device\":3,"));
