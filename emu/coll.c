@@ -177,6 +177,12 @@ static uint64_t task_count(uint64_t elems)
 	return (elems + TASK_ELEMS - 1) / TASK_ELEMS;
 }
 
+/* A message of S bytes on link l. */
+static int64_t p2p_ns(const struct topo_link *l, uint64_t S)
+{
+	return l->lat_ns + bw_ns(1, S, 1, l->bw_bytes);
+}
+
 int coll_op_resolve(struct emu_cluster *c, struct op *op)
 {
 	const struct topo *t = &c->cfg.topo;
@@ -190,13 +196,15 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	for (int i = 0; i < n; i++)
 		if (op->arg[i].t_issue > op->t_start)
 			op->t_start = op->arg[i].t_issue;
+	if (a->kind == OP_SEND || a->kind == OP_RECV) /* eager: the sender (member 0) alone */
+		op->t_start = op->arg[0].t_issue;
 	op->link = op->ch->link;
 	switch (a->kind) {
 	case OP_BARRIER:
 		break;
 	case OP_SEND:
 	case OP_RECV:
-		dur = l->lat_ns + bw_ns(1, S, 1, l->bw_bytes);
+		dur = p2p_ns(l, S);
 		work = a->count;
 		break;
 	case OP_BROADCAST:
@@ -646,7 +654,11 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->op = op;
 	r->member = member;
 	r->stream = stream;
-	st->pending = r;
+	if (arg->kind == OP_SEND && ch->n > 1) /* eager: its end is known now, see coll.h */
+		st->t = arg->t_issue + p2p_ns(&d->c->cfg.topo.link[ch->link],
+					      (uint64_t)arg->count * (uint64_t)arg->wire_bytes);
+	else
+		st->pending = r;
 	if (d->reqs_tail)
 		d->reqs_tail->next = r;
 	else

@@ -35,6 +35,12 @@
  * reduce-scatter inside the node, an all-reduce of S/L between nodes, and an all-gather
  * inside the node, each by the formulas above on its own link.
  *
+ * Sends are eager: a send starts when its sender posts it (after the previous send on
+ * its stream) whether or not the receiver is there yet, so posting one never waits for
+ * the peer; the data is delivered, and the recv completes, at the send's end or when
+ * the recv is posted, whichever is later: an eager protocol, the message landing in a
+ * buffer on the receiver. A pipeline stage can so post its activations and go on.
+ *
  * A posted op starts no earlier than the compute stream's cursor at the call (the data it
  * sends was produced there) and no earlier than the end of the previous op on its
  * stream; coll_wait makes the compute stream wait for its end (max(compute, comm), not

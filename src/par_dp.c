@@ -103,9 +103,11 @@ static int hook(void *ctx, int i)
 
 	if (!s->armed && s->zero < 2)
 		return 0;
+	if (i < 0 && s->zero < 2)
+		return 0;
 	if (i < 0) { /* backward begins: the tied output layer writes wte's gradient first */
-		if (s->zero < 2 || (rc = open_bucket(s, &s->b[0])))
-			return s->zero < 2 ? 0 : rc;
+		if ((rc = open_bucket(s, &s->b[0])))
+			return rc;
 		return open_bucket(s, &s->b[s->nb - 1]);
 	}
 	for (int k = 0; k < s->nb; k++) {

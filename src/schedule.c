@@ -1,0 +1,705 @@
+/* schedule: pipeline schedules as data; see schedule.h. */
+#include "schedule.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "util.h"
+
+static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
+
+const char *sched_name(enum sched_kind k)
+{
+	return names[k];
+}
+
+int sched_kind_of(const char *name)
+{
+	for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
+		if (!strcmp(name, names[k]))
+			return k;
+	return -1;
+}
+
+int sched_constraints(enum sched_kind kind, int p, int m, int v, int L, char *err, size_t n)
+{
+	if (v > 1 && kind != SCHED_INTERLEAVED) {
+		snprintf(err, n,
+			 "--schedule %s runs one model chunk a stage; virtual stages (%d) "
+			 "need --schedule interleaved",
+			 sched_name(kind), v);
+		return -1;
+	}
+	if (L % (p * v)) {
+		if (v > 1)
+			snprintf(err, n,
+				 "--schedule interleaved: the %d layers do not split into pp %d x "
+				 "%d virtual stages",
+				 L, p, v);
+		else
+			snprintf(err, n, "--pp %d does not divide the %d layers", p, L);
+		return -1;
+	}
+	if (kind == SCHED_INTERLEAVED && m % p) {
+		snprintf(err, n,
+			 "--schedule interleaved: the %d micro-batches a step are not a multiple "
+			 "of pp %d",
+			 m, p);
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Building                                                                             */
+
+void sched_init_empty(struct sched *sc, enum sched_kind kind, int p, int m, int v)
+{
+	memset(sc, 0, sizeof *sc);
+	sc->kind = kind;
+	sc->p = p;
+	sc->m = m;
+	sc->v = v;
+	sc->n = emu_xcalloc((size_t)p, sizeof *sc->n);
+	sc->a = emu_xcalloc((size_t)p, sizeof *sc->a);
+	for (int s = 0; s < p; s++)
+		/* every micro-batch and chunk: at most recv, F, send, recv, B, send, W */
+		sc->a[s] = emu_xcalloc(7 * (size_t)m * (size_t)v + 1, sizeof **sc->a);
+}
+
+void sched_push(struct sched *sc, int s, struct sched_action a)
+{
+	EMU_ASSERT(sc->n[s] < 7 * sc->m * sc->v + 1);
+	sc->a[s][sc->n[s]++] = a;
+}
+
+void sched_free(struct sched *sc)
+{
+	for (int s = 0; sc->a && s < sc->p; s++)
+		free(sc->a[s]);
+	free(sc->a);
+	free(sc->n);
+	memset(sc, 0, sizeof *sc);
+}
+
+static int nblocks(const struct sched *sc)
+{
+	return sc->p * sc->v;
+}
+
+/* The forward of (mb, chunk c) on stage s with its input's recv and its output's send. */
+static void push_fwd(struct sched *sc, int s, int mb, int c)
+{
+	int j = c * sc->p + s, p = sc->p;
+
+	if (j > 0)
+		sched_push(sc, s, (struct sched_action){SCHED_RECV, mb, c, SCHED_ACT, (j - 1) % p});
+	sched_push(sc, s, (struct sched_action){SCHED_F, mb, c, SCHED_ACT, -1});
+	if (j + 1 < nblocks(sc))
+		sched_push(sc, s, (struct sched_action){SCHED_SEND, mb, c, SCHED_ACT, (j + 1) % p});
+}
+
+/* A backward (op B or BW) of (mb, chunk c) on stage s with its gradient's recv and send. */
+static void push_bwd(struct sched *sc, int s, int mb, int c, enum sched_op op)
+{
+	int j = c * sc->p + s, p = sc->p;
+
+	if (j + 1 < nblocks(sc))
+		sched_push(sc, s,
+			   (struct sched_action){SCHED_RECV, mb, c, SCHED_GRAD, (j + 1) % p});
+	sched_push(sc, s, (struct sched_action){op, mb, c, SCHED_GRAD, -1});
+	if (j > 0)
+		sched_push(sc, s,
+			   (struct sched_action){SCHED_SEND, mb, c, SCHED_GRAD, (j - 1) % p});
+}
+
+static void build_gpipe(struct sched *sc, int s)
+{
+	for (int mb = 0; mb < sc->m; mb++)
+		push_fwd(sc, s, mb, 0);
+	for (int mb = sc->m - 1; mb >= 0; mb--)
+		push_bwd(sc, s, mb, 0, SCHED_BW);
+}
+
+static void build_1f1b(struct sched *sc, int s)
+{
+	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m;
+
+	for (int i = 0; i < w; i++)
+		push_fwd(sc, s, i, 0);
+	for (int i = 0; i < m - w; i++) {
+		push_fwd(sc, s, w + i, 0);
+		push_bwd(sc, s, i, 0, SCHED_BW);
+	}
+	for (int i = m - w; i < m; i++)
+		push_bwd(sc, s, i, 0, SCHED_BW);
+}
+
+/* Megatron's interleaved order: the k-th chunk forward of a stage is micro-batch
+ * (k / pv) p + k % p of chunk (k / p) % v; backwards go through the chunks in reverse. */
+static void build_interleaved(struct sched *sc, int s)
+{
+	int p = sc->p, v = sc->v, total = sc->m * v;
+	int w = 2 * (p - 1 - s) + (v - 1) * p;
+
+#define MB(k)  ((k) / (p * v) * p + (k) % p)
+#define CHF(k) ((k) / p % v)
+#define CHB(k) (v - 1 - (k) / p % v)
+	w = w < total ? w : total;
+	for (int k = 0; k < w; k++)
+		push_fwd(sc, s, MB(k), CHF(k));
+	for (int i = 0; i < total - w; i++) {
+		push_fwd(sc, s, MB(w + i), CHF(w + i));
+		push_bwd(sc, s, MB(i), CHB(i), SCHED_BW);
+	}
+	for (int i = total - w; i < total; i++)
+		push_bwd(sc, s, MB(i), CHB(i), SCHED_BW);
+#undef MB
+#undef CHF
+#undef CHB
+}
+
+/* ZB-H1: 1F1B with the backward split, stage s deferring its first s weight passes, so
+ * every stage has p micro-batches in flight and the deferred W fill the cool-down. */
+static void build_zbh1(struct sched *sc, int s)
+{
+	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m, nw = 0;
+
+#define W_NEXT() sched_push(sc, s, (struct sched_action){SCHED_W, nw++, 0, SCHED_GRAD, -1})
+	for (int i = 0; i < w; i++)
+		push_fwd(sc, s, i, 0);
+	for (int i = 0; i < m - w; i++) {
+		push_fwd(sc, s, w + i, 0);
+		push_bwd(sc, s, i, 0, SCHED_B);
+		if (i >= s)
+			W_NEXT();
+	}
+	for (int i = m - w; i < m; i++) {
+		push_bwd(sc, s, i, 0, SCHED_B);
+		if (i >= s)
+			W_NEXT();
+	}
+	while (nw < m)
+		W_NEXT();
+#undef W_NEXT
+}
+
+/* ZB-H2: the greedy list scheduler of schedule.h on unit costs (F = B = W = 1, free
+ * transfers). Time advances in whole units, so every arrival meets a free stage. */
+static void build_zbh2(struct sched *sc)
+{
+	int p = sc->p, m = sc->m, left = 3 * p * m;
+	int *fdone = emu_xcalloc((size_t)p * m, sizeof *fdone); /* end time, 0: not yet */
+	int *bdone = emu_xcalloc((size_t)p * m, sizeof *bdone);
+	int *wdone = emu_xcalloc((size_t)p * m, sizeof *wdone);
+	int *nf = emu_xcalloc((size_t)p, sizeof *nf), *busy = emu_xcalloc((size_t)p, sizeof *busy);
+	int *inflight = emu_xcalloc((size_t)p, sizeof *inflight);
+
+	for (int t = 0; left > 0; t++) {
+		for (int s = 0; s < p; s++) {
+			int limit = 2 * p - 1, pick = -1;
+			enum sched_op op = SCHED_F;
+
+			if (busy[s] > t)
+				continue;
+			for (int mb = 0; mb < m && pick < 0; mb++) /* a ready B */
+				if (fdone[s * m + mb] && fdone[s * m + mb] <= t &&
+				    !bdone[s * m + mb] &&
+				    (s == p - 1 ||
+				     (bdone[(s + 1) * m + mb] && bdone[(s + 1) * m + mb] <= t))) {
+					pick = mb;
+					op = SCHED_B;
+				}
+			if (pick < 0 && nf[s] < m && inflight[s] < limit &&
+			    (s == 0 ||
+			     (fdone[(s - 1) * m + nf[s]] && fdone[(s - 1) * m + nf[s]] <= t))) {
+				pick = nf[s]++;
+				op = SCHED_F;
+			}
+			for (int mb = 0; mb < m && pick < 0; mb++) /* else the oldest W */
+				if (bdone[s * m + mb] && bdone[s * m + mb] <= t &&
+				    !wdone[s * m + mb]) {
+					pick = mb;
+					op = SCHED_W;
+				}
+			if (pick < 0)
+				continue;
+			busy[s] = t + 1;
+			left--;
+			if (op == SCHED_F) {
+				fdone[s * m + pick] = t + 1;
+				inflight[s]++;
+				push_fwd(sc, s, pick, 0);
+			} else if (op == SCHED_B) {
+				bdone[s * m + pick] = t + 1;
+				push_bwd(sc, s, pick, 0, SCHED_B);
+			} else {
+				wdone[s * m + pick] = t + 1;
+				inflight[s]--;
+				sched_push(sc, s,
+					   (struct sched_action){SCHED_W, pick, 0, SCHED_GRAD, -1});
+			}
+		}
+	}
+	free(fdone);
+	free(bdone);
+	free(wdone);
+	free(nf);
+	free(busy);
+	free(inflight);
+}
+
+void sched_build(struct sched *sc, enum sched_kind kind, int p, int m, int v)
+{
+	sched_init_empty(sc, kind, p, m, kind == SCHED_INTERLEAVED ? v : 1);
+	if (kind == SCHED_ZBH2) {
+		build_zbh2(sc);
+		return;
+	}
+	for (int s = 0; s < p; s++) {
+		if (kind == SCHED_GPIPE)
+			build_gpipe(sc, s);
+		else if (kind == SCHED_1F1B)
+			build_1f1b(sc, s);
+		else if (kind == SCHED_ZBH1)
+			build_zbh1(sc, s);
+		else
+			build_interleaved(sc, s);
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Checking                                                                             */
+
+static const char *op_name(enum sched_op op)
+{
+	static const char *const n[] = {
+		"forward", "backward (inputs)", "backward (weights)", "backward", "send", "recv"};
+
+	return n[op];
+}
+
+static const char *msg_name(enum sched_msg m)
+{
+	return m == SCHED_ACT ? "activations" : "gradient";
+}
+
+/* "micro-batch 3" or "micro-batch 3 (chunk 1)" */
+static const char *what(const struct sched *sc, int mb, int c, char *buf, size_t n)
+{
+	if (sc->v > 1)
+		snprintf(buf, n, "micro-batch %d (chunk %d)", mb, c);
+	else
+		snprintf(buf, n, "micro-batch %d", mb);
+	return buf;
+}
+
+/* Per stage and (mb, chunk), where in the list each kind of action is (-1: absent). */
+struct where {
+	int *f, *b, *w, *bw, *ra, *rg, *sa, *sg;
+};
+
+#define IDX(sc, s, mb, c) ((((size_t)(s) * (sc)->m + (mb)) * (sc)->v) + (c))
+
+static int wellformed(const struct sched *sc, char *err, size_t n)
+{
+	int p = sc->p, nb = nblocks(sc);
+
+	for (int s = 0; s < p; s++)
+		for (int i = 0; i < sc->n[s]; i++) {
+			const struct sched_action *a = &sc->a[s][i];
+			int j = a->chunk * p + s, want;
+
+			if ((unsigned)a->op > SCHED_RECV || a->mb < 0 || a->mb >= sc->m ||
+			    a->chunk < 0 || a->chunk >= sc->v) {
+				snprintf(err, n,
+					 "stage %d, action %d: micro-batch %d or chunk %d out of "
+					 "range (%d micro-batches, %d chunks)",
+					 s, i, a->mb, a->chunk, sc->m, sc->v);
+				return -1;
+			}
+			if (a->op != SCHED_SEND && a->op != SCHED_RECV)
+				continue;
+			/* who the peer must be: the next block's stage for activations sent and
+			 * gradients received, the previous one's otherwise */
+			if ((a->op == SCHED_SEND) == (a->msg == SCHED_ACT))
+				want = j + 1 < nb ? (j + 1) % p : -1;
+			else
+				want = j > 0 ? (j - 1) % p : -1;
+			if (a->peer != want) {
+				char b[64];
+
+				snprintf(err, n,
+					 "stage %d, action %d: a %s of the %s of %s with stage %d, "
+					 "but %s",
+					 s, i, op_name(a->op), msg_name(a->msg),
+					 what(sc, a->mb, a->chunk, b, sizeof b), a->peer,
+					 want < 0 ? "that block has no such neighbour"
+						  : "its neighbour block is elsewhere");
+				return -1;
+			}
+		}
+	return 0;
+}
+
+static int locate(const struct sched *sc, struct where *w, char *err, size_t n)
+{
+	size_t cells = (size_t)sc->p * sc->m * sc->v;
+	int **all[] = {&w->f, &w->b, &w->w, &w->bw, &w->ra, &w->rg, &w->sa, &w->sg};
+
+	for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
+		*all[k] = emu_xmalloc(cells * sizeof(int));
+		for (size_t e = 0; e < cells; e++)
+			(*all[k])[e] = -1;
+	}
+	for (int s = 0; s < sc->p; s++)
+		for (int i = 0; i < sc->n[s]; i++) {
+			const struct sched_action *a = &sc->a[s][i];
+			int *slot;
+			char b[64];
+
+			switch (a->op) {
+			case SCHED_F:
+				slot = w->f;
+				break;
+			case SCHED_B:
+				slot = w->b;
+				break;
+			case SCHED_W:
+				slot = w->w;
+				break;
+			case SCHED_BW:
+				slot = w->bw;
+				break;
+			case SCHED_RECV:
+				slot = a->msg == SCHED_ACT ? w->ra : w->rg;
+				break;
+			default:
+				slot = a->msg == SCHED_ACT ? w->sa : w->sg;
+				break;
+			}
+			if (slot[IDX(sc, s, a->mb, a->chunk)] >= 0) {
+				snprintf(err, n, "stage %d runs the %s%s%s of %s twice", s,
+					 op_name(a->op),
+					 a->op == SCHED_SEND || a->op == SCHED_RECV ? " of " : "",
+					 a->op == SCHED_SEND || a->op == SCHED_RECV
+						 ? msg_name(a->msg)
+						 : "",
+					 what(sc, a->mb, a->chunk, b, sizeof b));
+				return -1;
+			}
+			slot[IDX(sc, s, a->mb, a->chunk)] = i;
+		}
+	return 0;
+}
+
+static void where_free(struct where *w)
+{
+	free(w->f);
+	free(w->b);
+	free(w->w);
+	free(w->bw);
+	free(w->ra);
+	free(w->rg);
+	free(w->sa);
+	free(w->sg);
+}
+
+/* Every (mb, chunk) of every stage: forwarded, backwarded once, in order, with its
+ * inputs received before use and its outputs produced before they are sent; every send
+ * received by its peer and every recv sent. */
+static int complete(const struct sched *sc, const struct where *w, char *err, size_t n)
+{
+	int p = sc->p, nb = nblocks(sc);
+	char b[64];
+
+	for (int s = 0; s < p; s++)
+		for (int mb = 0; mb < sc->m; mb++)
+			for (int c = 0; c < sc->v; c++) {
+				size_t x = IDX(sc, s, mb, c);
+				int j = c * p + s, bwd = w->bw[x] >= 0 ? w->bw[x] : w->b[x];
+				const char *wh = what(sc, mb, c, b, sizeof b);
+
+				if (w->f[x] < 0)
+					return snprintf(err, n,
+							"stage %d never runs the forward of %s", s,
+							wh),
+					       -1;
+				if (bwd < 0)
+					return snprintf(err, n,
+							"stage %d never runs the backward of %s", s,
+							wh),
+					       -1;
+				if (w->bw[x] >= 0 && (w->b[x] >= 0 || w->w[x] >= 0))
+					return snprintf(err, n,
+							"stage %d runs the backward of %s both "
+							"whole "
+							"and split",
+							s, wh),
+					       -1;
+				if (w->b[x] >= 0 && w->w[x] < 0)
+					return snprintf(err, n,
+							"stage %d never runs the weight backward "
+							"of %s",
+							s, wh),
+					       -1;
+				if (bwd < w->f[x])
+					return snprintf(err, n,
+							"stage %d runs the backward of %s before "
+							"its "
+							"forward",
+							s, wh),
+					       -1;
+				if (w->w[x] >= 0 && w->w[x] < w->b[x])
+					return snprintf(err, n,
+							"stage %d runs the weight backward of %s "
+							"before its input backward",
+							s, wh),
+					       -1;
+				if (j > 0 && (w->ra[x] < 0 || w->ra[x] > w->f[x]))
+					return snprintf(err, n,
+							"stage %d runs the forward of %s before "
+							"receiving its input from stage %d",
+							s, wh, (j - 1) % p),
+					       -1;
+				if (j + 1 < nb && (w->rg[x] < 0 || w->rg[x] > bwd))
+					return snprintf(err, n,
+							"stage %d runs the backward of %s before "
+							"receiving its output's gradient from "
+							"stage %d",
+							s, wh, (j + 1) % p),
+					       -1;
+				if (w->sa[x] >= 0 && w->sa[x] < w->f[x])
+					return snprintf(err, n,
+							"stage %d sends the activations of %s "
+							"before "
+							"computing them",
+							s, wh),
+					       -1;
+				if (w->sg[x] >= 0 && w->sg[x] < bwd)
+					return snprintf(err, n,
+							"stage %d sends the gradient of %s before "
+							"computing it",
+							s, wh),
+					       -1;
+				/* pairs: this block's output goes to block j + 1's input */
+				if (j + 1 < nb) {
+					int q = (j + 1) % p, cq = (j + 1) / p;
+					size_t y = IDX(sc, q, mb, cq);
+
+					if (w->sa[x] < 0 && w->ra[y] >= 0)
+						return snprintf(err, n,
+								"stage %d receives the activations "
+								"of %s from stage %d, which never "
+								"sends them",
+								q, what(sc, mb, cq, b, sizeof b),
+								s),
+						       -1;
+					if (w->sa[x] >= 0 && w->ra[y] < 0)
+						return snprintf(err, n,
+								"stage %d sends the activations of "
+								"%s to stage %d, which never "
+								"receives them",
+								s, wh, q),
+						       -1;
+					if (w->rg[x] >= 0 && w->sg[y] < 0)
+						return snprintf(err, n,
+								"stage %d receives the gradient of "
+								"%s from stage %d, which never "
+								"sends it",
+								s, wh, q),
+						       -1;
+					if (w->rg[x] < 0 && w->sg[y] >= 0)
+						return snprintf(err, n,
+								"stage %d sends the gradient of %s "
+								"to "
+								"stage %d, which never receives it",
+								q, what(sc, mb, cq, b, sizeof b),
+								s),
+						       -1;
+				}
+			}
+	return 0;
+}
+
+/* Runs the lists with sends that never block and recvs that wait for their send; a
+ * state where no stage can go on is a cycle of waits. */
+static int progress(const struct sched *sc, char *err, size_t n)
+{
+	int p = sc->p, nb = nblocks(sc), left = 0, rc = 0;
+	int *pc = emu_xcalloc((size_t)p, sizeof *pc);
+	/* sent[(mb nb + j) 2 + msg]: block j's activations (out) or input gradient */
+	unsigned char *sent = emu_xcalloc((size_t)sc->m * nb * 2, 1);
+
+	for (int s = 0; s < p; s++)
+		left += sc->n[s];
+	while (left > 0) {
+		int moved = 0;
+
+		for (int s = 0; s < p; s++)
+			while (pc[s] < sc->n[s]) {
+				const struct sched_action *a = &sc->a[s][pc[s]];
+				int j = a->chunk * p + s;
+
+				if (a->op == SCHED_RECV) {
+					int from = a->msg == SCHED_ACT ? j - 1 : j + 1;
+
+					if (!sent[((size_t)a->mb * nb + from) * 2 + a->msg])
+						break;
+				} else if (a->op == SCHED_SEND) {
+					sent[((size_t)a->mb * nb + j) * 2 + a->msg] = 1;
+				}
+				pc[s]++;
+				left--;
+				moved = 1;
+			}
+		if (!moved)
+			break;
+	}
+	if (left > 0) {
+		size_t len = 0;
+		char b[64];
+
+		len += (size_t)snprintf(err, n, "no stage can go on (a cycle of waits):");
+		for (int s = 0; s < p && len < n; s++) {
+			const struct sched_action *a;
+
+			if (pc[s] == sc->n[s])
+				continue;
+			a = &sc->a[s][pc[s]];
+			len += (size_t)snprintf(err + len, n - len,
+						" stage %d waits for the %s of %s from stage %d;",
+						s, msg_name(a->msg),
+						what(sc, a->mb, a->chunk, b, sizeof b), a->peer);
+		}
+		if (len < n && len > 0 && err[len - 1] == ';')
+			err[len - 1] = 0;
+		rc = -1;
+	}
+	free(pc);
+	free(sent);
+	return rc;
+}
+
+int sched_check(const struct sched *sc, char *err, size_t n)
+{
+	struct where w = {0};
+	int rc;
+
+	if ((rc = wellformed(sc, err, n)))
+		return rc;
+	rc = locate(sc, &w, err, n);
+	if (!rc)
+		rc = complete(sc, &w, err, n);
+	where_free(&w);
+	return rc ? rc : progress(sc, err, n);
+}
+
+double sched_peak_inflight(const struct sched *sc, int s)
+{
+	int cur = 0, peak = 0;
+
+	for (int i = 0; i < sc->n[s]; i++) {
+		enum sched_op op = sc->a[s][i].op;
+
+		cur += op == SCHED_F ? 1 : op == SCHED_BW || op == SCHED_W ? -1 : 0;
+		peak = cur > peak ? cur : peak;
+	}
+	return (double)peak / sc->v;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Running and drawing                                                                  */
+
+int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,
+	       void *ctx, long long *span)
+{
+	int rc = 0;
+
+	for (int i = 0; i < sc->n[s] && !rc; i++) {
+		const struct sched_action *a = &sc->a[s][i];
+		int64_t t0 = emu_now(d);
+
+		switch (a->op) {
+		case SCHED_F:
+			rc = ops->fwd(ctx, a->mb, a->chunk);
+			break;
+		case SCHED_B:
+			rc = ops->bwd(ctx, a->mb, a->chunk, 1, 0);
+			break;
+		case SCHED_W:
+			rc = ops->bwd(ctx, a->mb, a->chunk, 0, 1);
+			break;
+		case SCHED_BW:
+			rc = ops->bwd(ctx, a->mb, a->chunk, 1, 1);
+			break;
+		case SCHED_SEND:
+			rc = ops->send(ctx, a->mb, a->chunk, a->msg, a->peer);
+			break;
+		case SCHED_RECV:
+			rc = ops->recv(ctx, a->mb, a->chunk, a->msg, a->peer);
+			t0 = emu_now(d); /* the wait is not the action's */
+			break;
+		}
+		if (span) {
+			span[2 * i] = t0;
+			span[2 * i + 1] = emu_now(d);
+		}
+	}
+	if (!rc && ops->wait_sends)
+		rc = ops->wait_sends(ctx);
+	return rc;
+}
+
+void sched_draw(const struct sched *sc, long long *const *span, int width, void *f)
+{
+	FILE *out = f;
+	long long q = 0, end = 0;
+	int cells;
+
+	/* the cell: the shortest compute action */
+	for (int s = 0; s < sc->p; s++)
+		for (int i = 0; i < sc->n[s]; i++) {
+			long long d = span[s][2 * i + 1] - span[s][2 * i];
+
+			if (sc->a[s][i].op <= SCHED_BW && d > 0 && (!q || d < q))
+				q = d;
+			end = span[s][2 * i + 1] > end ? span[s][2 * i + 1] : end;
+		}
+	if (!q)
+		return;
+	cells = (int)((end + q - 1) / q);
+	if (cells > width) {
+		q = (end + width - 1) / width;
+		cells = (int)((end + q - 1) / q);
+	}
+	fprintf(out,
+		"pipeline (%s, %d stages, %d micro-batches%s): one cell is %.3g ms; F "
+		"forward, B backward, W weight backward, . idle\n",
+		sched_name(sc->kind), sc->p, sc->m, sc->v > 1 ? ", chunk after the colon" : "",
+		(double)q / 1e6);
+	for (int s = 0; s < sc->p; s++) {
+		int i = 0;
+
+		fprintf(out, "stage %-3d|", s);
+		for (int c = 0; c < cells; c++) {
+			long long mid = (long long)c * q + q / 2;
+			const struct sched_action *a = NULL;
+
+			while (i < sc->n[s] && span[s][2 * i + 1] <= (long long)c * q)
+				i++;
+			for (int k = i; k < sc->n[s] && span[s][2 * k] <= mid; k++)
+				if (sc->a[s][k].op <= SCHED_BW && span[s][2 * k + 1] > mid)
+					a = &sc->a[s][k];
+			if (!a)
+				fprintf(out, sc->v > 1 ? "  .  " : "  . ");
+			else if (sc->v > 1)
+				fprintf(out, "%c%2d:%d", "FBWB"[a->op], a -> mb, a -> chunk);
+			else
+				fprintf(out, "%c%-2d ", "FBWB"[a->op], a -> mb);
+		}
+		fprintf(out, "|\n");
+	}
+}

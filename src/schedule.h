@@ -1,0 +1,112 @@
+/* schedule: pipeline schedules as data (DESIGN.md §2). A schedule is, for each of p stages,
+ * the ordered list of what that stage does in one optimizer step; generators build the
+ * lists of the classic schedules, sched_check proves a list valid before anything runs,
+ * and sched_exec walks one stage's list on its device through callbacks, so one executor
+ * serves the real model and the unit-cost model of the tests alike.
+ *
+ * The model is cut into p v blocks of consecutive layers. Block j lives on stage j % p as
+ * that stage's model chunk j / p (v = 1 but for interleaved 1F1B), so chunk c of stage s
+ * is block c p + s, as in Megatron-LM's interleaved schedule.
+ *
+ * Actions:
+ *   F  (mb, chunk)        forward of the chunk for micro-batch mb
+ *   B  (mb, chunk)        backward for the inputs only (zero-bubble's B)
+ *   W  (mb, chunk)        backward for the weights only (zero-bubble's W); needs B
+ *   BW (mb, chunk)        the whole backward, B and W in one
+ *   SEND (mb, chunk, what, peer)   posts the chunk's output activations (ACT, to the
+ *                        next block's stage) or the gradient of its input (GRAD, to the
+ *                        previous block's stage); a send never blocks
+ *   RECV (mb, chunk, what, peer)   waits for the chunk's input activations (ACT) or the
+ *                        gradient of its output (GRAD)
+ *
+ * Sources of the orders: GPipe (Huang et al. 2019, arXiv 1811.06965): every forward, then
+ * every backward, last micro-batch first. 1F1B and its interleaved form (Narayanan et
+ * al. 2021, arXiv 2104.04473): stage s warms up with p - 1 - s forwards (interleaved:
+ * 2 (p - 1 - s) + (v - 1) p chunk forwards), then alternates one forward and one
+ * backward. ZB-H1 (Qi et al. 2024, arXiv 2401.10241): 1F1B's order with the backward
+ * split in B and W, stage s deferring its first s W, so that every stage keeps p
+ * micro-batches in flight (1F1B's peak) and the deferred W fill the cool-down. ZB-H2
+ * (same paper) is built by a greedy list scheduler on unit costs, as the paper's own
+ * scheduler builds schedules from profiled costs: each stage, whenever it is free, runs
+ * a ready B first, else a ready F while fewer than 2p - 1 micro-batches are in flight
+ * (from F until W), else its oldest pending W. That fills the warm-up with extra F and
+ * the cool-down with W: no bubble once m >= 2p (with fewer micro-batches there is not
+ * enough work to fill it, and the bubble is ZB-H1's).
+ *
+ * A stage's bubble is its idle time between its first and its last action, as the ZB
+ * paper counts it: the last stage starting (p - 1) forwards after the first is a skew
+ * between stages that consecutive steps overlap, not idle time inside a stage. */
+#ifndef PEMU_SCHEDULE_H
+#define PEMU_SCHEDULE_H
+
+#include <stddef.h>
+
+struct emu_dev;
+
+enum sched_op { SCHED_F, SCHED_B, SCHED_W, SCHED_BW, SCHED_SEND, SCHED_RECV };
+enum sched_msg { SCHED_ACT, SCHED_GRAD };
+enum sched_kind { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2 };
+
+struct sched_action {
+	enum sched_op op;
+	int mb, chunk;
+	enum sched_msg msg; /* SEND, RECV */
+	int peer;           /* SEND, RECV: the other stage */
+};
+
+struct sched {
+	enum sched_kind kind;
+	int p, m, v;             /* stages, micro-batches, chunks a stage */
+	int *n;                  /* [p] actions of each stage */
+	struct sched_action **a; /* [p][n[s]] */
+};
+
+/* The schedule's name as --schedule spells it, and the kind a name spells (-1 if none). */
+const char *sched_name(enum sched_kind k);
+int sched_kind_of(const char *name);
+
+/* Why kind cannot run p stages, m micro-batches, v chunks a stage over L layers (one
+ * line, naming the constraint), or 0. */
+int sched_constraints(enum sched_kind kind, int p, int m, int v, int L, char *err, size_t n);
+
+/* Builds the schedule (the constraints must hold). sched_free releases it. */
+void sched_build(struct sched *sc, enum sched_kind kind, int p, int m, int v);
+void sched_free(struct sched *sc);
+
+/* An empty schedule of p stages for hand-made lists: sched_push appends to stage s. */
+void sched_init_empty(struct sched *sc, enum sched_kind kind, int p, int m, int v);
+void sched_push(struct sched *sc, int s, struct sched_action a);
+
+/* Proves sc valid: every action well formed; each (micro-batch, block) forwarded and
+ * backwarded exactly once per stage that holds it, with W after its B; every send
+ * matched by one recv on its peer and the reverse; every dependency (a forward's input,
+ * a backward's forward and output gradient) met; and no cycle of waits, by running the
+ * lists with sends that never block. 0, or -1 with the first violation in err. */
+int sched_check(const struct sched *sc, char *err, size_t n);
+
+/* Peak micro-batches in flight on stage s (forwarded, weights not yet back), in units
+ * of whole micro-batches (a chunk counts 1/v). */
+double sched_peak_inflight(const struct sched *sc, int s);
+
+/* What sched_exec calls; each returns 0 or a negative enum emu_err. send posts and
+ * returns; the executor calls wait_sends once the list is done. */
+struct sched_ops {
+	int (*fwd)(void *ctx, int mb, int chunk);
+	int (*bwd)(void *ctx, int mb, int chunk, int input, int weight);
+	int (*send)(void *ctx, int mb, int chunk, enum sched_msg what, int peer);
+	int (*recv)(void *ctx, int mb, int chunk, enum sched_msg what, int peer);
+	int (*wait_sends)(void *ctx);
+};
+
+/* Runs stage s's list on d through ops. span, if not NULL, gets [2 n[s]]: each action's
+ * start and end on d's compute stream (virtual ns). 0 or the first error. */
+int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,
+	       void *ctx, long long *span);
+
+/* Draws a run of sc as the pipeline diagram on f (a FILE *): one row per stage, time
+ * running right in cells of the shortest compute action, each cell F, B or W (BW is B)
+ * with the micro-batch (and chunk, when v > 1), '.' where the stage idles. span[s] is
+ * stage s's record from sched_exec. At most width cells; longer runs are scaled. */
+void sched_draw(const struct sched *sc, long long *const *span, int width, void *f);
+
+#endif

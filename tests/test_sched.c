@@ -1,0 +1,345 @@
+/* Pipeline schedules (src/schedule.h): every generator's lists pass the checker; hand-made
+ * invalid lists are rejected with the violation named; and run on the virtual cluster
+ * with equal unit costs (F = B = W = T, free transfers), each schedule's measured bubble
+ * and peak in-flight micro-batches equal REFERENCES.md's table. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "clock.h"
+#include "coll.h"
+#include "common.h"
+#include "schedule.h"
+
+static const int kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2};
+
+static void test_generators_are_valid(void **state)
+{
+	(void)state;
+	for (int k = 0; k < 5; k++)
+		for (int p = 2; p <= 4; p += 2)
+			for (int f = 1; f <= 4; f *= 2) {
+				struct sched sc;
+				char err[512];
+				int m = f * p, v = kinds[k] == SCHED_INTERLEAVED ? 2 : 1;
+
+				assert_int_equal(
+					sched_constraints(kinds[k], p, m, v, 8, err, sizeof err),
+					0);
+				sched_build(&sc, kinds[k], p, m, v);
+				if (sched_check(&sc, err, sizeof err))
+					fail_msg("%s p %d m %d: %s", sched_name(kinds[k]), p, m,
+						 err);
+				sched_free(&sc);
+			}
+}
+
+/* Hand-made lists, each with one fault, and what the checker must say. */
+static void expect_violation(struct sched *sc, const char *want)
+{
+	char err[512];
+
+	assert_int_equal(sched_check(sc, err, sizeof err), -1);
+	if (!strstr(err, want))
+		fail_msg("checker said '%s', expected '%s'", err, want);
+	sched_free(sc);
+}
+
+#define ACT(op, mb, msg, peer) ((struct sched_action){(op), (mb), 0, (msg), (peer)})
+
+static void test_checker_names_violations(void **state)
+{
+	struct sched sc;
+
+	(void)state;
+	/* a backward before its forward on the last stage */
+	sched_init_empty(&sc, SCHED_1F1B, 2, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
+	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	expect_violation(&sc, "stage 1 runs the backward of micro-batch 0 before its forward");
+
+	/* a forward before its input arrives; then an unmatched send: stage 0 sends
+	 * micro-batch 0's activations, stage 1 never receives them */
+	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
+	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	expect_violation(&sc, "stage 1 runs the forward of micro-batch 0 before receiving its "
+			      "input from stage 0");
+	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	expect_violation(&sc, "stage 0 sends the activations of micro-batch 0 to stage 1, which "
+			      "never receives them");
+	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
+	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	expect_violation(&sc, "stage 0 runs the backward of micro-batch 0 before receiving its "
+			      "output's gradient from stage 1");
+	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
+	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	expect_violation(&sc, "stage 0 receives the gradient of micro-batch 0 from stage 1, "
+			      "which never sends it");
+	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	expect_violation(&sc, "stage 0 runs the send of activations of micro-batch 0 twice");
+	/* a send to the wrong stage */
+	sched_init_empty(&sc, SCHED_GPIPE, 3, 1, 1);
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 2));
+	expect_violation(&sc, "stage 0, action 0: a send of the activations of micro-batch 0 "
+			      "with stage 2");
+	/* two stages each waiting for the other: every action present, in an order that
+	 * cannot run */
+	sched_init_empty(&sc, SCHED_1F1B, 2, 2, 1);
+	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 0, ACT(SCHED_F, 1, SCHED_ACT, -1));
+	sched_push(&sc, 0, ACT(SCHED_SEND, 1, SCHED_ACT, 1));
+	sched_push(&sc, 0, ACT(SCHED_RECV, 1, SCHED_GRAD, 1));
+	sched_push(&sc, 0, ACT(SCHED_BW, 1, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_RECV, 1, SCHED_ACT, 0));
+	sched_push(&sc, 1, ACT(SCHED_F, 1, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_BW, 1, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_SEND, 1, SCHED_GRAD, 0));
+	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
+	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
+	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	expect_violation(&sc, "no stage can go on (a cycle of waits): stage 0 waits for the "
+			      "gradient of micro-batch 0 from stage 1; stage 1 waits for the "
+			      "activations of micro-batch 1 from stage 0");
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Unit costs on the virtual cluster                                                    */
+
+enum { T = 1000000 }; /* ns of one F, B or W of a whole stage */
+
+struct unit {
+	struct emu_dev *d;
+	const struct sched *sc;
+	struct coll_req *req[1024];
+	int nreq;
+	long long first, last; /* the stage's first compute start, last compute end */
+	float none;
+};
+
+static int work(struct unit *u, int units)
+{
+	if (u->first < 0)
+		u->first = emu_now(u->d);
+	/* bytes at 1 byte per ns (hbm_bw 1e9, no launch cost): exactly units T / v ns */
+	emu_compute(u->d, "unit", 0, (double)units * T / u->sc->v);
+	u->last = emu_now(u->d);
+	return 0;
+}
+
+static int u_fwd(void *ctx, int mb, int chunk)
+{
+	(void)mb;
+	(void)chunk;
+	return work(ctx, 1);
+}
+
+static int u_bwd(void *ctx, int mb, int chunk, int input, int weight)
+{
+	(void)mb;
+	(void)chunk;
+	return work(ctx, input + weight);
+}
+
+static int u_send(void *ctx, int mb, int chunk, enum sched_msg what, int peer)
+{
+	struct unit *u = ctx;
+
+	(void)mb;
+	(void)chunk;
+	(void)what;
+	assert_true(u->nreq < 1024);
+	return coll_isend(u->d, peer, &u->none, 0, &u->req[u->nreq++]);
+}
+
+static int u_recv(void *ctx, int mb, int chunk, enum sched_msg what, int peer)
+{
+	struct unit *u = ctx;
+
+	(void)mb;
+	(void)chunk;
+	(void)what;
+	return coll_recv(u->d, peer, &u->none, 0);
+}
+
+static int u_wait(void *ctx)
+{
+	struct unit *u = ctx;
+	int rc = 0;
+
+	for (int i = 0; i < u->nreq; i++) {
+		int rc2 = coll_wait(u->d, u->req[i]);
+
+		rc = rc ? rc : rc2;
+	}
+	return rc;
+}
+
+struct unit_job {
+	const struct sched *sc;
+	long long end[8], busy[8], bubble[8];
+	long long *span[8];
+};
+
+static int unit_device(struct emu_dev *d, void *arg)
+{
+	static const struct sched_ops ops = {u_fwd, u_bwd, u_send, u_recv, u_wait};
+	struct unit_job *j = arg;
+	struct unit u = {.d = d, .sc = j->sc, .first = -1};
+	int s = emu_dev_id(d), rc = sched_exec(j->sc, s, d, &ops, &u, j->span[s]);
+
+	j->end[s] = emu_now(d);
+	j->busy[s] = emu_compute_ns(d);
+	j->bubble[s] = u.last - u.first - j->busy[s];
+	return rc;
+}
+
+/* Runs sc with unit costs; returns the step time (the last stage to finish). */
+static long long run_unit(const struct sched *sc, struct unit_job *j, int draw)
+{
+	struct emu_config cfg;
+	struct emu_cluster *c;
+	long long step = 0;
+
+	assert_int_equal(emu_config_default(&cfg, "dgx-a100"), 0);
+	cfg.ndev = sc->p;
+	cfg.topo.gpu.hbm_bw = 1e9;
+	cfg.topo.gpu.launch_ns = 0;
+	for (int l = 0; l < TOPO_LINK_NCLASS; l++)
+		cfg.topo.link[l].lat_ns = 0;
+	c = emu_cluster_new(&cfg);
+	memset(j, 0, sizeof *j);
+	j->sc = sc;
+	for (int s = 0; s < sc->p; s++)
+		j->span[s] = calloc(2 * (size_t)sc->n[s] + 1, sizeof(long long));
+	if (emu_cluster_run(c, unit_device, j))
+		fail_msg("%s: %s", sched_name(sc->kind), emu_cluster_report(c));
+	for (int s = 0; s < sc->p; s++)
+		step = j->end[s] > step ? j->end[s] : step;
+	if (draw)
+		sched_draw(sc, j->span, 120, stdout);
+	for (int s = 0; s < sc->p; s++)
+		free(j->span[s]);
+	emu_cluster_free(c);
+	return step;
+}
+
+/* REFERENCES.md: bubble time (p-1)(T_F + T_B) for GPipe and 1F1B, where T_B is the whole
+ * backward (2T here); divided by v interleaved; (p-1)(T_F + T_B - T_W) for ZB-H1 and
+ * (p-1)(T_F + T_B - 2 T_W) for ZB-H2, where T_B is the input backward alone (T). A
+ * stage's bubble is its idle time between its first and last action (schedule.h); the
+ * largest over stages is compared, and for all but ZB-H2 it is stage 0's, which spans
+ * the whole step: the step is then 3 m T plus the bubble. ZB-H2 fills its bubble from
+ * m = 2p on; with m = p it is ZB-H1's. Peak in-flight micro-batches on stage 0: m, p,
+ * p (1 + (p-1)/(p v)), p, 2p - 1 (at most m). */
+static void test_bubbles_and_memory_match_the_table(void **state)
+{
+	(void)state;
+	for (int k = 0; k < 5; k++)
+		for (int p = 2; p <= 4; p += 2)
+			for (int f = 1; f <= 4; f *= 2) {
+				int m = f * p, v = kinds[k] == SCHED_INTERLEAVED ? 2 : 1;
+				long long want_bubble, want_step, step, bubble;
+				double want_peak;
+				struct sched sc;
+				struct unit_job j;
+
+				switch (kinds[k]) {
+				case SCHED_GPIPE:
+				case SCHED_1F1B:
+					want_bubble = (long long)(p - 1) * 3 * T;
+					break;
+				case SCHED_INTERLEAVED:
+					want_bubble = (long long)(p - 1) * 3 * T / v;
+					break;
+				case SCHED_ZBH1:
+					want_bubble = (long long)(p - 1) * T;
+					break;
+				default:
+					want_bubble = m < 2 * p ? (long long)(p - 1) * T : 0;
+					break;
+				}
+				want_peak = kinds[k] == SCHED_GPIPE ? m
+					    : kinds[k] == SCHED_INTERLEAVED
+						    ? p * (1 + (p - 1.0) / (p * v))
+					    : kinds[k] == SCHED_ZBH2 && m >= 2 * p ? 2 * p - 1
+										   : p;
+				if (want_peak > m)
+					want_peak = m;
+				sched_build(&sc, kinds[k], p, m, v);
+				step = run_unit(&sc, &j, 0);
+				bubble = 0;
+				for (int s = 0; s < p; s++) {
+					assert_int_equal(j.busy[s], 3LL * m * T);
+					bubble = j.bubble[s] > bubble ? j.bubble[s] : bubble;
+				}
+				if (bubble != want_bubble)
+					fail_msg("%s p %d m %d: bubble %lld ns, want %lld",
+						 sched_name(kinds[k]), p, m, bubble, want_bubble);
+				want_step = 3LL * m * T + want_bubble;
+				if (kinds[k] != SCHED_ZBH2 && step != want_step)
+					fail_msg("%s p %d m %d: step %lld ns, want %lld",
+						 sched_name(kinds[k]), p, m, step, want_step);
+				if (sched_peak_inflight(&sc, 0) != want_peak)
+					fail_msg("%s p %d m %d: %g micro-batches in flight on "
+						 "stage 0, "
+						 "want %g",
+						 sched_name(kinds[k]), p, m,
+						 sched_peak_inflight(&sc, 0), want_peak);
+				sched_free(&sc);
+			}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_generators_are_valid),
+		cmocka_unit_test(test_checker_names_violations),
+		cmocka_unit_test(test_bubbles_and_memory_match_the_table),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
