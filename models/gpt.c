@@ -228,6 +228,18 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 #undef A
 	return rc;
 }
+
+void gpt_layer_acts_free(const struct kctx *k, struct gpt_layer_acts *a)
+{
+	struct tensor *t[] = {&a->ln1,     &a->ln1_mean, &a->ln1_rstd, &a->qkv,       &a->att,
+			      &a->atty,    &a->res2,     &a->ln2,      &a->ln2_mean,  &a->ln2_rstd,
+			      &a->fch,     &a->fch_gelu, &a->res3,     &a->moe.probs, &a->moe.x,
+			      &a->moe.pre, &a->moe.h,    &a->moe.y};
+
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+		tensor_free(k, t[i]);
+	moe_acts_free(&a->moe);
+}
 static int alloc_acts(struct gpt *m)
 {
 	const struct kctx *k = &m->k;

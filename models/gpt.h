@@ -137,6 +137,8 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
 			 int h, int hl, int heads, int ffn, const struct moe_shape *moe);
+/* Gives back what gpt_layer_acts_alloc took (as much of it as it got). */
+void gpt_layer_acts_free(const struct kctx *k, struct gpt_layer_acts *a);
 
 /* Forward on tokens and targets (B, T); returns the mean cross-entropy plus the MoE
  * layers' load-balancing losses (0 in dry-run). */

@@ -101,6 +101,18 @@ static void describe(struct tp_model *m, int i, struct tp_param *p)
 	p->partial = m->sp &&
 		     (i == 1 || i >= np - 2 ||
 		      (layer && (w == LP_LN1W || w == LP_LN1B || w == LP_LN2W || w == LP_LN2B)));
+	/* A pipeline stage holds its part only. The last stage's copy of the tied wte is
+	 * kept equal to the first stage's, which is the model's (norm, verify). */
+	if (!(i == 0   ? m->part.first || m->part.last
+	      : i == 1 ? m->part.first
+	      : layer  ? m->part.layers[l]
+		       : m->part.last)) {
+		p->n = 0;
+		p->owner = 0;
+		p->partial = 0;
+	}
+	if (i == 0 && !m->part.first)
+		p->owner = 0;
 }
 
 /* Copies one run of n elements, local[l..l+n) <-> full[f..f+n), clipped to the local
@@ -212,29 +224,19 @@ static int alloc_params(struct tp_model *m, uint64_t seed, size_t pad, int zero)
 	return 0;
 }
 
-static int alloc_acts(struct tp_model *m)
+/* The backward's scratch, shared by the micro-batches. */
+static int alloc_work(struct tp_model *m)
 {
 	const struct kctx *k = &m->k;
 	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, f = (size_t)m->Fl;
 	size_t v = (size_t)m->Vl, ml = (size_t)m->Ml;
 	int rc = 0;
 
-	m->la = emu_xcalloc((size_t)m->cfg.num_layers, sizeof *m->la);
 #define A(t, cat, n, name)                                                                         \
 	do {                                                                                       \
 		if (!rc)                                                                           \
 			rc = tensor_alloc(k, (t), (cat), (n), (name));                             \
 	} while (0)
-	A(&m->enc, MEM_ACT, ml * h, "embeddings");
-	for (int l = 0; l < m->cfg.num_layers && !rc; l++)
-		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
-					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
-					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
-	A(&m->lnf, MEM_ACT, bt * h, "lnf");
-	A(&m->lnf_mean, MEM_ACT, ml, "lnf.mean");
-	A(&m->lnf_rstd, MEM_ACT, ml, "lnf.rstd");
-	A(&m->probs, MEM_ACT, bt * v, "logits");
-	A(&m->losses, MEM_ACT, bt, "losses");
 	A(&m->dres, MEM_WORK, ml * h, "d residual");
 	if (m->sp) {
 		A(&m->tmpl, MEM_WORK, ml * h, "branch out rows");
@@ -247,22 +249,81 @@ static int alloc_acts(struct tp_model *m)
 	A(&m->datty, MEM_WORK, bt * h / (size_t)m->tp, "d attention out");
 	A(&m->dfch, MEM_WORK, bt * f, "d fc");
 	A(&m->dfch_gelu, MEM_WORK, bt * f, "d fc.gelu");
-	A(&m->dlogits, MEM_WORK, bt * v, "d logits");
+	if (m->part.last)
+		A(&m->dlogits, MEM_WORK, bt * v, "d logits");
 	A(&m->att_scratch, MEM_WORK, (size_t)m->T * m->T, "attention scratch");
-	if (m->tp > 1) {
+	if (m->tp > 1 && m->part.last) {
 		A(&m->ce_max, MEM_WORK, bt, "cross-entropy max");
 		A(&m->ce_sums, MEM_WORK, 2 * bt, "cross-entropy sums");
 	}
 	if (m->cfg.num_experts > 0)
 		A(&m->drouter, MEM_WORK, (size_t)m->cfg.num_experts * h, "d router");
-#undef A
 	if (!rc && m->cfg.num_experts > 0)
 		rc = moe_scratch_alloc(k, &m->moe_scratch, &m->moe);
 	return rc;
 }
 
+int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
+{
+	const struct kctx *k = &m->k;
+	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, ml = (size_t)m->Ml;
+	int L = m->cfg.num_layers, rc = 0;
+
+	memset(a, 0, sizeof *a);
+	a->l0 = l0;
+	a->l1 = l1;
+	a->la = emu_xcalloc((size_t)L + 1, sizeof *a->la);
+	a->stash = emu_xcalloc((size_t)L + 1, sizeof *a->stash);
+	a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
+	a->targets = emu_xcalloc(bt, sizeof *a->targets);
+	a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
+	A(&a->enc, MEM_ACT, ml * h, l0 ? "stage input" : "embeddings");
+	for (int l = l0; l < l1 && !rc; l++)
+		rc = gpt_layer_acts_alloc(k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
+					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
+					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
+	if (l1 == L) {
+		A(&a->lnf, MEM_ACT, bt * h, "lnf");
+		A(&a->lnf_mean, MEM_ACT, ml, "lnf.mean");
+		A(&a->lnf_rstd, MEM_ACT, ml, "lnf.rstd");
+		A(&a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits");
+		A(&a->losses, MEM_ACT, bt, "losses");
+	}
+#undef A
+	return rc;
+}
+
+static void stash_free(const struct kctx *k, struct tp_stash *st)
+{
+	tensor_free(k, &st->gproj);
+	tensor_free(k, &st->dqkv);
+	tensor_free(k, &st->gfc2);
+	tensor_free(k, &st->dfc);
+}
+
+void tp_acts_free(struct tp_model *m, struct tp_acts *a)
+{
+	const struct kctx *k = &m->k;
+	struct tensor *t[] = {&a->enc,   &a->lnf,    &a->lnf_mean, &a->lnf_rstd,
+			      &a->probs, &a->losses, &a->dout};
+
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+		tensor_free(k, t[i]);
+	for (int l = a->l0; a->la && l < a->l1; l++) {
+		gpt_layer_acts_free(k, &a->la[l]);
+		stash_free(k, &a->stash[l]);
+	}
+	free(a->la);
+	free(a->stash);
+	free(a->tokens);
+	free(a->targets);
+	free(a->ltargets);
+	memset(a, 0, sizeof *a);
+}
+
 int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *cfg, int B,
-	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp, int zero)
+	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp, int zero,
+	    const struct tp_part *part)
 {
 	int rc;
 
@@ -281,9 +342,10 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 	m->sp = sp && tp > 1;
 	m->Ml = m->sp ? B * m->T / tp : B * m->T;
 	m->row0 = m->sp ? r * m->Ml : 0;
-	m->tokens = emu_xcalloc((size_t)B * m->T, sizeof *m->tokens);
-	m->targets = emu_xcalloc((size_t)B * m->T, sizeof *m->targets);
-	m->ltargets = emu_xcalloc((size_t)B * m->T, sizeof *m->ltargets);
+	m->layers = emu_xcalloc((size_t)cfg->num_layers + 1, 1);
+	for (int l = 0; l < cfg->num_layers; l++)
+		m->layers[l] = part ? part->layers[l] : 1;
+	m->part = (struct tp_part){part ? part->first : 1, part ? part->last : 1, m->layers};
 	if (cfg->num_experts > 0)
 		m->moe = (struct moe_shape){
 			B * m->T,
@@ -295,19 +357,18 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 			cfg->aux_coeff};
 	if ((rc = alloc_params(m, seed, pad ? pad : 1, zero)))
 		return rc;
-	return alloc_acts(m);
+	if (!part && (rc = tp_acts_alloc(m, &m->own, 0, cfg->num_layers)))
+		return rc;
+	return alloc_work(m);
 }
 
 void tp_free(struct tp_model *m)
 {
-	for (int l = 0; m->la && l < m->cfg.num_layers; l++)
-		moe_acts_free(&m->la[l].moe);
-	free(m->la);
+	if (m->own.la)
+		tp_acts_free(m, &m->own);
+	free(m->layers);
 	free(m->p);
 	free(m->order);
-	free(m->tokens);
-	free(m->targets);
-	free(m->ltargets);
 	memset(m, 0, sizeof *m);
 }
 
@@ -379,11 +440,11 @@ static int gather_rows(struct tp_model *m, float *buf, size_t C)
 
 /* Megatron's vocab-parallel cross-entropy: the row max and the sum of exponentials
  * (with the target's logit) over the whole vocabulary, from each rank's shard. */
-static int vocab_parallel_ce(struct tp_model *m, int M)
+static int vocab_parallel_ce(struct tp_model *m, struct tp_acts *a, int M)
 {
 	const struct kctx *k = &m->k;
 	int V = m->Vl, rc;
-	float *x = D(m->probs), *mx = D(m->ce_max), *sums = D(m->ce_sums);
+	float *x = D(a->probs), *mx = D(m->ce_max), *sums = D(m->ce_sums);
 
 	emu_compute(k->d, "crossentropy.max", (double)M * V, (double)M * V * k->ab);
 	if (kctx_math(k))
@@ -402,8 +463,8 @@ static int vocab_parallel_ce(struct tp_model *m, int M)
 			for (int v = 0; v < V; v++)
 				s += expf(x[(size_t)i * V + v] - mx[i]);
 			sums[2 * i] = s;
-			sums[2 * i + 1] = m->ltargets[i] >= 0
-						  ? x[(size_t)i * V + m->ltargets[i]] - mx[i]
+			sums[2 * i + 1] = a->ltargets[i] >= 0
+						  ? x[(size_t)i * V + a->ltargets[i]] - mx[i]
 						  : 0.0f;
 		}
 	if ((rc = coll_all_reduce(k->d, m->g, sums, sums, 2 * (size_t)M, COLL_SUM)))
@@ -414,105 +475,119 @@ static int vocab_parallel_ce(struct tp_model *m, int M)
 			for (int v = 0; v < V; v++)
 				x[(size_t)i * V + v] =
 					expf(x[(size_t)i * V + v] - mx[i]) / sums[2 * i];
-			m->losses.data[i] = logf(sums[2 * i]) - sums[2 * i + 1];
+			a->losses.data[i] = logf(sums[2 * i]) - sums[2 * i + 1];
 		}
 	return 0;
 }
 
 int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float *loss)
 {
+	return tp_forward_part(m, &m->own, tokens, targets, loss);
+}
+
+int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, const int *targets,
+		    float *loss)
+{
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers, Ml = m->Ml;
 	int C3 = 3 * C / m->tp, Cl = C / m->tp, F = m->Fl, hs = C / m->cfg.heads, rc;
+	int head = a->l1 == L;
 	size_t r0 = (size_t)m->row0 * (size_t)C, mc = (size_t)Ml * C;
 	const float *x, *branch;
 
 	*loss = 0;
-	m->aux_loss = 0;
-	if (kctx_math(k)) {
-		memcpy(m->tokens, tokens, (size_t)BT * sizeof *tokens);
-		memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
+	a->aux_loss = 0;
+	if (kctx_math(k) && (a->l0 == 0 || head)) {
+		memcpy(a->tokens, tokens, (size_t)BT * sizeof *tokens);
+		memcpy(a->targets, targets, (size_t)BT * sizeof *targets);
 		for (int i = 0; i < BT; i++)
-			m->ltargets[i] = targets[i] >= m->v0 && targets[i] < m->v0 + m->Vl
+			a->ltargets[i] = targets[i] >= m->v0 && targets[i] < m->v0 + m->Vl
 						 ? targets[i] - m->v0
 						 : -1;
 	}
 	/* embeddings: this rank's rows of them (all rows without sp) */
-	if ((rc = use(m, TP_UNIT_EMB(m))))
-		return rc;
-	if (m->tp == 1) {
-		embedding_fwd(k, D(m->enc), m->tokens, m->p[0].w, m->p[1].w, B, T, C, 0);
-	} else {
-		float *part = m->sp ? D(m->tmp) : D(m->enc);
-
-		embedding_range_fwd(k, part, m->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B, T, C);
-		if ((rc = sum_rows(m, part, D(m->enc), (size_t)C, &branch)))
+	if (a->l0 == 0) {
+		if ((rc = use(m, TP_UNIT_EMB(m))))
 			return rc;
-		position_fwd(k, D(m->enc), m->p[1].w, Ml, m->row0, T, C);
+		if (m->tp == 1) {
+			embedding_fwd(k, D(a->enc), a->tokens, m->p[0].w, m->p[1].w, B, T, C, 0);
+		} else {
+			float *part = m->sp ? D(m->tmp) : D(a->enc);
+
+			embedding_range_fwd(k, part, a->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B,
+					    T, C);
+			if ((rc = sum_rows(m, part, D(a->enc), (size_t)C, &branch)))
+				return rc;
+			position_fwd(k, D(a->enc), m->p[1].w, Ml, m->row0, T, C);
+		}
 	}
-	x = D(m->enc);
-	for (int l = 0; l < L; l++) {
-		struct gpt_layer_acts *a = &m->la[l];
-		float *ln1 = D(a->ln1) ? D(a->ln1) + r0 : NULL,
-		      *ln2 = D(a->ln2) ? D(a->ln2) + r0 : NULL;
+	x = D(a->enc);
+	for (int l = a->l0; l < a->l1; l++) {
+		struct gpt_layer_acts *la = &a->la[l];
+		float *ln1 = D(la->ln1) ? D(la->ln1) + r0 : NULL,
+		      *ln2 = D(la->ln2) ? D(la->ln2) + r0 : NULL;
 
 		if ((rc = use(m, l)))
 			return rc;
-		layernorm_fwd(k, ln1, D(a->ln1_mean), D(a->ln1_rstd), x, PW(m, l, LP_LN1W),
+		layernorm_fwd(k, ln1, D(la->ln1_mean), D(la->ln1_rstd), x, PW(m, l, LP_LN1W),
 			      PW(m, l, LP_LN1B), Ml, C);
-		if ((rc = gather_rows(m, D(a->ln1), (size_t)C)))
+		if ((rc = gather_rows(m, D(la->ln1), (size_t)C)))
 			return rc;
-		linear_fwd(k, D(a->qkv), D(a->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT, C,
-			   C3);
-		attention_fwd(k, D(a->atty), D(a->att), D(a->qkv), B, T, m->NHl, 0, m->NHl, hs);
-		linear_fwd(k, D(m->tmp), D(a->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
+		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
+			   C, C3);
+		attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
+		linear_fwd(k, D(m->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
 		if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
 			return rc;
-		residual_fwd(k, D(a->res2), x, branch, mc);
-		layernorm_fwd(k, ln2, D(a->ln2_mean), D(a->ln2_rstd), D(a->res2), PW(m, l, LP_LN2W),
-			      PW(m, l, LP_LN2B), Ml, C);
-		if ((rc = gather_rows(m, D(a->ln2), (size_t)C)))
+		residual_fwd(k, D(la->res2), x, branch, mc);
+		layernorm_fwd(k, ln2, D(la->ln2_mean), D(la->ln2_rstd), D(la->res2),
+			      PW(m, l, LP_LN2W), PW(m, l, LP_LN2B), Ml, C);
+		if ((rc = gather_rows(m, D(la->ln2), (size_t)C)))
 			return rc;
 		if (gpt_layer_is_moe(&m->cfg, l)) {
-			m->aux_loss +=
-				moe_fwd(k, &m->moe, &a->moe, D(m->tmp), D(a->ln2),
+			a->aux_loss +=
+				moe_fwd(k, &m->moe, &la->moe, D(m->tmp), D(la->ln2),
 					PW(m, l, LP_ROUTER), PW(m, l, LP_FCW), PW(m, l, LP_FCB),
 					PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
 		} else {
-			linear_fwd(k, D(a->fch), D(a->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1,
+			linear_fwd(k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1,
 				   BT, C, F);
-			gelu_fwd(k, D(a->fch_gelu), D(a->fch), (size_t)BT * F);
-			linear_fwd(k, D(m->tmp), D(a->fch_gelu), PW(m, l, LP_FC2W),
+			gelu_fwd(k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
+			linear_fwd(k, D(m->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W),
 				   PW(m, l, LP_FC2B), 1, BT, F, C);
 		}
 		if (m->drop_allreduce && l == 0) /* tests: a broken strategy */
 			branch = D(m->tmp) ? D(m->tmp) + r0 : NULL;
 		else if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
 			return rc;
-		residual_fwd(k, D(a->res3), D(a->res2), branch, mc);
-		x = D(a->res3);
+		residual_fwd(k, D(la->res3), D(la->res2), branch, mc);
+		x = D(la->res3);
 	}
-	if ((rc = use(m, TP_UNIT_LNF(m))))
-		return rc;
-	layernorm_fwd(k, D(m->lnf) ? D(m->lnf) + r0 : NULL, D(m->lnf_mean), D(m->lnf_rstd), x,
-		      m->p[m->np - 2].w, m->p[m->np - 1].w, Ml, C);
-	if ((rc = gather_rows(m, D(m->lnf), (size_t)C)) || (rc = use(m, TP_UNIT_EMB(m))))
-		return rc;
-	linear_fwd(k, D(m->probs), D(m->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
-	if (m->tp == 1)
-		crossentropy_fwd(k, D(m->losses), D(m->probs), D(m->probs), m->targets, BT, m->Vl);
-	else if ((rc = vocab_parallel_ce(m, BT)))
-		return rc;
+	if (head) {
+		if ((rc = use(m, TP_UNIT_LNF(m))))
+			return rc;
+		layernorm_fwd(k, D(a->lnf) ? D(a->lnf) + r0 : NULL, D(a->lnf_mean), D(a->lnf_rstd),
+			      x, m->p[m->np - 2].w, m->p[m->np - 1].w, Ml, C);
+		if ((rc = gather_rows(m, D(a->lnf), (size_t)C)) || (rc = use(m, TP_UNIT_EMB(m))))
+			return rc;
+		linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
+		if (m->tp == 1)
+			crossentropy_fwd(k, D(a->losses), D(a->probs), D(a->probs), a->targets, BT,
+					 m->Vl);
+		else if ((rc = vocab_parallel_ce(m, a, BT)))
+			return rc;
+	}
 	if (kctx_math(k)) {
 		double s = 0;
 
-		for (int i = 0; i < BT; i++)
-			s += m->losses.data[i];
-		*loss = (float)(s / BT) + m->aux_loss;
+		for (int i = 0; head && i < BT; i++)
+			s += a->losses.data[i];
+		*loss = (float)(s / BT) + a->aux_loss;
 	}
 	return 0;
 }
+
 /* ------------------------------------------------------------------------------------ */
 /* Backward                                                                             */
 
@@ -542,33 +617,93 @@ static int full_rows(struct tp_model *m, const float **g)
 	return rc;
 }
 
+/* A linear layer's weight gradient from its output gradient dy (M, N) and input x (M, K):
+ * now, or (the input pass of a split backward) dy kept in st for the weight pass. */
+static int weight_grad(struct tp_model *m, int now, struct tensor *st, const char *name, float *dw,
+		       float *db, const float *dy, const float *x, int M, int K, int N)
+{
+	int rc;
+
+	if (now) {
+		linear_bwd_weight(&m->k, dw, db, 1, dy, x, M, K, N);
+		return 0;
+	}
+	if ((rc = tensor_alloc(&m->k, st, MEM_ACT, (size_t)M * N, name)))
+		return rc;
+	if (st->data && dy)
+		memcpy(st->data, dy, (size_t)M * N * sizeof *dy);
+	return 0;
+}
+
+/* The weight pass of a split backward: every stashed output gradient of the layers. */
+static int weight_pass(struct tp_model *m, struct tp_acts *a)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, F = m->Fl;
+	int rc;
+
+	for (int l = a->l1 - 1; l >= a->l0; l--) {
+		struct gpt_layer_acts *la = &a->la[l];
+		struct tp_stash *st = &a->stash[l];
+
+		if (!gpt_layer_is_moe(&m->cfg, l)) {
+			linear_bwd_weight(k, PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), 1, D(st->gfc2),
+					  D(la->fch_gelu), BT, F, C);
+			linear_bwd_weight(k, PG(m, l, LP_FCW), PG(m, l, LP_FCB), 1, D(st->dfc),
+					  D(la->ln2), BT, C, F);
+		}
+		linear_bwd_weight(k, PG(m, l, LP_PROJW), PG(m, l, LP_PROJB), 1, D(st->gproj),
+				  D(la->atty), BT, Cl, C);
+		linear_bwd_weight(k, PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), 1, D(st->dqkv),
+				  D(la->ln1), BT, C, C3);
+		stash_free(k, st);
+		for (int w = 0; w < LP_N; w++)
+			if ((rc = ready(m, 2 + l * LP_N + w)))
+				return rc;
+	}
+	return 0;
+}
+
 int tp_backward(struct tp_model *m, float scale)
+{
+	return tp_backward_part(m, &m->own, scale, 1, 1);
+}
+
+int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int input, int weight)
 {
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers, F = m->Fl;
 	int C3 = 3 * C / m->tp, Cl = C / m->tp, hs = C / m->cfg.heads, V = m->Vl, Ml = m->Ml, rc;
-	const float *x_last = L ? D(m->la[L - 1].res3) : D(m->enc), *dl, *g;
+	const float *dl, *g;
 
-	if ((rc = ready(m, -1)) || (rc = use(m, TP_UNIT_EMB(m))))
-		return rc;
-	zero(&m->dlogits);
-	crossentropy_bwd(k, D(m->dlogits), D(m->probs), m->tp == 1 ? m->targets : m->ltargets,
-			 scale / (float)BT, BT, V);
-	zero(&m->dln);
-	linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w, BT, C, V);
-	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(m->dlogits), D(m->lnf), BT, C, V);
-	if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
-		return rc;
-	if ((rc = use(m, TP_UNIT_LNF(m))))
-		return rc;
-	zero(&m->dres);
-	layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g, m->p[m->np - 1].g, dl, x_last,
-		      m->p[m->np - 2].w, D(m->lnf_mean), D(m->lnf_rstd), Ml, C);
-	if ((rc = ready(m, m->np - 2)) || (rc = ready(m, m->np - 1)))
-		return rc;
-	for (int l = L - 1; l >= 0; l--) {
-		struct gpt_layer_acts *a = &m->la[l];
-		const float *x = l ? D(m->la[l - 1].res3) : D(m->enc);
+	if (!input)
+		return weight_pass(m, a);
+	if (a->l1 == L) {
+		const float *x_last = a->l1 > a->l0 ? D(a->la[a->l1 - 1].res3) : D(a->enc);
+
+		if ((rc = ready(m, -1)) || (rc = use(m, TP_UNIT_EMB(m))))
+			return rc;
+		zero(&m->dlogits);
+		crossentropy_bwd(k, D(m->dlogits), D(a->probs),
+				 m->tp == 1 ? a->targets : a->ltargets, scale / (float)BT, BT, V);
+		zero(&m->dln);
+		linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w, BT, C, V);
+		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(m->dlogits), D(a->lnf), BT, C, V);
+		if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)) ||
+		    (rc = use(m, TP_UNIT_LNF(m))))
+			return rc;
+		zero(&m->dres);
+		layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g, m->p[m->np - 1].g, dl, x_last,
+			      m->p[m->np - 2].w, D(a->lnf_mean), D(a->lnf_rstd), Ml, C);
+		if ((rc = ready(m, m->np - 2)) || (rc = ready(m, m->np - 1)))
+			return rc;
+	} else if (D(m->dres)) {
+		memcpy(D(m->dres), D(a->dout), (size_t)Ml * C * sizeof(float));
+	}
+	for (int l = a->l1 - 1; l >= a->l0; l--) {
+		struct gpt_layer_acts *la = &a->la[l];
+		struct tp_stash *st = &a->stash[l];
+		const float *x = l > a->l0 ? D(a->la[l - 1].res3) : D(a->enc);
 
 		if ((rc = use(m, l)) || (rc = full_rows(m, &g)))
 			return rc;
@@ -579,10 +714,11 @@ int tp_backward(struct tp_model *m, float scale)
 
 			/* The router is replicated and sees partial expert outputs: rank 0 alone
 			 * adds the aux loss, and this micro-batch's router gradient is summed
-			 * over the group before it joins the accumulated one. */
+			 * over the group before it joins the accumulated one. The experts'
+			 * weight gradients come with their input backward, split or not. */
 			zero(&m->drouter);
-			moe_bwd(k, &m->moe, &a->moe, &m->moe_scratch, D(m->dln), g,
-				m->r == 0 ? scale : 0.0f, D(a->ln2), PW(m, l, LP_ROUTER),
+			moe_bwd(k, &m->moe, &la->moe, &m->moe_scratch, D(m->dln), g,
+				m->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER),
 				PW(m, l, LP_FCW), PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW),
 				PG(m, l, LP_FCB), PG(m, l, LP_FC2W), PG(m, l, LP_FC2B));
 			if (m->tp > 1) {
@@ -593,46 +729,53 @@ int tp_backward(struct tp_model *m, float scale)
 		} else {
 			zero(&m->dfch_gelu);
 			linear_bwd_input(k, D(m->dfch_gelu), g, PW(m, l, LP_FC2W), BT, F, C);
-			linear_bwd_weight(k, PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), 1, g,
-					  D(a->fch_gelu), BT, F, C);
+			if ((rc = weight_grad(m, weight, &st->gfc2, "stash d fc2",
+					      PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), g,
+					      D(la->fch_gelu), BT, F, C)))
+				return rc;
 			zero(&m->dfch);
-			gelu_bwd(k, D(m->dfch), D(a->fch), D(m->dfch_gelu), (size_t)BT * F);
+			gelu_bwd(k, D(m->dfch), D(la->fch), D(m->dfch_gelu), (size_t)BT * F);
 			linear_bwd_input(k, D(m->dln), D(m->dfch), PW(m, l, LP_FCW), BT, C, F);
-			linear_bwd_weight(k, PG(m, l, LP_FCW), PG(m, l, LP_FCB), 1, D(m->dfch),
-					  D(a->ln2), BT, C, F);
+			if ((rc = weight_grad(m, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
+					      PG(m, l, LP_FCB), D(m->dfch), D(la->ln2), BT, C, F)))
+				return rc;
 		}
 		if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
 			return rc;
-		layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), dl, D(a->res2),
-			      PW(m, l, LP_LN2W), D(a->ln2_mean), D(a->ln2_rstd), Ml, C);
+		layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), dl, D(la->res2),
+			      PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd), Ml, C);
 		if ((rc = full_rows(m, &g)))
 			return rc;
 		zero(&m->datty);
 		linear_bwd_input(k, D(m->datty), g, PW(m, l, LP_PROJW), BT, Cl, C);
-		linear_bwd_weight(k, PG(m, l, LP_PROJW), PG(m, l, LP_PROJB), 1, g, D(a->atty), BT,
-				  Cl, C);
+		if ((rc = weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
+				      PG(m, l, LP_PROJB), g, D(la->atty), BT, Cl, C)))
+			return rc;
 		zero(&m->dqkv);
-		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(a->att), D(a->qkv),
+		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(la->att), D(la->qkv),
 			      B, T, m->NHl, 0, m->NHl, hs);
 		zero(&m->dln);
 		linear_bwd_input(k, D(m->dln), D(m->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
-		linear_bwd_weight(k, PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), 1, D(m->dqkv), D(a->ln1),
-				  BT, C, C3);
+		if ((rc = weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
+				      PG(m, l, LP_QKVB), D(m->dqkv), D(la->ln1), BT, C, C3)))
+			return rc;
 		if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
 			return rc;
 		layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), dl, x,
-			      PW(m, l, LP_LN1W), D(a->ln1_mean), D(a->ln1_rstd), Ml, C);
-		for (int w = 0; w < LP_N; w++)
+			      PW(m, l, LP_LN1W), D(la->ln1_mean), D(la->ln1_rstd), Ml, C);
+		for (int w = 0; weight && w < LP_N; w++)
 			if ((rc = ready(m, 2 + l * LP_N + w)))
 				return rc;
 	}
+	if (a->l0 > 0)
+		return 0; /* m->dres: the gradient of the input, for the previous stage */
 	if (m->tp == 1) {
-		embedding_bwd(k, m->p[0].g, m->p[1].g, D(m->dres), m->tokens, B, T, C, 0);
+		embedding_bwd(k, m->p[0].g, m->p[1].g, D(m->dres), a->tokens, B, T, C, 0);
 	} else {
 		/* every token's gradient reaches the rank that holds its vocabulary row */
 		if ((rc = full_rows(m, &g)))
 			return rc;
-		embedding_range_bwd(k, m->p[0].g, g, m->tokens, m->v0, m->v0 + m->Vl, B, T, C);
+		embedding_range_bwd(k, m->p[0].g, g, a->tokens, m->v0, m->v0 + m->Vl, B, T, C);
 		position_bwd(k, m->p[1].g, D(m->dres), Ml, m->row0, T, C);
 	}
 	if ((rc = ready(m, 1)) || (rc = ready(m, 0)))

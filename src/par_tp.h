@@ -51,6 +51,33 @@ struct tp_param {
 	size_t off;          /* where in both flat buffers */
 };
 
+/* Which part of the model a rank holds: the first pipeline stage holds the embeddings,
+ * the last the final LayerNorm and the output layer (the tied wte too), each stage the
+ * layers of its blocks (schedule.h). NULL in tp_init: the whole model. */
+struct tp_part {
+	int first, last;
+	const unsigned char *layers; /* [L]: 1 for the layers held */
+};
+
+/* The weight backward's inputs that backward for the inputs leaves behind (zero-bubble
+ * schedules): one layer's output gradients of its four linear layers. */
+struct tp_stash {
+	struct tensor gproj, dqkv, gfc2, dfc; /* (B T, h), (B T, 3h/t), (B T, h), (B T, f/t) */
+};
+
+/* One micro-batch's activations: what forward keeps for backward, for the layers
+ * [l0, l1) (la[l] exists for those only). */
+struct tp_acts {
+	int l0, l1;
+	struct tensor enc;         /* (Ml, h): the embeddings, or the input received */
+	struct gpt_layer_acts *la; /* [L] */
+	struct tensor lnf, lnf_mean, lnf_rstd, probs, losses; /* with the output layer */
+	struct tensor dout;     /* (Ml, h): pipeline: the gradient of the output, received */
+	struct tp_stash *stash; /* [L]: zero-bubble: between B and W */
+	int *tokens, *targets, *ltargets; /* (B, T); targets local to the vocab shard, -1 if not */
+	float aux_loss;
+};
+
 /* Told when parameter i's gradient is final for this micro-batch; i = -1 when backward
  * begins, before any gradient is written. */
 typedef int (*tp_grad_hook)(void *ctx, int i);
@@ -75,15 +102,15 @@ struct tp_model {
 	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
 	int sp;              /* sequence parallelism: the residual stream split by token rows */
 	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T (all without sp) */
+	struct tp_part part; /* what this rank holds (the layers copied) */
+	unsigned char *layers; /* [L] part.layers' storage */
 	int np;
-	struct tp_param *p;    /* [np], in the serial model's order */
+	struct tp_param *p;    /* [np], in the serial model's order; n = 0 if not held */
 	int *order;            /* [np]: parameters in the order backward finishes them */
 	size_t nflat;          /* elements in the flat buffers: the local sizes, padded */
 	struct tensor weights; /* (nflat): every local weight, in that order */
 	struct tensor grads;   /* (nflat): every gradient, in the same order */
-	struct tensor enc;
-	struct gpt_layer_acts *la;
-	struct tensor lnf, lnf_mean, lnf_rstd, probs, losses;
+	struct tp_acts own;    /* the activations of tp_forward and tp_backward */
 	struct tensor dres, dln, tmp, dqkv, datty, dfch, dfch_gelu, dlogits, att_scratch;
 	struct tensor ce_max, ce_sums; /* (BT), (BT, 2): vocab-parallel cross-entropy */
 	struct tensor drouter;         /* (E, h): one micro-batch's router gradient */
@@ -91,8 +118,6 @@ struct tp_model {
 	struct tensor gfull;        /* (B T, h): the residual gradient gathered (sp) */
 	struct moe_shape moe;
 	struct moe_scratch moe_scratch;
-	int *tokens, *targets, *ltargets; /* (B, T); targets local to the vocab shard, -1 if not */
-	float aux_loss;
 	tp_grad_hook hook;  /* or NULL */
 	tp_use_hook use;    /* or NULL */
 	void *hook_ctx;     /* for both */
@@ -112,7 +137,8 @@ int tp_check(const struct gpt_config *cfg, int tp, char *err, size_t n);
  * 1/pad of the weights too: the ZeRO shards (par_dp.h charges the rest while in use).
  * 0 or EMU_EOOM. */
 int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *cfg, int B,
-	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp, int zero);
+	    uint64_t seed, struct emu_group *g, int tp, int r, size_t pad, int sp, int zero,
+	    const struct tp_part *part);
 
 /* Sums over the group the gradients this rank holds only part of (sequence parallelism:
  * LayerNorms and positions), within the flat range [lo, hi). Called once the data-parallel
@@ -120,12 +146,30 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 int tp_sum_partials(struct tp_model *m, size_t lo, size_t hi);
 void tp_free(struct tp_model *m);
 
-/* Forward: the mean loss over the micro-batch (cross-entropy plus MoE aux) into *loss.
- * 0 or a negative enum emu_err. */
+/* Forward of the whole model (tp_init with part NULL), on m->own: the mean loss over
+ * the micro-batch (cross-entropy plus MoE aux) into *loss. 0 or a negative enum
+ * emu_err. */
 int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float *loss);
 void tp_zero_grad(struct tp_model *m);
 /* Backward with d loss = scale, calling the hook as gradients become final. */
 int tp_backward(struct tp_model *m, float scale);
+
+/* A pipeline stage's share: activations for the layers [l0, l1) of one micro-batch
+ * (with the output layer's if l1 = L), charged as act memory; tp_acts_free returns
+ * them. 0 or EMU_EOOM. */
+int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1);
+void tp_acts_free(struct tp_model *m, struct tp_acts *a);
+/* Forward of layers [a->l0, a->l1): from the embeddings of tokens if l0 = 0, else from
+ * a->enc (the previous stage's output); through the loss if l1 = L. *loss gets this
+ * part's share of the loss: the cross-entropy (l1 = L) plus its layers' MoE aux. */
+int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, const int *targets,
+		    float *loss);
+/* Backward of layers [a->l0, a->l1) with d loss = scale: from the loss if l1 = L, else
+ * from a->dout. input: the backward for the inputs, leaving the input's gradient in
+ * m->dres (l0 > 0); weight: the weight gradients of the linear layers. Both at once is
+ * the plain backward; input alone keeps the output gradients the weight pass needs in
+ * a->stash, and a later call with weight alone uses and frees them (zero-bubble). */
+int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int input, int weight);
 
 /* Copies between parameter i's local shard (local, m->p[i].n) and the full tensor (full,
  * gpt_tensor_numel): to_full 1 writes this rank's part of full, 0 reads it into local. */

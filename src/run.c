@@ -177,7 +177,7 @@ static int par_device(struct emu_dev *d, void *arg)
 	kctx_init(&k, d, cfg->prec);
 	coll_set_wire_bytes(d, k.ab);
 	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp,
-			  cfg->sp, cfg->zero)) ||
+			  cfg->sp, cfg->zero, NULL)) ||
 	    (rc = dp_init(&s, &m, gd, dp, dpr, cfg->zero, cfg->bucket_bytes, k.ab)))
 		goto out;
 	m.drop_allreduce = cfg->broken == 1;
@@ -201,7 +201,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			if (tpr == 0)
 				record_routes(o, cfg,
 					      (uint64_t)step * accum + (uint64_t)dpr * local + a,
-					      m.la);
+					      m.own.la);
 			if ((rc = tp_backward(&m, 1.0f / accum)) || (rc = dp_after_backward(&s)))
 				goto out;
 			loss += (double)l / accum;
