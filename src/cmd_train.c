@@ -58,6 +58,9 @@ enum {
 	O_BUCKET,
 	O_SP,
 	O_VOCAB_DIV,
+	O_SCHEDULE,
+	O_VPP,
+	O_VPP_LAYERS,
 };
 
 static const struct cli_opt train_opts[] = {
@@ -127,8 +130,13 @@ static const struct cli_opt par_opts[] = {
 	{"data-parallel-size", 0, 1, O_DP, "N", "the same as --dp"},
 	{"tp", 0, 1, O_TP, "N", "tensor-parallel size (default 1)"},
 	{"tensor-model-parallel-size", 0, 1, O_TP, "N", "the same as --tp"},
-	{"pp", 0, 1, O_PP, "N", "pipeline-parallel size (only 1 in this build)"},
+	{"pp", 0, 1, O_PP, "N", "pipeline-parallel size: stages of consecutive layers"},
 	{"pipeline-model-parallel-size", 0, 1, O_PP, "N", "the same as --pp"},
+	{"schedule", 0, 1, O_SCHEDULE, "NAME",
+	 "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1, zb-h2"},
+	{"vpp", 0, 1, O_VPP, "V", "model chunks a stage, for --schedule interleaved (default 2)"},
+	{"num-layers-per-virtual-pipeline-stage", 0, 1, O_VPP_LAYERS, "N",
+	 "the same given as layers a chunk (Megatron's)"},
 	{"cp", 0, 1, O_CP, "N", "context-parallel size (only 1 in this build)"},
 	{"context-parallel-size", 0, 1, O_CP, "N", "the same as --cp"},
 	{"ep", 0, 1, O_EP, "N", "expert-parallel size (only 1 in this build)"},
@@ -295,6 +303,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		.i = 1,
 		.opts = {train_opts, cli_cluster_opts, kind == K_TRAIN ? NULL : par_opts, NULL}};
 	long dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, zero = 0, sp = 0, vocab_div = 128;
+	long vpp = 0, vpp_layers = 0, schedule = -1;
 	uint64_t bucket = 25000000;
 	const char *model = "small", *data_path = NULL, *prec = NULL, *v;
 	const char *ov[O_AUX + 1] = {0};
@@ -391,6 +400,20 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		case O_PP:
 			pp = cli_int(&c, "--pp", v, 1, 4096);
 			break;
+		case O_SCHEDULE:
+			if ((schedule = sched_kind_of(v)) < 0)
+				cli_fail(&c,
+					 "--schedule: '%s' is not gpipe, 1f1b, interleaved, zb-h1 "
+					 "or zb-h2",
+					 v);
+			break;
+		case O_VPP:
+			vpp = cli_int(&c, "--vpp", v, 1, 4096);
+			break;
+		case O_VPP_LAYERS:
+			vpp_layers = cli_int(&c, "--num-layers-per-virtual-pipeline-stage", v, 1,
+					     1 << 20);
+			break;
 		case O_CP:
 			cp = cli_int(&c, "--cp", v, 1, 4096);
 			break;
@@ -474,31 +497,44 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		cli_fail(&c, "%s", err);
 	if (!t.mbs)
 		t.mbs = mp->micro_batch;
-	if (!t.gbs) /* one micro-batch per data-parallel replica */
-		t.gbs = t.mbs * (int)dp;
+	if (!t.gbs) /* a micro-batch per data-parallel replica; a pipeline gets 2 pp */
+		t.gbs = t.mbs * (int)dp * (pp > 1 ? 2 * (int)pp : 1);
 	if (t.gbs % t.mbs)
 		cli_fail(&c, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
 			 t.gbs, t.mbs);
 	if (kind != K_TRAIN) {
 		if (t.sample)
 			cli_fail(&c, "--sample: only pemu train generates text");
-		if (pp > 1 || cp > 1 || ep > 1)
+		if (cp > 1 || ep > 1)
 			cli_fail(&c,
-				 "--%s %ld: %s parallelism is not in this build yet (dp, ZeRO, tp "
-				 "and sp are)",
-				 pp > 1   ? "pp"
-				 : cp > 1 ? "cp"
-					  : "ep",
-				 pp > 1   ? pp
-				 : cp > 1 ? cp
-					  : ep,
-				 pp > 1   ? "pipeline"
-				 : cp > 1 ? "context"
-					  : "expert");
-		if (dp * tp > 65536)
-			cli_fail(&c, "--dp %ld x --tp %ld is more devices than pemu runs", dp, tp);
+				 "--%s %ld: %s parallelism is not in this build yet (dp, ZeRO, tp, "
+				 "sp and pp are)",
+				 cp > 1 ? "cp" : "ep", cp > 1 ? cp : ep,
+				 cp > 1 ? "context" : "expert");
+		if (dp * tp * pp > 65536)
+			cli_fail(&c,
+				 "--dp %ld x --tp %ld x --pp %ld is more devices than pemu runs",
+				 dp, tp, pp);
+		if (schedule < 0)
+			schedule = vpp > 1 || vpp_layers ? SCHED_INTERLEAVED : SCHED_1F1B;
+		if (vpp_layers) {
+			if (t.cfg.num_layers % (pp * vpp_layers))
+				cli_fail(
+					&c,
+					"--num-layers-per-virtual-pipeline-stage %ld: pp %ld x %ld "
+					"layers a chunk does not divide the %d layers",
+					vpp_layers, pp, vpp_layers, t.cfg.num_layers);
+			vpp = t.cfg.num_layers / (pp * vpp_layers);
+		} else if (!vpp) {
+			vpp = schedule == SCHED_INTERLEAVED ? 2 : 1;
+		}
+		if (vpp > 1 && schedule != SCHED_INTERLEAVED)
+			cli_fail(&c, "--vpp %ld: virtual stages need --schedule interleaved", vpp);
+		if (pp == 1 && (schedule != SCHED_1F1B || vpp > 1))
+			cli_fail(&c, "--schedule %s: a pipeline schedule needs --pp > 1",
+				 sched_name((enum sched_kind)schedule));
 	}
-	cli_cluster_finish(&cc, &c, kind == K_TRAIN ? 1 : (int)(dp * tp));
+	cli_cluster_finish(&cc, &c, kind == K_TRAIN ? 1 : (int)(dp * tp * pp));
 	t.json = cc.json;
 	if (!prec)
 		t.prec = cc.cfg.dry_run ? PREC_BF16 : PREC_FP32;
@@ -528,20 +564,23 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		}
 	}
 	if (kind != K_TRAIN) {
-		struct run_cfg rc2 = {.model = t.cfg,
-				      .mbs = t.mbs,
-				      .gbs = t.gbs,
-				      .steps = t.steps,
-				      .seed = t.seed,
-				      .prec = t.prec,
-				      .opt = t.opt,
-				      .zero = (int)zero,
-				      .sp = (int)sp,
-				      .bucket_bytes = bucket,
-				      .data = cc.cfg.dry_run ? NULL : &t.data,
-				      .log_every = t.json ? 0 : t.log_every};
+		struct run_cfg rc2 = {
+			.model = t.cfg,
+			.mbs = t.mbs,
+			.gbs = t.gbs,
+			.steps = t.steps,
+			.seed = t.seed,
+			.prec = t.prec,
+			.opt = t.opt,
+			.zero = (int)zero,
+			.sp = (int)sp,
+			.schedule = (enum sched_kind)(schedule < 0 ? SCHED_1F1B : schedule),
+			.vpp = vpp ? (int)vpp : 1,
+			.bucket_bytes = bucket,
+			.data = cc.cfg.dry_run ? NULL : &t.data,
+			.log_every = t.json ? 0 : t.log_every};
 
-		mesh_init(&rc2.mesh, (int)tp, 1, 1, (int)dp, 1);
+		mesh_init(&rc2.mesh, (int)tp, 1, 1, (int)dp, (int)pp);
 		if (kind == K_VERIFY && cc.cfg.dry_run)
 			cli_fail(&c,
 				 "--dry-run: verify compares numbers, so it runs in execute mode");

@@ -349,7 +349,7 @@ static int grad_norm(struct dp_state *s, double *norm)
 	int rc;
 
 	owned_ranges(s, sq_range, &c);
-	if (m->tp == 1 && (s->zero == 0 || s->dp == 1)) {
+	if (m->tp == 1 && (s->zero == 0 || s->dp == 1) && !s->pg) {
 		*norm = sqrt(c.sq); /* nothing to sum: exactly the serial model's norm */
 		return 0;
 	}
@@ -358,6 +358,8 @@ static int grad_norm(struct dp_state *s, double *norm)
 		return rc;
 	if (s->zero >= 1 && s->dp > 1 &&
 	    (rc = coll_all_reduce(m->k.d, s->g, &part, &part, 1, COLL_SUM)))
+		return rc;
+	if (s->pg && (rc = coll_all_reduce(m->k.d, s->pg, &part, &part, 1, COLL_SUM)))
 		return rc;
 	*norm = sqrt((double)part);
 	return 0;

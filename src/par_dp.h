@@ -58,9 +58,10 @@ struct dp_bucket {
 
 struct dp_state {
 	struct tp_model *m;
-	struct emu_group *g; /* the data-parallel group */
-	int dp, r;           /* its size, this rank */
-	int zero;            /* ZeRO stage, 0 to 3 (1 when it was more and dp = 1) */
+	struct emu_group *g;  /* the data-parallel group */
+	struct emu_group *pg; /* the pipeline group (the norm sums over it), or NULL */
+	int dp, r;            /* its size, this rank */
+	int zero;             /* ZeRO stage, 0 to 3 (1 when it was more and dp = 1) */
 	int nb;
 	struct dp_bucket *b;
 	int *pos;          /* [np] position of each parameter in m->order */

@@ -21,7 +21,9 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 	o->accum = cfg->gbs / cfg->mbs;
 	o->np = np;
 	o->loss = emu_xcalloc((size_t)cfg->steps, sizeof *o->loss);
-	o->loss_part = emu_xcalloc((size_t)cfg->steps * (size_t)dp, sizeof *o->loss_part);
+	o->loss_part =
+		emu_xcalloc((size_t)cfg->steps * (size_t)dp * (size_t)cfg->mesh.size[MESH_PP],
+			    sizeof *o->loss_part);
 	o->step_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->step_ns);
 	o->compute_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->compute_ns);
 	o->snapshot = snapshot;
@@ -57,13 +59,18 @@ void run_free(struct run_out *o)
 	free(o->step_ns);
 	free(o->compute_ns);
 	free(o->routes);
+	for (int s = 0; o->span && s < o->sched.p; s++)
+		free(o->span[s]);
+	free(o->span);
+	free(o->bubble_ns);
+	sched_free(&o->sched);
 	memset(o, 0, sizeof *o);
 }
 
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 {
 	const struct mesh *m = &cfg->mesh;
-	int dp = m->size[MESH_DP], tp = m->size[MESH_TP], accum;
+	int dp = m->size[MESH_DP], tp = m->size[MESH_TP], pp = m->size[MESH_PP], accum;
 
 	if (m->world != ndev) {
 		snprintf(err, n, "the mesh needs %d devices and the cluster has %d", m->world,
@@ -97,6 +104,31 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			 "--global-batch-size %d is %d micro-batches of %d, which --dp %d does not "
 			 "divide",
 			 cfg->gbs, accum, cfg->mbs, dp);
+		return -1;
+	}
+	if (pp > 1) {
+		struct sched sc;
+		int rc;
+
+		if (cfg->zero > 1) {
+			snprintf(err, n,
+				 "--zero-stage %d with --pp %d: pipelines run with ZeRO stage 0 or "
+				 "1 "
+				 "in this build (stages 2 and 3 reduce every micro-batch)",
+				 cfg->zero, pp);
+			return -1;
+		}
+		if (sched_constraints(cfg->schedule, pp, accum / dp, cfg->vpp,
+				      cfg->model.num_layers, err, n))
+			return -1;
+		/* the schedule is proven before it runs */
+		sched_build(&sc, cfg->schedule, pp, accum / dp, cfg->vpp);
+		rc = sched_check(&sc, err, n);
+		sched_free(&sc);
+		if (rc)
+			return -1;
+	} else if (cfg->vpp > 1) {
+		snprintf(err, n, "virtual pipeline stages need --pp > 1");
 		return -1;
 	}
 	return 0;
@@ -149,6 +181,152 @@ static void progress(const struct run_cfg *cfg, const struct run_out *o, struct 
 	fflush(stdout);
 }
 
+/* One device's pipeline stage: what sched_exec's callbacks work on. */
+struct pipe {
+	const struct run_cfg *cfg;
+	struct run_out *o;
+	struct tp_model *m;
+	struct emu_dev *d;
+	int stage, p, v, Lb, step, dpr, tpr, local, accum;
+	int *dev;                   /* [p]: the device of each stage of this pipeline */
+	struct tp_acts *acts;       /* [m v]: each (micro-batch, chunk)'s activations */
+	struct coll_req **act_req;  /* [m v]: the send of its output */
+	struct tensor *din;         /* [m v]: the gradient of its input, sent */
+	struct coll_req **grad_req; /* [m v]: that send */
+	int *tok, *tgt;
+	double loss;
+};
+
+static struct tp_acts *pipe_acts(struct pipe *pp, int mb, int c, int *rc)
+{
+	struct tp_acts *a = &pp->acts[mb * pp->v + c];
+	int l0 = (c * pp->p + pp->stage) * pp->Lb;
+
+	*rc = a->la ? 0 : tp_acts_alloc(pp->m, a, l0, l0 + pp->Lb);
+	return a;
+}
+
+static int pipe_fwd(void *ctx, int mb, int c)
+{
+	struct pipe *pp = ctx;
+	const struct run_cfg *cfg = pp->cfg;
+	uint64_t g = (uint64_t)pp->step * pp->accum + (uint64_t)pp->dpr * pp->local + mb;
+	int rc;
+	struct tp_acts *a = pipe_acts(pp, mb, c, &rc);
+	float l;
+
+	if (rc)
+		return rc;
+	if (cfg->data && (a->l0 == 0 || a->l1 == cfg->model.num_layers))
+		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, pp->tok, pp->tgt);
+	if ((rc = tp_forward_part(pp->m, a, pp->tok, pp->tgt, &l)))
+		return rc;
+	pp->loss += (double)l / pp->accum;
+	if (pp->tpr == 0)
+		record_routes(pp->o, cfg, g, a->la);
+	return 0;
+}
+
+static int pipe_bwd(void *ctx, int mb, int c, int input, int weight)
+{
+	struct pipe *pp = ctx;
+	int x = mb * pp->v + c, rc;
+	struct tp_acts *a = &pp->acts[x];
+	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
+
+	if ((rc = tp_backward_part(pp->m, a, 1.0f / pp->accum, input, weight)))
+		return rc;
+	if (input && a->l0 > 0) { /* the input's gradient, for the previous stage */
+		if ((rc = tensor_alloc(&pp->m->k, &pp->din[x], MEM_COMM, n,
+				       "pipeline gradient out")))
+			return rc;
+		if (pp->din[x].data)
+			memcpy(pp->din[x].data, pp->m->dres.data, n * sizeof(float));
+	}
+	if (!weight)
+		return 0;
+	/* done with this micro-batch: its output went to the next stage, whose gradient
+	 * has come back, so that send is over */
+	if (pp->act_req[x] && (rc = coll_wait(pp->d, pp->act_req[x])))
+		return rc;
+	pp->act_req[x] = NULL;
+	tp_acts_free(pp->m, a);
+	return 0;
+}
+
+static int pipe_send(void *ctx, int mb, int c, enum sched_msg what, int peer)
+{
+	struct pipe *pp = ctx;
+	int x = mb * pp->v + c;
+	struct tp_acts *a = &pp->acts[x];
+	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
+
+	if (what == SCHED_ACT)
+		return coll_isend(pp->d, pp->dev[peer], a->la[a->l1 - 1].res3.data, n,
+				  &pp->act_req[x]);
+	return coll_isend(pp->d, pp->dev[peer], pp->din[x].data, n, &pp->grad_req[x]);
+}
+
+static int pipe_recv(void *ctx, int mb, int c, enum sched_msg what, int peer)
+{
+	struct pipe *pp = ctx;
+	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
+	int rc;
+	struct tp_acts *a = pipe_acts(pp, mb, c, &rc);
+
+	if (rc)
+		return rc;
+	if (what == SCHED_ACT)
+		return coll_recv(pp->d, pp->dev[peer], a->enc.data, n);
+	if ((rc = tensor_alloc(&pp->m->k, &a->dout, MEM_ACT, n, "d stage output")))
+		return rc;
+	return coll_recv(pp->d, pp->dev[peer], a->dout.data, n);
+}
+
+static int pipe_wait(void *ctx)
+{
+	struct pipe *pp = ctx;
+	int rc = 0;
+
+	for (int x = 0; x < pp->local * pp->v; x++) {
+		int rc2 = pp->grad_req[x] ? coll_wait(pp->d, pp->grad_req[x]) : 0;
+
+		rc = rc ? rc : rc2;
+		pp->grad_req[x] = NULL;
+		tensor_free(&pp->m->k, &pp->din[x]);
+	}
+	return rc;
+}
+
+/* One step's micro-batches through this stage's list; the tied embedding's gradient is
+ * then summed between the first and the last stage (Megatron's embedding group). */
+static int pipe_step(struct pipe *pp, struct emu_group *emb, long long *span)
+{
+	static const struct sched_ops ops = {pipe_fwd, pipe_bwd, pipe_send, pipe_recv, pipe_wait};
+	struct tp_model *m = pp->m;
+	int rc = sched_exec(&pp->o->sched, pp->stage, pp->d, &ops, pp, span);
+
+	if (!rc && emb)
+		rc = coll_all_reduce(pp->d, emb, m->p[0].g, m->p[0].g, m->p[0].n, COLL_SUM);
+	return rc;
+}
+
+/* A stage's bubble from its actions' record: the time between its first and last
+ * compute action that is in none. */
+static int64_t stage_bubble(const struct sched *sc, int s, const long long *span)
+{
+	long long first = -1, last = 0, busy = 0;
+
+	for (int i = 0; i < sc->n[s]; i++) {
+		if (sc->a[s][i].op > SCHED_BW)
+			continue;
+		first = first < 0 ? span[2 * i] : first;
+		last = span[2 * i + 1];
+		busy += span[2 * i + 1] - span[2 * i];
+	}
+	return first < 0 ? 0 : last - first - busy;
+}
+
 static int par_device(struct emu_dev *d, void *arg)
 {
 	struct job *j = arg;
@@ -156,12 +334,17 @@ static int par_device(struct emu_dev *d, void *arg)
 	struct run_out *o = j->o;
 	const struct mesh *me = &cfg->mesh;
 	int rank = emu_dev_id(d), tp = me->size[MESH_TP], dp = me->size[MESH_DP];
+	int pp = me->size[MESH_PP], L = cfg->model.num_layers;
 	int tpr = mesh_coord(me, rank, MESH_TP), dpr = mesh_coord(me, rank, MESH_DP);
+	int ppr = mesh_coord(me, rank, MESH_PP);
 	int accum = cfg->gbs / cfg->mbs, local = accum / dp, BT = cfg->mbs * cfg->model.seq_len, rc;
-	int tp_devs[1024], dp_devs[1024];
+	int tp_devs[1024], dp_devs[1024], pp_devs[1024];
 	int *tok = emu_xcalloc((size_t)BT, sizeof *tok),
 	    *tgt = emu_xcalloc((size_t)BT, sizeof *tgt);
-	struct emu_group *gt, *gd;
+	unsigned char *held = emu_xcalloc((size_t)L + 1, 1);
+	struct emu_group *gt, *gd, *gp = NULL, *emb = NULL;
+	struct tp_part part = {ppr == 0, ppr == pp - 1, held};
+	struct pipe pl = {0};
 	struct tp_model m;
 	struct dp_state s;
 	struct kctx k;
@@ -170,25 +353,69 @@ static int par_device(struct emu_dev *d, void *arg)
 	memset(&s, 0, sizeof s);
 	mesh_group(me, rank, MESH_TP, tp_devs);
 	mesh_group(me, rank, MESH_DP, dp_devs);
+	mesh_group(me, rank, MESH_PP, pp_devs);
 	if (!(gt = emu_group_get(d, tp_devs, tp)) || !(gd = emu_group_get(d, dp_devs, dp))) {
 		rc = EMU_EINVAL;
 		goto out;
 	}
+	if (pp > 1) {
+		int ends[2] = {pp_devs[0], pp_devs[pp - 1]};
+
+		if (!(gp = emu_group_get(d, pp_devs, pp)) ||
+		    ((part.first || part.last) && !(emb = emu_group_get(d, ends, 2)))) {
+			rc = EMU_EINVAL;
+			goto out;
+		}
+		pl = (struct pipe){.cfg = cfg,
+				   .o = o,
+				   .m = &m,
+				   .d = d,
+				   .stage = ppr,
+				   .p = pp,
+				   .v = o->sched.v,
+				   .Lb = L / (pp * o->sched.v),
+				   .dpr = dpr,
+				   .tpr = tpr,
+				   .local = local,
+				   .accum = accum,
+				   .dev = pp_devs,
+				   .tok = tok,
+				   .tgt = tgt};
+		for (int c = 0; c < pl.v; c++)
+			for (int l = 0; l < pl.Lb; l++)
+				held[(c * pp + ppr) * pl.Lb + l] = 1;
+		pl.acts = emu_xcalloc((size_t)local * pl.v, sizeof *pl.acts);
+		pl.act_req = emu_xcalloc((size_t)local * pl.v, sizeof *pl.act_req);
+		pl.grad_req = emu_xcalloc((size_t)local * pl.v, sizeof *pl.grad_req);
+		pl.din = emu_xcalloc((size_t)local * pl.v, sizeof *pl.din);
+	}
 	kctx_init(&k, d, cfg->prec);
 	coll_set_wire_bytes(d, k.ab);
 	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp,
-			  cfg->sp, cfg->zero, NULL)) ||
+			  cfg->sp, cfg->zero, pp > 1 ? &part : NULL)) ||
 	    (rc = dp_init(&s, &m, gd, dp, dpr, cfg->zero, cfg->bucket_bytes, k.ab)))
 		goto out;
+	s.pg = gp;
 	m.drop_allreduce = cfg->broken == 1;
 	s.drop_bucket = cfg->broken == 2;
 	s.drop_gather = cfg->broken == 3;
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0;
+		int keep = pp > 1 && tpr == 0 && dpr == 0 && step == cfg->steps - 1;
 
 		tp_zero_grad(&m);
-		for (int a = 0; a < local; a++) {
+		if (pp > 1) {
+			/* buckets go after the pipeline is drained (dp_sync_grads) */
+			pl.step = step;
+			pl.loss = 0;
+			if ((rc = pipe_step(&pl, emb, keep ? o->span[ppr] : NULL)))
+				goto out;
+			loss = pl.loss;
+			if (keep)
+				o->bubble_ns[ppr] = stage_bubble(&o->sched, ppr, o->span[ppr]);
+		}
+		for (int a = 0; pp == 1 && a < local; a++) {
 			float l;
 
 			if (cfg->data)
@@ -217,21 +444,21 @@ static int par_device(struct emu_dev *d, void *arg)
 				goto out;
 		}
 		if (tpr == 0)
-			o->loss_part[dpr * cfg->steps + step] = (float)loss;
+			o->loss_part[(ppr * dp + dpr) * cfg->steps + step] = (float)loss;
 		if (rank == 0) {
 			o->step_ns[step] = emu_now(d) - t0;
 			o->compute_ns[step] = emu_compute_ns(d) - c0;
 			o->flops_step = emu_flops(d) - f0;
 		}
 		if (logging(cfg, step)) {
-			/* Every replica's share is written: a host-side barrier (no virtual
-			 * time) lets device 0 print the global batch's loss. */
+			/* Every replica's and stage's share is written: a host-side barrier (no
+			 * virtual time) lets device 0 print the global batch's loss. */
 			if ((rc = emu_barrier(d)))
 				goto out;
 			if (rank == 0) {
 				double total = 0;
 
-				for (int r2 = 0; r2 < dp; r2++)
+				for (int r2 = 0; r2 < dp * pp; r2++)
 					total += o->loss_part[r2 * cfg->steps + step];
 				progress(cfg, o, d, step, total, emu_wall_ns() - w0);
 			}
@@ -240,8 +467,16 @@ static int par_device(struct emu_dev *d, void *arg)
 	if (o->snapshot)
 		dp_copy_weights(&s, o->params);
 out:
+	for (int x = 0; pl.acts && x < local * pl.v; x++)
+		if (pl.acts[x].la)
+			tp_acts_free(&m, &pl.acts[x]);
+	free(pl.acts);
+	free(pl.act_req);
+	free(pl.grad_req);
+	free(pl.din);
 	dp_free(&s);
 	tp_free(&m);
+	free(held);
 	free(tok);
 	free(tgt);
 	return rc;
@@ -252,7 +487,7 @@ static void sum_losses(const struct run_cfg *cfg, struct run_out *o)
 	for (int s = 0; s < cfg->steps; s++) {
 		double l = 0;
 
-		for (int r = 0; r < cfg->mesh.size[MESH_DP]; r++)
+		for (int r = 0; r < cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_PP]; r++)
 			l += o->loss_part[r * cfg->steps + s];
 		o->loss[s] = (float)l;
 	}
@@ -261,7 +496,17 @@ static void sum_losses(const struct run_cfg *cfg, struct run_out *o)
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o)
 {
 	struct job j = {cfg, o};
-	int rc = emu_cluster_run(c, par_device, &j);
+	int pp = cfg->mesh.size[MESH_PP], rc;
+
+	if (pp > 1) {
+		sched_build(&o->sched, cfg->schedule, pp,
+			    cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP], cfg->vpp);
+		o->bubble_ns = emu_xcalloc((size_t)pp, sizeof *o->bubble_ns);
+		o->span = emu_xcalloc((size_t)pp, sizeof *o->span);
+		for (int s = 0; s < pp; s++)
+			o->span[s] = emu_xcalloc(2 * (size_t)o->sched.n[s] + 1, sizeof **o->span);
+	}
+	rc = emu_cluster_run(c, par_device, &j);
 
 	sum_losses(cfg, o);
 	return rc;

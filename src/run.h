@@ -9,6 +9,7 @@
 #include "data.h"
 #include "gpt.h"
 #include "mesh.h"
+#include "schedule.h"
 
 struct run_cfg {
 	struct gpt_config model;
@@ -16,21 +17,23 @@ struct run_cfg {
 	uint64_t seed;
 	enum prec prec;
 	struct optim_cfg opt;
-	struct mesh mesh;        /* tp and dp; the others 1 */
-	int zero;                /* ZeRO stage: 0 to 3 */
-	int sp;                  /* sequence parallelism (with tp > 1) */
-	uint64_t bucket_bytes;   /* data-parallel gradient buckets */
-	int broken;              /* tests: 1 drops a TP all-reduce, 2 a DP bucket, 3 a ZeRO-3
-				  * gather */
-	const struct data *data; /* NULL in dry-run */
-	int log_every;           /* print a progress line every this many steps; 0: quiet */
+	struct mesh mesh;         /* tp and dp; the others 1 */
+	int zero;                 /* ZeRO stage: 0 to 3 */
+	int sp;                   /* sequence parallelism (with tp > 1) */
+	enum sched_kind schedule; /* the pipeline schedule (pp > 1) */
+	int vpp;                  /* model chunks a stage (interleaved), else 1 */
+	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
+	int broken;               /* tests: 1 drops a TP all-reduce, 2 a DP bucket, 3 a ZeRO-3
+				   * gather */
+	const struct data *data;  /* NULL in dry-run */
+	int log_every;            /* print a progress line every this many steps; 0: quiet */
 };
 
 /* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
 struct run_out {
 	int steps, np, accum; /* steps, tensors, micro-batches a step */
 	float *loss;          /* [steps] the global batch's mean loss */
-	float *loss_part;     /* [dp * steps] each replica's share */
+	float *loss_part;     /* [pp * dp * steps] each stage's and replica's share */
 	int64_t *step_ns;     /* [steps] virtual step time (device 0) */
 	int64_t *compute_ns;  /* [steps] of it, compute (device 0) */
 	double flops_step;    /* FLOPs charged by device 0 in the last step */
@@ -43,6 +46,12 @@ struct run_out {
 	 * dropped at the capacity limit. */
 	int *routes;
 	size_t route_mb;
+	/* pp > 1: the schedule run, and from the last step, per stage (the devices of tp
+	 * and dp rank 0): its bubble (idle time between its first and last compute action)
+	 * and each action's start and end (sched_exec) */
+	struct sched sched;
+	int64_t *bubble_ns; /* [pp] */
+	long long **span;   /* [pp] */
 };
 
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
