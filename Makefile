@@ -68,12 +68,11 @@ test: deps $(BUILD)/pemu $(TESTS)
 	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TESTS)
 
 asan:
-	$(MAKE) BUILD=build/asan OPT=-O1 \
+	PEMU_TEST_SCALE=small $(MAKE) BUILD=build/asan OPT=-O1 \
 	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
 tsan:
-	$(MAKE) BUILD=build/tsan OPT=-O1 SANFLAGS="-fsanitize=thread" \
-	  PEMU_TEST_SCALE=small test
+	PEMU_TEST_SCALE=small $(MAKE) BUILD=build/tsan OPT=-O1 SANFLAGS="-fsanitize=thread" test
 
 bench: deps $(BUILD)/pemu $(BENCHES)
 	@mkdir -p $(BUILD)/bench/out

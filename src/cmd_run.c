@@ -119,6 +119,62 @@ static void print_comm(struct emu_cluster *cl)
 	printf("#   sent over links in a node %s, between nodes %s\n", b, t);
 }
 
+/* The device of pipeline stage s with tensor- and data-parallel rank 0. */
+static int stage_dev(const struct run_cfg *cfg, int s)
+{
+	int c[MESH_NDIM] = {0};
+
+	c[MESH_PP] = s;
+	return mesh_rank(&cfg->mesh, c);
+}
+
+/* The largest stage bubble over the step (0 without a pipeline). */
+static double bubble_fraction(const struct run_cfg *cfg, const struct run_out *o, int64_t step)
+{
+	int64_t worst = 0;
+
+	for (int s = 0; s < cfg->mesh.size[MESH_PP] && o->bubble_ns; s++)
+		worst = o->bubble_ns[s] > worst ? o->bubble_ns[s] : worst;
+	return step > 0 ? (double)worst / (double)step : 0;
+}
+
+static void print_pipeline(struct emu_cluster *cl, const struct run_cfg *cfg,
+			   const struct run_out *o, int64_t step)
+{
+	int pp = cfg->mesh.size[MESH_PP];
+	char b[32], t[32];
+
+	printf("# pipeline %s, %d stages", sched_name(cfg->schedule), pp);
+	if (o->sched.v > 1)
+		printf(" x %d chunks", o->sched.v);
+	printf(", %d micro-batches a step: bubble %.1f%% of the step (the largest stage's; "
+	       "idle between its first and last compute)\n",
+	       o->sched.m, 100 * bubble_fraction(cfg, o, step));
+	for (int s = 0; s < pp; s++) {
+		struct emu_dev *d = emu_cluster_dev(cl, stage_dev(cfg, s));
+
+		units_fmt_time(t, sizeof t, o->bubble_ns[s]);
+		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, MEM_ACT));
+		printf("#   stage %-3d bubble %10s   peak activations %10s (device %d)\n", s, t, b,
+		       stage_dev(cfg, s));
+	}
+}
+
+static void json_pipeline(struct emu_cluster *cl, const struct run_cfg *cfg,
+			  const struct run_out *o)
+{
+	printf("\"pipeline\":{\"schedule\":\"%s\",\"chunks\":%d,\"micro_batches\":%d,"
+	       "\"stages\":[",
+	       sched_name(cfg->schedule), o->sched.v, o->sched.m);
+	for (int s = 0; s < cfg->mesh.size[MESH_PP]; s++)
+		printf("%s{\"stage\":%d,\"device\":%d,\"bubble_s\":%.9g,\"peak_activations\":"
+		       "%" PRIu64 ",\"peak_in_flight\":%g}",
+		       s ? "," : "", s, stage_dev(cfg, s), (double)o->bubble_ns[s] / 1e9,
+		       mem_peak_bytes(emu_cluster_dev(cl, stage_dev(cfg, s)), MEM_ACT),
+		       sched_peak_inflight(&o->sched, s));
+	printf("]},");
+}
+
 int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
 	     const char *model_name, const char *trace_path, int timeline, int json)
 {
@@ -175,14 +231,15 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 
 		if (json) {
 			printf("{\"command\":\"%s\",\"config\":{\"model\":\"%s\",\"parameters\":%"
-			       "zu,\"dp\":%d,\"tp\":%d,\"pp\":1,\"cp\":1,\"ep\":1,\"zero_stage\":%"
+			       "zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":1,\"ep\":1,\"zero_stage\":%"
 			       "d,\"micro_batch_size\":%d,\"global_batch_size\":%d,\"steps\":%d,"
 			       "\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"bucket_size\":%" PRIu64
 			       ",\"cluster\":",
 			       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model),
-			       cfg->mesh.size[MESH_DP], cfg->mesh.size[MESH_TP], cfg->zero,
-			       cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
-			       cfg->prec == PREC_BF16 ? "bf16" : "fp32", cfg->bucket_bytes);
+			       cfg->mesh.size[MESH_DP], cfg->mesh.size[MESH_TP],
+			       cfg->mesh.size[MESH_PP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps,
+			       cfg->seed, cfg->prec == PREC_BF16 ? "bf16" : "fp32",
+			       cfg->bucket_bytes);
 			cli_cluster_json(stdout, ecfg);
 			printf("},\"steps\":[");
 			for (int s = 0; s < cfg->steps; s++) {
@@ -205,9 +262,11 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 				       v.noise_params, v.routes, v.route_flips,
 				       v.passed ? "true" : "false");
 			printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,"
-			       "\"exposed_comm_s\":%.9g,\"bubble_fraction\":0,\"mfu\":%.6g},",
+			       "\"exposed_comm_s\":%.9g,\"bubble_fraction\":%.6g,\"mfu\":%.6g},",
 			       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
-			       (double)exposed / 1e9, mfu);
+			       (double)exposed / 1e9, bubble_fraction(cfg, &par, step), mfu);
+			if (cfg->mesh.size[MESH_PP] > 1)
+				json_pipeline(cl, cfg, &par);
 			json_memory(cl, ndev);
 			printf(",");
 			json_comm(cl);
@@ -219,6 +278,8 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 			       "peers); MFU %.1f%% over %d GPUs\n",
 			       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,
 			       (double)exposed / 1e6, 100 * mfu, ndev);
+			if (cfg->mesh.size[MESH_PP] > 1)
+				print_pipeline(cl, cfg, &par, step);
 			print_memory_table(cl, ndev);
 			print_comm(cl);
 			if (verify) {
@@ -273,6 +334,8 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 		fprintf(stderr, "pemu: cannot write trace '%s'\n", trace_path);
 	if (timeline)
 		trace_timeline(cl, json ? stderr : stdout, 100, 16);
+	if (timeline && cfg->mesh.size[MESH_PP] > 1)
+		sched_draw(&par.sched, par.span, 100, json ? stderr : stdout);
 out:
 	run_free(&par);
 	emu_cluster_free(cl);

@@ -515,6 +515,8 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			cli_fail(&c,
 				 "--dp %ld x --tp %ld x --pp %ld is more devices than pemu runs",
 				 dp, tp, pp);
+		if (pp == 1 && (vpp > 1 || vpp_layers))
+			cli_fail(&c, "--vpp: virtual pipeline stages need --pp > 1");
 		if (schedule < 0)
 			schedule = vpp > 1 || vpp_layers ? SCHED_INTERLEAVED : SCHED_1F1B;
 		if (vpp_layers) {

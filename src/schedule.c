@@ -656,20 +656,23 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 void sched_draw(const struct sched *sc, long long *const *span, int width, void *f)
 {
 	FILE *out = f;
-	long long q = 0, end = 0;
-	int cells;
+	long long q = 0, t0 = -1, end = 0;
+	int cells, cw = sc->v > 1 ? 5 : 4; /* characters a cell */
 
-	/* the cell: the shortest compute action */
+	/* the cell: the shortest compute action; time from the first action */
 	for (int s = 0; s < sc->p; s++)
 		for (int i = 0; i < sc->n[s]; i++) {
 			long long d = span[s][2 * i + 1] - span[s][2 * i];
 
 			if (sc->a[s][i].op <= SCHED_BW && d > 0 && (!q || d < q))
 				q = d;
+			t0 = t0 < 0 || span[s][2 * i] < t0 ? span[s][2 * i] : t0;
 			end = span[s][2 * i + 1] > end ? span[s][2 * i + 1] : end;
 		}
 	if (!q)
 		return;
+	end -= t0;
+	width = width / cw > 1 ? width / cw : 1;
 	cells = (int)((end + q - 1) / q);
 	if (cells > width) {
 		q = (end + width - 1) / width;
@@ -685,10 +688,10 @@ void sched_draw(const struct sched *sc, long long *const *span, int width, void 
 
 		fprintf(out, "stage %-3d|", s);
 		for (int c = 0; c < cells; c++) {
-			long long mid = (long long)c * q + q / 2;
+			long long mid = t0 + (long long)c * q + q / 2;
 			const struct sched_action *a = NULL;
 
-			while (i < sc->n[s] && span[s][2 * i + 1] <= (long long)c * q)
+			while (i < sc->n[s] && span[s][2 * i + 1] <= t0 + (long long)c * q)
 				i++;
 			for (int k = i; k < sc->n[s] && span[s][2 * k] <= mid; k++)
 				if (sc->a[s][k].op <= SCHED_BW && span[s][2 * k + 1] > mid)

@@ -106,7 +106,8 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 /* Draws a run of sc as the pipeline diagram on f (a FILE *): one row per stage, time
  * running right in cells of the shortest compute action, each cell F, B or W (BW is B)
  * with the micro-batch (and chunk, when v > 1), '.' where the stage idles. span[s] is
- * stage s's record from sched_exec. At most width cells; longer runs are scaled. */
+ * stage s's record from sched_exec. At most width characters a row; longer runs are
+ * scaled. */
 void sched_draw(const struct sched *sc, long long *const *span, int width, void *f);
 
 #endif
