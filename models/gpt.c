@@ -204,7 +204,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 
 #define A(t, n, name)                                                                              \
 	do {                                                                                       \
-		if (!rc)                                                                           \
+		if (!rc && !(t)->mb)                                                               \
 			rc = tensor_alloc(k, (t), MEM_ACT, (n), (name));                           \
 	} while (0)
 	A(&a->ln1, bt * (size_t)h, "ln1");

@@ -137,7 +137,9 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
 			 int h, int hl, int heads, int ffn, const struct moe_shape *moe);
-/* Gives back what gpt_layer_acts_alloc took (as much of it as it got). */
+/* gpt_layer_acts_alloc allocates what a (zeroed at first) is missing, so that it also
+ * brings back tensors given back for recomputation. gpt_layer_acts_free gives back what
+ * it took (as much of it as it got). */
 void gpt_layer_acts_free(const struct kctx *k, struct gpt_layer_acts *a);
 
 /* Forward on tokens and targets (B, T); returns the mean cross-entropy plus the MoE

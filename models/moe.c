@@ -31,14 +31,20 @@ static const float *coff(const float *p, size_t n)
 int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s)
 {
 	size_t slots = (size_t)s->E * s->cap;
-	int rc;
+	int rc = 0;
 
-	memset(a, 0, sizeof *a);
-	if ((rc = tensor_alloc(k, &a->probs, MEM_ACT, (size_t)s->M * s->E, "router probs")) ||
-	    (rc = tensor_alloc(k, &a->x, MEM_ACT, slots * s->C, "expert inputs")) ||
-	    (rc = tensor_alloc(k, &a->pre, MEM_ACT, slots * s->F, "expert fc")) ||
-	    (rc = tensor_alloc(k, &a->h, MEM_ACT, slots * s->F, "expert fc.gelu")) ||
-	    (rc = tensor_alloc(k, &a->y, MEM_ACT, slots * s->C, "expert outputs")))
+#define A(t, n, name)                                                                              \
+	do {                                                                                       \
+		if (!rc && !(t)->mb)                                                               \
+			rc = tensor_alloc(k, (t), MEM_ACT, (n), (name));                           \
+	} while (0)
+	A(&a->probs, (size_t)s->M * s->E, "router probs");
+	A(&a->x, slots * s->C, "expert inputs");
+	A(&a->pre, slots * s->F, "expert fc");
+	A(&a->h, slots * s->F, "expert fc.gelu");
+	A(&a->y, slots * s->C, "expert outputs");
+#undef A
+	if (rc || a->choice)
 		return rc;
 	/* The routing decisions: host-side bookkeeping of a few ints a token. */
 	a->slot_token = emu_xcalloc(slots, sizeof *a->slot_token);

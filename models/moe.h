@@ -55,6 +55,8 @@ struct moe_scratch {
 	struct tensor dprobs, dlogits; /* (M, E) */
 };
 
+/* Allocates what a (zeroed at first) is missing: after tensors were given back for
+ * recomputation, the same call brings them back, keeping the routing bookkeeping. */
 int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s);
 int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct moe_shape *s);
 void moe_acts_free(struct moe_acts *a);

@@ -119,6 +119,8 @@ static void print_comm(struct emu_cluster *cl)
 	printf("#   sent over links in a node %s, between nodes %s\n", b, t);
 }
 
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
 /* The device of pipeline stage s with tensor- and data-parallel rank 0. */
 static int stage_dev(const struct run_cfg *cfg, int s)
 {
@@ -186,10 +188,14 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 
 	mesh_describe(&cfg->mesh, mesh, sizeof mesh);
 	if (!json) {
-		printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d, micro-batch %d, global "
-		       "batch %d, %d steps\n",
+		printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d%s, micro-batch %d, "
+		       "global batch %d, %d steps\n",
 		       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model), mesh,
-		       cfg->zero, cfg->mbs, cfg->gbs, cfg->steps);
+		       cfg->zero,
+		       cfg->recompute == 0   ? ""
+		       : cfg->recompute == 1 ? ", selective recomputation"
+					     : ", full recomputation",
+		       cfg->mbs, cfg->gbs, cfg->steps);
 		printf("# ");
 		cli_cluster_describe(stdout, ecfg);
 		printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
@@ -233,12 +239,14 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 			printf("{\"command\":\"%s\",\"config\":{\"model\":\"%s\",\"parameters\":%"
 			       "zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":1,\"ep\":1,\"zero_stage\":%"
 			       "d,\"micro_batch_size\":%d,\"global_batch_size\":%d,\"steps\":%d,"
-			       "\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"bucket_size\":%" PRIu64
-			       ",\"cluster\":",
+			       "\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
+			       "\"schedule\":\"%s\",\"bucket_size\":%" PRIu64 ",\"cluster\":",
 			       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model),
 			       cfg->mesh.size[MESH_DP], cfg->mesh.size[MESH_TP],
 			       cfg->mesh.size[MESH_PP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps,
 			       cfg->seed, cfg->prec == PREC_BF16 ? "bf16" : "fp32",
+			       recompute_names[cfg->recompute],
+			       cfg->mesh.size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none",
 			       cfg->bucket_bytes);
 			cli_cluster_json(stdout, ecfg);
 			printf("},\"steps\":[");

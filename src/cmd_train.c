@@ -61,6 +61,7 @@ enum {
 	O_SCHEDULE,
 	O_VPP,
 	O_VPP_LAYERS,
+	O_RECOMPUTE,
 };
 
 static const struct cli_opt train_opts[] = {
@@ -137,6 +138,9 @@ static const struct cli_opt par_opts[] = {
 	{"vpp", 0, 1, O_VPP, "V", "model chunks a stage, for --schedule interleaved (default 2)"},
 	{"num-layers-per-virtual-pipeline-stage", 0, 1, O_VPP_LAYERS, "N",
 	 "the same given as layers a chunk (Megatron's)"},
+	{"recompute", 0, 1, O_RECOMPUTE, "MODE",
+	 "activation recomputation: none (default), selective (attention scores), full"},
+	{"recompute-granularity", 0, 1, O_RECOMPUTE, "MODE", "the same as --recompute"},
 	{"cp", 0, 1, O_CP, "N", "context-parallel size (only 1 in this build)"},
 	{"context-parallel-size", 0, 1, O_CP, "N", "the same as --cp"},
 	{"ep", 0, 1, O_EP, "N", "expert-parallel size (only 1 in this build)"},
@@ -303,7 +307,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		.i = 1,
 		.opts = {train_opts, cli_cluster_opts, kind == K_TRAIN ? NULL : par_opts, NULL}};
 	long dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, zero = 0, sp = 0, vocab_div = 128;
-	long vpp = 0, vpp_layers = 0, schedule = -1;
+	long vpp = 0, vpp_layers = 0, schedule = -1, recompute = 0;
 	uint64_t bucket = 25000000;
 	const char *model = "small", *data_path = NULL, *prec = NULL, *v;
 	const char *ov[O_AUX + 1] = {0};
@@ -406,6 +410,16 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 					 "--schedule: '%s' is not gpipe, 1f1b, interleaved, zb-h1 "
 					 "or zb-h2",
 					 v);
+			break;
+		case O_RECOMPUTE:
+			if (!strcmp(v, "none"))
+				recompute = 0;
+			else if (!strcmp(v, "selective"))
+				recompute = 1;
+			else if (!strcmp(v, "full"))
+				recompute = 2;
+			else
+				cli_fail(&c, "--recompute: '%s' is not none, selective or full", v);
 			break;
 		case O_VPP:
 			vpp = cli_int(&c, "--vpp", v, 1, 4096);
@@ -578,6 +592,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			.sp = (int)sp,
 			.schedule = (enum sched_kind)(schedule < 0 ? SCHED_1F1B : schedule),
 			.vpp = vpp ? (int)vpp : 1,
+			.recompute = (int)recompute,
 			.bucket_bytes = bucket,
 			.data = cc.cfg.dry_run ? NULL : &t.data,
 			.log_every = t.json ? 0 : t.log_every};

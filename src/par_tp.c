@@ -263,6 +263,8 @@ static int alloc_work(struct tp_model *m)
 	return rc;
 }
 
+static void drop(struct tp_model *m, struct gpt_layer_acts *la);
+
 int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 {
 	const struct kctx *k = &m->k;
@@ -278,10 +280,12 @@ int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 	a->targets = emu_xcalloc(bt, sizeof *a->targets);
 	a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
 	A(&a->enc, MEM_ACT, ml * h, l0 ? "stage input" : "embeddings");
-	for (int l = l0; l < l1 && !rc; l++)
+	for (int l = l0; l < l1 && !rc; l++) {
 		rc = gpt_layer_acts_alloc(k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
 					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
 					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
+		drop(m, &a->la[l]); /* one layer's worth at a time */
+	}
 	if (l1 == L) {
 		A(&a->lnf, MEM_ACT, bt * h, "lnf");
 		A(&a->lnf_mean, MEM_ACT, ml, "lnf.mean");
@@ -327,7 +331,10 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 {
 	int rc;
 
+	enum tp_recompute rcm = m->recompute;
+
 	memset(m, 0, sizeof *m);
+	m->recompute = rcm;
 	m->cfg = *cfg;
 	m->k = *k;
 	m->tp = tp;
@@ -480,6 +487,89 @@ static int vocab_parallel_ce(struct tp_model *m, struct tp_acts *a, int M)
 	return 0;
 }
 
+/* Layer l's forward from x into la; adds its MoE aux loss to *aux. */
+static int layer_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *x,
+		     float *aux)
+{
+	const struct kctx *k = &m->k;
+	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, Ml = m->Ml;
+	int C3 = 3 * C / m->tp, Cl = C / m->tp, F = m->Fl, hs = C / m->cfg.heads, rc;
+	size_t r0 = (size_t)m->row0 * (size_t)C, mc = (size_t)Ml * C;
+	float *ln1 = D(la->ln1) ? D(la->ln1) + r0 : NULL,
+	      *ln2 = D(la->ln2) ? D(la->ln2) + r0 : NULL;
+	const float *branch;
+
+	layernorm_fwd(k, ln1, D(la->ln1_mean), D(la->ln1_rstd), x, PW(m, l, LP_LN1W),
+		      PW(m, l, LP_LN1B), Ml, C);
+	if ((rc = gather_rows(m, D(la->ln1), (size_t)C)))
+		return rc;
+	linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT, C, C3);
+	attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
+	linear_fwd(k, D(m->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT, Cl, C);
+	if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
+		return rc;
+	residual_fwd(k, D(la->res2), x, branch, mc);
+	layernorm_fwd(k, ln2, D(la->ln2_mean), D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W),
+		      PW(m, l, LP_LN2B), Ml, C);
+	if ((rc = gather_rows(m, D(la->ln2), (size_t)C)))
+		return rc;
+	if (gpt_layer_is_moe(&m->cfg, l)) {
+		*aux += moe_fwd(k, &m->moe, &la->moe, D(m->tmp), D(la->ln2), PW(m, l, LP_ROUTER),
+				PW(m, l, LP_FCW), PW(m, l, LP_FCB), PW(m, l, LP_FC2W),
+				PW(m, l, LP_FC2B));
+	} else {
+		linear_fwd(k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C,
+			   F);
+		gelu_fwd(k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
+		linear_fwd(k, D(m->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1,
+			   BT, F, C);
+	}
+	if (m->drop_allreduce && l == 0) /* tests: a broken strategy */
+		branch = D(m->tmp) ? D(m->tmp) + r0 : NULL;
+	else if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
+		return rc;
+	residual_fwd(k, D(la->res3), D(la->res2), branch, mc);
+	return 0;
+}
+
+/* Recomputation (Korthikanti et al. 2022, arXiv 2205.05198): between a layer's forward
+ * and its backward, selective keeps all but the attention scores (B a T T, recomputed by
+ * the attention's forward in backward), full keeps only the layer's output, the next
+ * layer's input (the whole layer's forward is run again in backward, its tensor-parallel
+ * collectives included). drop gives back what the mode does not keep; regrow (a no-op
+ * without recomputation) allocates it again. The routing bookkeeping of MoE layers,
+ * host-side, stays. */
+static void drop(struct tp_model *m, struct gpt_layer_acts *la)
+{
+	struct tensor keep;
+
+	if (m->recompute == TP_RECOMPUTE_SELECTIVE) {
+		tensor_free(&m->k, &la->att);
+	} else if (m->recompute == TP_RECOMPUTE_FULL) {
+		struct moe_acts host = la->moe;
+
+		keep = la->res3;
+		la->res3 = (struct tensor){0};
+		la->moe.slot_token = la->moe.choice = la->moe.slot = NULL;
+		la->moe.frac = NULL;
+		gpt_layer_acts_free(&m->k, la);
+		la->res3 = keep;
+		la->moe.slot_token = host.slot_token;
+		la->moe.choice = host.choice;
+		la->moe.slot = host.slot;
+		la->moe.frac = host.frac;
+	}
+}
+
+static int regrow(struct tp_model *m, struct gpt_layer_acts *la, int l)
+{
+	if (m->recompute == TP_RECOMPUTE_NONE)
+		return 0;
+	return gpt_layer_acts_alloc(&m->k, la, m->B, m->T, m->Ml, m->cfg.hidden,
+				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
+				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
+}
+
 int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float *loss)
 {
 	return tp_forward_part(m, &m->own, tokens, targets, loss);
@@ -490,9 +580,8 @@ int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, co
 {
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers, Ml = m->Ml;
-	int C3 = 3 * C / m->tp, Cl = C / m->tp, F = m->Fl, hs = C / m->cfg.heads, rc;
-	int head = a->l1 == L;
-	size_t r0 = (size_t)m->row0 * (size_t)C, mc = (size_t)Ml * C;
+	int head = a->l1 == L, rc;
+	size_t r0 = (size_t)m->row0 * (size_t)C;
 	const float *x, *branch;
 
 	*loss = 0;
@@ -524,44 +613,11 @@ int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, co
 	x = D(a->enc);
 	for (int l = a->l0; l < a->l1; l++) {
 		struct gpt_layer_acts *la = &a->la[l];
-		float *ln1 = D(la->ln1) ? D(la->ln1) + r0 : NULL,
-		      *ln2 = D(la->ln2) ? D(la->ln2) + r0 : NULL;
 
-		if ((rc = use(m, l)))
+		if ((rc = use(m, l)) || (rc = regrow(m, la, l)) ||
+		    (rc = layer_fwd(m, la, l, x, &a->aux_loss)))
 			return rc;
-		layernorm_fwd(k, ln1, D(la->ln1_mean), D(la->ln1_rstd), x, PW(m, l, LP_LN1W),
-			      PW(m, l, LP_LN1B), Ml, C);
-		if ((rc = gather_rows(m, D(la->ln1), (size_t)C)))
-			return rc;
-		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
-			   C, C3);
-		attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
-		linear_fwd(k, D(m->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
-			   Cl, C);
-		if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
-			return rc;
-		residual_fwd(k, D(la->res2), x, branch, mc);
-		layernorm_fwd(k, ln2, D(la->ln2_mean), D(la->ln2_rstd), D(la->res2),
-			      PW(m, l, LP_LN2W), PW(m, l, LP_LN2B), Ml, C);
-		if ((rc = gather_rows(m, D(la->ln2), (size_t)C)))
-			return rc;
-		if (gpt_layer_is_moe(&m->cfg, l)) {
-			a->aux_loss +=
-				moe_fwd(k, &m->moe, &la->moe, D(m->tmp), D(la->ln2),
-					PW(m, l, LP_ROUTER), PW(m, l, LP_FCW), PW(m, l, LP_FCB),
-					PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
-		} else {
-			linear_fwd(k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1,
-				   BT, C, F);
-			gelu_fwd(k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
-			linear_fwd(k, D(m->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W),
-				   PW(m, l, LP_FC2B), 1, BT, F, C);
-		}
-		if (m->drop_allreduce && l == 0) /* tests: a broken strategy */
-			branch = D(m->tmp) ? D(m->tmp) + r0 : NULL;
-		else if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
-			return rc;
-		residual_fwd(k, D(la->res3), D(la->res2), branch, mc);
+		drop(m, la);
 		x = D(la->res3);
 	}
 	if (head) {
@@ -657,6 +713,7 @@ static int weight_pass(struct tp_model *m, struct tp_acts *a)
 		linear_bwd_weight(k, PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), 1, D(st->dqkv),
 				  D(la->ln1), BT, C, C3);
 		stash_free(k, st);
+		drop(m, la);
 		for (int w = 0; w < LP_N; w++)
 			if ((rc = ready(m, 2 + l * LP_N + w)))
 				return rc;
@@ -705,7 +762,18 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 		struct tp_stash *st = &a->stash[l];
 		const float *x = l > a->l0 ? D(a->la[l - 1].res3) : D(a->enc);
 
-		if ((rc = use(m, l)) || (rc = full_rows(m, &g)))
+		if ((rc = use(m, l)) || (rc = regrow(m, la, l)))
+			return rc;
+		if (m->recompute == TP_RECOMPUTE_FULL) {
+			float aux = 0;
+
+			if ((rc = layer_fwd(m, la, l, x, &aux)))
+				return rc;
+		} else if (m->recompute == TP_RECOMPUTE_SELECTIVE) {
+			attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0,
+				      m->NHl, hs);
+		}
+		if ((rc = full_rows(m, &g)))
 			return rc;
 		zero(&m->dln);
 		if (gpt_layer_is_moe(&m->cfg, l)) {
@@ -766,6 +834,8 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 		for (int w = 0; weight && w < LP_N; w++)
 			if ((rc = ready(m, 2 + l * LP_N + w)))
 				return rc;
+		if (weight)
+			drop(m, la);
 	}
 	if (a->l0 > 0)
 		return 0; /* m->dres: the gradient of the input, for the previous stage */

@@ -51,6 +51,9 @@ struct tp_param {
 	size_t off;          /* where in both flat buffers */
 };
 
+/* Activation recomputation (par_tp.c, drop and regrow). */
+enum tp_recompute { TP_RECOMPUTE_NONE, TP_RECOMPUTE_SELECTIVE, TP_RECOMPUTE_FULL };
+
 /* Which part of the model a rank holds: the first pipeline stage holds the embeddings,
  * the last the final LayerNorm and the output layer (the tied wte too), each stage the
  * layers of its blocks (schedule.h). NULL in tp_init: the whole model. */
@@ -122,6 +125,7 @@ struct tp_model {
 	tp_use_hook use;    /* or NULL */
 	void *hook_ctx;     /* for both */
 	int drop_allreduce; /* tests: skip layer 0's forward MLP all-reduce (a broken TP) */
+	enum tp_recompute recompute; /* set before tp_init */
 };
 
 /* The unit parameter i belongs to. */

@@ -22,6 +22,7 @@ struct run_cfg {
 	int sp;                   /* sequence parallelism (with tp > 1) */
 	enum sched_kind schedule; /* the pipeline schedule (pp > 1) */
 	int vpp;                  /* model chunks a stage (interleaved), else 1 */
+	int recompute;            /* enum tp_recompute: activation recomputation */
 	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
 	int broken;               /* tests: 1 drops a TP all-reduce, 2 a DP bucket, 3 a ZeRO-3
 				   * gather */
