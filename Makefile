@@ -79,6 +79,7 @@ bench: deps $(BUILD)/pemu $(BENCHES)
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/coll $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/train $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/overhead $(BUILD)/bench/out
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/pipeline $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 16 --nodes 2 -b 1K -e 256M -f 4 \
 	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_2nodes.csv
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 1K -e 256M -f 4 \
@@ -86,7 +87,8 @@ bench: deps $(BUILD)/pemu $(BENCHES)
 
 plots: bench
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/coll.gp
-	@echo "wrote $(BUILD)/bench/out/coll_busbw.png"
+	gnuplot -e "dir='$(BUILD)/bench/out'" plots/bubbles.gp
+	@echo "wrote $(BUILD)/bench/out/coll_busbw.png and bubbles.png"
 
 # Installs what the build needs from Debian's packages (as root, or through sudo), or says
 # exactly what to install.
