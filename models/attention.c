@@ -146,3 +146,113 @@ void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const floa
 	attention_bwd_view(k, &a, dqkv, dqkv ? dqkv + C : NULL, dqkv ? dqkv + 2 * C : NULL, scratch,
 			   dout);
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* Memory-efficient attention                                                           */
+
+void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const float *qkv, int B,
+			 int T, int NH, int h0, int h1, int hs, float *scratch)
+{
+	double heads = (double)B * (h1 - h0), qk = (double)T * T;
+	int C = NH * hs, nh = h1 - h0;
+	float scale = 1.0f / sqrtf((float)hs);
+
+	emu_compute(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
+		    heads * ((double)4 * T * hs + T) * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < B; b++)
+		for (int h = h0; h < h1; h++) {
+			const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+			float *o = out + (size_t)b * T * C + (size_t)h * hs;
+			float *l = lse + ((size_t)b * nh + (h - h0)) * T;
+
+			for (int r0 = 0; r0 < T; r0 += FLASH_ROWS) {
+				int nr = T - r0 < FLASH_ROWS ? T - r0 : FLASH_ROWS, nk = r0 + nr;
+
+				/* the keys this block can see: [0, r0 + nr) */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
+					    scale, q + (size_t)r0 * 3 * C, 3 * C, q + C, 3 * C,
+					    0.0f, scratch, nk);
+				for (int i = 0; i < nr; i++) {
+					float *row = scratch + (size_t)i * nk, mx = row[0], sum = 0;
+					int last = r0 + i;
+
+					for (int j = 1; j <= last; j++)
+						mx = row[j] > mx ? row[j] : mx;
+					for (int j = 0; j <= last; j++) {
+						row[j] = expf(row[j] - mx);
+						sum += row[j];
+					}
+					for (int j = 0; j <= last; j++)
+						row[j] /= sum;
+					for (int j = last + 1; j < nk; j++)
+						row[j] = 0.0f;
+					l[r0 + i] = mx + logf(sum);
+				}
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
+					    1.0f, scratch, nk, q + 2 * C, 3 * C, 0.0f,
+					    o + (size_t)r0 * C, C);
+			}
+		}
+}
+
+void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
+			 const float *out, const float *lse, const float *qkv, int B, int T, int NH,
+			 int h0, int h1, int hs)
+{
+	double heads = (double)B * (h1 - h0), qk = (double)T * T;
+	int C = NH * hs, nh = h1 - h0;
+	float scale = 1.0f / sqrtf((float)hs);
+
+	emu_compute(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
+		    heads * ((double)8 * T * hs + T) * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < B; b++)
+		for (int h = h0; h < h1; h++) {
+			size_t base = (size_t)b * T * 3 * C + (size_t)h * hs;
+			const float *q = qkv + base, *kk = q + C, *v = q + 2 * C;
+			float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+			const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+			const float *o = out + (size_t)b * T * C + (size_t)h * hs;
+			const float *l = lse + ((size_t)b * nh + (h - h0)) * T;
+
+			for (int r0 = 0; r0 < T; r0 += FLASH_ROWS) {
+				int nr = T - r0 < FLASH_ROWS ? T - r0 : FLASH_ROWS, nk = r0 + nr;
+				float *p = scratch, *dp = scratch + (size_t)FLASH_ROWS * T;
+
+				/* P = exp(S - lse), recomputed; dP = dout V^T */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
+					    scale, q + (size_t)r0 * 3 * C, 3 * C, kk, 3 * C, 0.0f,
+					    p, nk);
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
+					    1.0f, dy + (size_t)r0 * C, C, v, 3 * C, 0.0f, dp, nk);
+				for (int i = 0; i < nr; i++) {
+					float *pr = p + (size_t)i * nk, *dr = dp + (size_t)i * nk,
+					      dot = 0;
+					const float *yi = dy + (size_t)(r0 + i) * C;
+					const float *oi = o + (size_t)(r0 + i) * C;
+					int last = r0 + i;
+
+					for (int e = 0; e < hs; e++) /* D = rowsum(dout * out) */
+						dot += yi[e] * oi[e];
+					for (int j = 0; j <= last; j++) {
+						pr[j] = expf(pr[j] - l[r0 + i]);
+						dr[j] = pr[j] * (dr[j] - dot);
+					}
+					for (int j = last + 1; j < nk; j++)
+						pr[j] = dr[j] = 0.0f;
+				}
+				/* dV += P^T dout; dQ += scale dS K; dK += scale dS^T Q */
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr,
+					    1.0f, p, nk, dy + (size_t)r0 * C, C, 1.0f, dv, 3 * C);
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
+					    scale, dp, nk, kk, 3 * C, 1.0f, dq + (size_t)r0 * 3 * C,
+					    3 * C);
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr,
+					    scale, dp, nk, q + (size_t)r0 * 3 * C, 3 * C, 1.0f, dk,
+					    3 * C);
+			}
+		}
+}

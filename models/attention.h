@@ -31,6 +31,21 @@ void attention_fwd_view(const struct kctx *k, const struct attn_view *a);
 void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *dq, float *dk,
 			float *dv, float *scratch, const float *dout);
 
+/* Memory-efficient attention, after FlashAttention (Dao et al. 2022, arXiv 2205.14135):
+ * the same function without keeping the (Tq, Tk) scores. Forward runs blocks of
+ * FLASH_ROWS queries, each against all the keys it sees (FlashAttention also tiles the
+ * keys; a block of rows is enough to drop the T^2 memory), and keeps each query's
+ * log-sum-exp, lse (B, NH, T) for heads [h0, h1); backward recomputes each block's
+ * scores from q, k and lse, and needs out for the softmax gradient's row sums. Scratch
+ * holds 2 FLASH_ROWS T floats. FLOPs: forward as above, backward 10 instead of 8
+ * B Tq Tk hs a head (the scores computed again). */
+#define FLASH_ROWS 64
+void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const float *qkv, int B,
+			 int T, int NH, int h0, int h1, int hs, float *scratch);
+void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
+			 const float *out, const float *lse, const float *qkv, int B, int T, int NH,
+			 int h0, int h1, int hs);
+
 /* The common case: self-attention of a whole sequence held as qkv (B, T, 3, NH, hs), each
  * token's queries of the NH heads, then keys, then values; out (B, T, NH, hs). */
 void attention_fwd(const struct kctx *k, float *out, float *att, const float *qkv, int B, int T,

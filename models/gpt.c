@@ -197,9 +197,10 @@ static int alloc_params(struct gpt *m, uint64_t seed)
 }
 
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
-			 int h, int hl, int heads, int ffn, const struct moe_shape *moe)
+			 int h, int hl, int heads, int ffn, const struct moe_shape *moe, int flash)
 {
-	size_t bt = (size_t)B * T, att = (size_t)B * heads * T * T, r = (size_t)rows;
+	size_t bt = (size_t)B * T, att = (size_t)B * heads * T * (flash ? 1 : (size_t)T);
+	size_t r = (size_t)rows;
 	int rc = 0;
 
 #define A(t, n, name)                                                                              \
@@ -211,7 +212,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 	A(&a->ln1_mean, r, "ln1.mean");
 	A(&a->ln1_rstd, r, "ln1.rstd");
 	A(&a->qkv, 3 * bt * (size_t)hl, "qkv");
-	A(&a->att, att, "attention scores");
+	A(&a->att, att, flash ? "attention lse" : "attention scores");
 	A(&a->atty, bt * (size_t)hl, "attention out");
 	A(&a->res2, r * (size_t)h, "residual 2");
 	A(&a->ln2, bt * (size_t)h, "ln2");
@@ -257,7 +258,7 @@ static int alloc_acts(struct gpt *m)
 	for (int l = 0; l < m->cfg.num_layers && !rc; l++)
 		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->B * m->T, m->cfg.hidden,
 					  m->cfg.hidden, m->cfg.heads, m->cfg.ffn,
-					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
+					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, 0);
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
 	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");
 	A(&m->lnf_rstd, MEM_ACT, bt, "lnf.rstd");

@@ -251,7 +251,9 @@ static int alloc_work(struct tp_model *m)
 	A(&m->dfch_gelu, MEM_WORK, bt * f, "d fc.gelu");
 	if (m->part.last)
 		A(&m->dlogits, MEM_WORK, bt * v, "d logits");
-	A(&m->att_scratch, MEM_WORK, (size_t)m->T * m->T, "attention scratch");
+	A(&m->att_scratch, MEM_WORK,
+	  m->flash ? 2 * (size_t)FLASH_ROWS * (size_t)m->T : (size_t)m->T * m->T,
+	  "attention scratch");
 	if (m->tp > 1 && m->part.last) {
 		A(&m->ce_max, MEM_WORK, bt, "cross-entropy max");
 		A(&m->ce_sums, MEM_WORK, 2 * bt, "cross-entropy sums");
@@ -283,7 +285,7 @@ int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 	for (int l = l0; l < l1 && !rc; l++) {
 		rc = gpt_layer_acts_alloc(k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
 					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
-					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
+					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, m->flash);
 		drop(m, &a->la[l]); /* one layer's worth at a time */
 	}
 	if (l1 == L) {
@@ -332,9 +334,11 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 	int rc;
 
 	enum tp_recompute rcm = m->recompute;
+	int flash = m->flash;
 
 	memset(m, 0, sizeof *m);
 	m->recompute = rcm;
+	m->flash = flash;
 	m->cfg = *cfg;
 	m->k = *k;
 	m->tp = tp;
@@ -504,7 +508,11 @@ static int layer_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const
 	if ((rc = gather_rows(m, D(la->ln1), (size_t)C)))
 		return rc;
 	linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT, C, C3);
-	attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
+	if (m->flash)
+		attention_flash_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl,
+				    hs, D(m->att_scratch));
+	else
+		attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
 	linear_fwd(k, D(m->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT, Cl, C);
 	if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
 		return rc;
@@ -544,7 +552,8 @@ static void drop(struct tp_model *m, struct gpt_layer_acts *la)
 	struct tensor keep;
 
 	if (m->recompute == TP_RECOMPUTE_SELECTIVE) {
-		tensor_free(&m->k, &la->att);
+		if (!m->flash) /* with flash there are no scores to drop */
+			tensor_free(&m->k, &la->att);
 	} else if (m->recompute == TP_RECOMPUTE_FULL) {
 		struct moe_acts host = la->moe;
 
@@ -567,7 +576,7 @@ static int regrow(struct tp_model *m, struct gpt_layer_acts *la, int l)
 		return 0;
 	return gpt_layer_acts_alloc(&m->k, la, m->B, m->T, m->Ml, m->cfg.hidden,
 				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
-				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL);
+				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, m->flash);
 }
 
 int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float *loss)
@@ -769,7 +778,7 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 
 			if ((rc = layer_fwd(m, la, l, x, &aux)))
 				return rc;
-		} else if (m->recompute == TP_RECOMPUTE_SELECTIVE) {
+		} else if (m->recompute == TP_RECOMPUTE_SELECTIVE && !m->flash) {
 			attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0,
 				      m->NHl, hs);
 		}
@@ -820,8 +829,13 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 				      PG(m, l, LP_PROJB), g, D(la->atty), BT, Cl, C)))
 			return rc;
 		zero(&m->dqkv);
-		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(la->att), D(la->qkv),
-			      B, T, m->NHl, 0, m->NHl, hs);
+		if (m->flash)
+			attention_flash_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty),
+					    D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0,
+					    m->NHl, hs);
+		else
+			attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(la->att),
+				      D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
 		zero(&m->dln);
 		linear_bwd_input(k, D(m->dln), D(m->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
 		if ((rc = weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),

@@ -126,6 +126,7 @@ struct tp_model {
 	void *hook_ctx;     /* for both */
 	int drop_allreduce; /* tests: skip layer 0's forward MLP all-reduce (a broken TP) */
 	enum tp_recompute recompute; /* set before tp_init */
+	int flash;                   /* memory-efficient attention; set before tp_init */
 };
 
 /* The unit parameter i belongs to. */

@@ -392,6 +392,7 @@ static int par_device(struct emu_dev *d, void *arg)
 	kctx_init(&k, d, cfg->prec);
 	coll_set_wire_bytes(d, k.ab);
 	m.recompute = (enum tp_recompute)cfg->recompute;
+	m.flash = cfg->flash;
 	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp,
 			  cfg->sp, cfg->zero, pp > 1 ? &part : NULL)) ||
 	    (rc = dp_init(&s, &m, gd, dp, dpr, cfg->zero, cfg->bucket_bytes, k.ab)))

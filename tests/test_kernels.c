@@ -520,9 +520,9 @@ static void test_crossentropy(void **state)
 enum { AB = 2, AT = 5, ANH = 3, AHS = 4, AC = ANH * AHS };
 
 struct att {
-	int h0, h1;
+	int h0, h1, flash;
 	float *qkv, *r, out[AB * AT * AC], att[AB * ANH * AT * AT], dqkv[AB * AT * 3 * AC],
-		scratch[AT * AT];
+		scratch[2 * FLASH_ROWS * AT];
 	double *qkvd;
 };
 
@@ -530,6 +530,13 @@ static void att_dev(const struct kctx *k, void *ctx)
 {
 	struct att *a = ctx;
 
+	if (a->flash) {
+		attention_flash_fwd(k, a->out, a->att, a->qkv, AB, AT, ANH, a->h0, a->h1, AHS,
+				    a->scratch);
+		attention_flash_bwd(k, a->dqkv, a->scratch, a->r, a->out, a->att, a->qkv, AB, AT,
+				    ANH, a->h0, a->h1, AHS);
+		return;
+	}
 	attention_fwd(k, a->out, a->att, a->qkv, AB, AT, ANH, a->h0, a->h1, AHS);
 	attention_bwd(k, a->dqkv, a->scratch, a->r, a->att, a->qkv, AB, AT, ANH, a->h0, a->h1, AHS);
 }
@@ -547,9 +554,9 @@ static double att_loss(void *ctx)
 	return s;
 }
 
-static void check_attention(int h0, int h1)
+static void check_attention(int h0, int h1, int flash)
 {
-	struct att a = {.h0 = h0, .h1 = h1};
+	struct att a = {.h0 = h0, .h1 = h1, .flash = flash};
 	double out[AB * AT * AC];
 	char what[64];
 
@@ -559,11 +566,13 @@ static void check_attention(int h0, int h1)
 	a.qkvd = to_double(a.qkv, AB * AT * 3 * AC);
 	ref_attention(out, a.qkvd, AB, AT, ANH, AHS);
 	for (int i = 0; i < AB * AT; i++) {
-		snprintf(what, sizeof what, "attention heads [%d,%d) row %d", h0, h1, i);
+		snprintf(what, sizeof what, "%sattention heads [%d,%d) row %d",
+			 flash ? "flash " : "", h0, h1, i);
 		fwd_check(what, a.out + i * AC + h0 * AHS, out + i * AC + h0 * AHS,
 			  (size_t)(h1 - h0) * AHS, TOL_FWD);
 	}
-	snprintf(what, sizeof what, "attention heads [%d,%d) dqkv", h0, h1);
+	snprintf(what, sizeof what, "%sattention heads [%d,%d) dqkv", flash ? "flash " : "", h0,
+		 h1);
 	fd_check(what, att_loss, &a, a.qkvd, AB * AT * 3 * AC, a.dqkv, TOL_GRAD);
 	free(a.qkv), free(a.r), free(a.qkvd);
 }
@@ -571,8 +580,57 @@ static void check_attention(int h0, int h1)
 static void test_attention(void **state)
 {
 	(void)state;
-	check_attention(0, ANH);
-	check_attention(1, 3); /* what a tensor-parallel rank holding heads 1 and 2 runs */
+	for (int flash = 0; flash <= 1; flash++) {
+		check_attention(0, ANH, flash);
+		check_attention(1, 3, flash); /* a tensor-parallel rank holding heads 1 and 2 */
+	}
+}
+
+/* Memory-efficient attention over several blocks of queries (T = 2.5 FLASH_ROWS) gives
+ * the standard kernel's output and gradients (that one is checked against finite
+ * differences above) to rounding. */
+enum { FT = 5 * FLASH_ROWS / 2, FH = 2, FS = 8, FC = FH * FS };
+
+struct flash_pair {
+	float *qkv, *r, *out[2], *att, *lse, *dqkv[2], *scratch;
+};
+
+static void flash_dev(const struct kctx *k, void *ctx)
+{
+	struct flash_pair *f = ctx;
+
+	attention_fwd(k, f->out[0], f->att, f->qkv, 1, FT, FH, 0, FH, FS);
+	attention_bwd(k, f->dqkv[0], f->scratch, f->r, f->att, f->qkv, 1, FT, FH, 0, FH, FS);
+	attention_flash_fwd(k, f->out[1], f->lse, f->qkv, 1, FT, FH, 0, FH, FS, f->scratch);
+	attention_flash_bwd(k, f->dqkv[1], f->scratch, f->r, f->out[1], f->lse, f->qkv, 1, FT, FH,
+			    0, FH, FS);
+}
+
+static void test_flash_attention_blocks(void **state)
+{
+	struct flash_pair f;
+	double out0[FT * FC], dq0[FT * 3 * FC];
+
+	(void)state;
+	f.qkv = rnd(FT * 3 * FC, 41, 2);
+	f.r = rnd(FT * FC, 42, 1);
+	for (int i = 0; i < 2; i++) {
+		f.out[i] = calloc(FT * FC, sizeof(float));
+		f.dqkv[i] = calloc(FT * 3 * FC, sizeof(float));
+	}
+	f.att = calloc((size_t)FH * FT * FT, sizeof(float));
+	f.lse = calloc((size_t)FH * FT, sizeof(float));
+	f.scratch = calloc((size_t)FT * FT, sizeof(float));
+	run_on_device(flash_dev, &f);
+	for (int i = 0; i < FT * FC; i++)
+		out0[i] = f.out[0][i];
+	for (int i = 0; i < FT * 3 * FC; i++)
+		dq0[i] = f.dqkv[0][i];
+	fwd_check("flash attention out", f.out[1], out0, FT * FC, 1e-5);
+	fwd_check("flash attention dqkv", f.dqkv[1], dq0, FT * 3 * FC, 1e-5);
+	free(f.qkv), free(f.r), free(f.att), free(f.lse), free(f.scratch);
+	for (int i = 0; i < 2; i++)
+		free(f.out[i]), free(f.dqkv[i]);
 }
 
 /* A linear layer on shards of its weight, as Megatron's tensor parallelism runs it:
@@ -731,6 +789,7 @@ int main(void)
 		cmocka_unit_test(test_softmax),
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_flash_attention_blocks),
 		cmocka_unit_test(test_attention_chunks),
 		cmocka_unit_test(test_linear_shards),
 		cmocka_unit_test(test_dry_run_charges_the_same),
