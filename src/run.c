@@ -197,22 +197,22 @@ struct pipe {
 	double loss;
 };
 
-static struct tp_acts *pipe_acts(struct pipe *pp, int mb, int c, int *rc)
+static struct tp_acts *pipe_acts(struct pipe *pp, int mb, int j, int *rc)
 {
-	struct tp_acts *a = &pp->acts[mb * pp->v + c];
-	int l0 = (c * pp->p + pp->stage) * pp->Lb;
+	struct tp_acts *a = &pp->acts[mb * pp->v + j / pp->p];
+	int l0 = j * pp->Lb;
 
 	*rc = a->la ? 0 : tp_acts_alloc(pp->m, a, l0, l0 + pp->Lb);
 	return a;
 }
 
-static int pipe_fwd(void *ctx, int mb, int c)
+static int pipe_fwd(void *ctx, int mb, int j)
 {
 	struct pipe *pp = ctx;
 	const struct run_cfg *cfg = pp->cfg;
 	uint64_t g = (uint64_t)pp->step * pp->accum + (uint64_t)pp->dpr * pp->local + mb;
 	int rc;
-	struct tp_acts *a = pipe_acts(pp, mb, c, &rc);
+	struct tp_acts *a = pipe_acts(pp, mb, j, &rc);
 	float l;
 
 	if (rc)
@@ -227,10 +227,10 @@ static int pipe_fwd(void *ctx, int mb, int c)
 	return 0;
 }
 
-static int pipe_bwd(void *ctx, int mb, int c, int input, int weight)
+static int pipe_bwd(void *ctx, int mb, int j, int input, int weight)
 {
 	struct pipe *pp = ctx;
-	int x = mb * pp->v + c, rc;
+	int x = mb * pp->v + j / pp->p, rc;
 	struct tp_acts *a = &pp->acts[x];
 	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
 
@@ -254,10 +254,10 @@ static int pipe_bwd(void *ctx, int mb, int c, int input, int weight)
 	return 0;
 }
 
-static int pipe_send(void *ctx, int mb, int c, enum sched_msg what, int peer)
+static int pipe_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe *pp = ctx;
-	int x = mb * pp->v + c;
+	int x = mb * pp->v + j / pp->p;
 	struct tp_acts *a = &pp->acts[x];
 	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
 
@@ -267,12 +267,12 @@ static int pipe_send(void *ctx, int mb, int c, enum sched_msg what, int peer)
 	return coll_isend(pp->d, pp->dev[peer], pp->din[x].data, n, &pp->grad_req[x]);
 }
 
-static int pipe_recv(void *ctx, int mb, int c, enum sched_msg what, int peer)
+static int pipe_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe *pp = ctx;
 	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
 	int rc;
-	struct tp_acts *a = pipe_acts(pp, mb, c, &rc);
+	struct tp_acts *a = pipe_acts(pp, mb, j, &rc);
 
 	if (rc)
 		return rc;

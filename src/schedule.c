@@ -62,6 +62,7 @@ void sched_init_empty(struct sched *sc, enum sched_kind kind, int p, int m, int 
 	sc->p = p;
 	sc->m = m;
 	sc->v = v;
+	sc->nb = p * v;
 	sc->n = emu_xcalloc((size_t)p, sizeof *sc->n);
 	sc->a = emu_xcalloc((size_t)p, sizeof *sc->a);
 	for (int s = 0; s < p; s++)
@@ -84,43 +85,45 @@ void sched_free(struct sched *sc)
 	memset(sc, 0, sizeof *sc);
 }
 
-static int nblocks(const struct sched *sc)
+int sched_stage(const struct sched *sc, int mb, int j)
 {
-	return sc->p * sc->v;
+	(void)mb;
+	return j % sc->p;
 }
 
-/* The forward of (mb, chunk c) on stage s with its input's recv and its output's send. */
-static void push_fwd(struct sched *sc, int s, int mb, int c)
+/* The forward of block j of micro-batch mb on its stage, with its input's recv and its
+ * output's send where the neighbouring block is on another stage. */
+static void push_fwd(struct sched *sc, int mb, int j)
 {
-	int j = c * sc->p + s, p = sc->p;
+	int s = sched_stage(sc, mb, j), prev = j > 0 ? sched_stage(sc, mb, j - 1) : s;
+	int next = j + 1 < sc->nb ? sched_stage(sc, mb, j + 1) : s;
 
-	if (j > 0)
-		sched_push(sc, s, (struct sched_action){SCHED_RECV, mb, c, SCHED_ACT, (j - 1) % p});
-	sched_push(sc, s, (struct sched_action){SCHED_F, mb, c, SCHED_ACT, -1});
-	if (j + 1 < nblocks(sc))
-		sched_push(sc, s, (struct sched_action){SCHED_SEND, mb, c, SCHED_ACT, (j + 1) % p});
+	if (prev != s)
+		sched_push(sc, s, (struct sched_action){SCHED_RECV, mb, j, SCHED_ACT, prev});
+	sched_push(sc, s, (struct sched_action){SCHED_F, mb, j, SCHED_ACT, -1});
+	if (next != s)
+		sched_push(sc, s, (struct sched_action){SCHED_SEND, mb, j, SCHED_ACT, next});
 }
 
-/* A backward (op B or BW) of (mb, chunk c) on stage s with its gradient's recv and send. */
-static void push_bwd(struct sched *sc, int s, int mb, int c, enum sched_op op)
+/* A backward (op B or BW) of block j of mb, with its gradient's recv and send. */
+static void push_bwd(struct sched *sc, int mb, int j, enum sched_op op)
 {
-	int j = c * sc->p + s, p = sc->p;
+	int s = sched_stage(sc, mb, j), prev = j > 0 ? sched_stage(sc, mb, j - 1) : s;
+	int next = j + 1 < sc->nb ? sched_stage(sc, mb, j + 1) : s;
 
-	if (j + 1 < nblocks(sc))
-		sched_push(sc, s,
-			   (struct sched_action){SCHED_RECV, mb, c, SCHED_GRAD, (j + 1) % p});
-	sched_push(sc, s, (struct sched_action){op, mb, c, SCHED_GRAD, -1});
-	if (j > 0)
-		sched_push(sc, s,
-			   (struct sched_action){SCHED_SEND, mb, c, SCHED_GRAD, (j - 1) % p});
+	if (next != s)
+		sched_push(sc, s, (struct sched_action){SCHED_RECV, mb, j, SCHED_GRAD, next});
+	sched_push(sc, s, (struct sched_action){op, mb, j, SCHED_GRAD, -1});
+	if (prev != s)
+		sched_push(sc, s, (struct sched_action){SCHED_SEND, mb, j, SCHED_GRAD, prev});
 }
 
 static void build_gpipe(struct sched *sc, int s)
 {
 	for (int mb = 0; mb < sc->m; mb++)
-		push_fwd(sc, s, mb, 0);
+		push_fwd(sc, mb, s);
 	for (int mb = sc->m - 1; mb >= 0; mb--)
-		push_bwd(sc, s, mb, 0, SCHED_BW);
+		push_bwd(sc, mb, s, SCHED_BW);
 }
 
 static void build_1f1b(struct sched *sc, int s)
@@ -128,13 +131,13 @@ static void build_1f1b(struct sched *sc, int s)
 	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m;
 
 	for (int i = 0; i < w; i++)
-		push_fwd(sc, s, i, 0);
+		push_fwd(sc, i, s);
 	for (int i = 0; i < m - w; i++) {
-		push_fwd(sc, s, w + i, 0);
-		push_bwd(sc, s, i, 0, SCHED_BW);
+		push_fwd(sc, w + i, s);
+		push_bwd(sc, i, s, SCHED_BW);
 	}
 	for (int i = m - w; i < m; i++)
-		push_bwd(sc, s, i, 0, SCHED_BW);
+		push_bwd(sc, i, s, SCHED_BW);
 }
 
 /* Megatron's interleaved order: the k-th chunk forward of a stage is micro-batch
@@ -149,13 +152,13 @@ static void build_interleaved(struct sched *sc, int s)
 #define CHB(k) (v - 1 - (k) / p % v)
 	w = w < total ? w : total;
 	for (int k = 0; k < w; k++)
-		push_fwd(sc, s, MB(k), CHF(k));
+		push_fwd(sc, MB(k), CHF(k) * p + s);
 	for (int i = 0; i < total - w; i++) {
-		push_fwd(sc, s, MB(w + i), CHF(w + i));
-		push_bwd(sc, s, MB(i), CHB(i), SCHED_BW);
+		push_fwd(sc, MB(w + i), CHF(w + i) * p + s);
+		push_bwd(sc, MB(i), CHB(i) * p + s, SCHED_BW);
 	}
 	for (int i = total - w; i < total; i++)
-		push_bwd(sc, s, MB(i), CHB(i), SCHED_BW);
+		push_bwd(sc, MB(i), CHB(i) * p + s, SCHED_BW);
 #undef MB
 #undef CHF
 #undef CHB
@@ -167,17 +170,17 @@ static void build_zbh1(struct sched *sc, int s)
 {
 	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m, nw = 0;
 
-#define W_NEXT() sched_push(sc, s, (struct sched_action){SCHED_W, nw++, 0, SCHED_GRAD, -1})
+#define W_NEXT() sched_push(sc, s, (struct sched_action){SCHED_W, nw++, s, SCHED_GRAD, -1})
 	for (int i = 0; i < w; i++)
-		push_fwd(sc, s, i, 0);
+		push_fwd(sc, i, s);
 	for (int i = 0; i < m - w; i++) {
-		push_fwd(sc, s, w + i, 0);
-		push_bwd(sc, s, i, 0, SCHED_B);
+		push_fwd(sc, w + i, s);
+		push_bwd(sc, i, s, SCHED_B);
 		if (i >= s)
 			W_NEXT();
 	}
 	for (int i = m - w; i < m; i++) {
-		push_bwd(sc, s, i, 0, SCHED_B);
+		push_bwd(sc, i, s, SCHED_B);
 		if (i >= s)
 			W_NEXT();
 	}
@@ -231,15 +234,15 @@ static void build_zbh2(struct sched *sc)
 			if (op == SCHED_F) {
 				fdone[s * m + pick] = t + 1;
 				inflight[s]++;
-				push_fwd(sc, s, pick, 0);
+				push_fwd(sc, pick, s);
 			} else if (op == SCHED_B) {
 				bdone[s * m + pick] = t + 1;
-				push_bwd(sc, s, pick, 0, SCHED_B);
+				push_bwd(sc, pick, s, SCHED_B);
 			} else {
 				wdone[s * m + pick] = t + 1;
 				inflight[s]--;
 				sched_push(sc, s,
-					   (struct sched_action){SCHED_W, pick, 0, SCHED_GRAD, -1});
+					   (struct sched_action){SCHED_W, pick, s, SCHED_GRAD, -1});
 			}
 		}
 	}
@@ -286,38 +289,45 @@ static const char *msg_name(enum sched_msg m)
 	return m == SCHED_ACT ? "activations" : "gradient";
 }
 
-/* "micro-batch 3" or "micro-batch 3 (chunk 1)" */
-static const char *what(const struct sched *sc, int mb, int c, char *buf, size_t n)
+/* "micro-batch 3" or "micro-batch 3 (block 5)" */
+static const char *what(const struct sched *sc, int mb, int j, char *buf, size_t n)
 {
-	if (sc->v > 1)
-		snprintf(buf, n, "micro-batch %d (chunk %d)", mb, c);
+	if (sc->nb > sc->p)
+		snprintf(buf, n, "micro-batch %d (block %d)", mb, j);
 	else
 		snprintf(buf, n, "micro-batch %d", mb);
 	return buf;
 }
 
-/* Per stage and (mb, chunk), where in the list each kind of action is (-1: absent). */
+/* For each (micro-batch, block), where in its stage's list each kind of action is (-1:
+ * absent). */
 struct where {
 	int *f, *b, *w, *bw, *ra, *rg, *sa, *sg;
 };
 
-#define IDX(sc, s, mb, c) ((((size_t)(s) * (sc)->m + (mb)) * (sc)->v) + (c))
+#define IDX(sc, mb, j) ((size_t)(mb) * (size_t)(sc)->nb + (size_t)(j))
 
 static int wellformed(const struct sched *sc, char *err, size_t n)
 {
-	int p = sc->p, nb = nblocks(sc);
-
-	for (int s = 0; s < p; s++)
+	for (int s = 0; s < sc->p; s++)
 		for (int i = 0; i < sc->n[s]; i++) {
 			const struct sched_action *a = &sc->a[s][i];
-			int j = a->chunk * p + s, want;
+			int j = a->block, want, holder;
+			char b[64];
 
-			if ((unsigned)a->op > SCHED_RECV || a->mb < 0 || a->mb >= sc->m ||
-			    a->chunk < 0 || a->chunk >= sc->v) {
+			if ((unsigned)a->op > SCHED_RECV || a->mb < 0 || a->mb >= sc->m || j < 0 ||
+			    j >= sc->nb) {
 				snprintf(err, n,
-					 "stage %d, action %d: micro-batch %d or chunk %d out of "
-					 "range (%d micro-batches, %d chunks)",
-					 s, i, a->mb, a->chunk, sc->m, sc->v);
+					 "stage %d, action %d: micro-batch %d or block %d out of "
+					 "range (%d micro-batches, %d blocks)",
+					 s, i, a->mb, j, sc->m, sc->nb);
+				return -1;
+			}
+			if ((holder = sched_stage(sc, a->mb, j)) != s) {
+				snprintf(err, n,
+					 "stage %d, action %d: the %s of %s, which stage %d runs",
+					 s, i, op_name(a->op), what(sc, a->mb, j, b, sizeof b),
+					 holder);
 				return -1;
 			}
 			if (a->op != SCHED_SEND && a->op != SCHED_RECV)
@@ -325,19 +335,18 @@ static int wellformed(const struct sched *sc, char *err, size_t n)
 			/* who the peer must be: the next block's stage for activations sent and
 			 * gradients received, the previous one's otherwise */
 			if ((a->op == SCHED_SEND) == (a->msg == SCHED_ACT))
-				want = j + 1 < nb ? (j + 1) % p : -1;
+				want = j + 1 < sc->nb ? sched_stage(sc, a->mb, j + 1) : -1;
 			else
-				want = j > 0 ? (j - 1) % p : -1;
-			if (a->peer != want) {
-				char b[64];
-
+				want = j > 0 ? sched_stage(sc, a->mb, j - 1) : -1;
+			if (a->peer != want || want == s) {
 				snprintf(err, n,
 					 "stage %d, action %d: a %s of the %s of %s with stage %d, "
 					 "but %s",
 					 s, i, op_name(a->op), msg_name(a->msg),
-					 what(sc, a->mb, a->chunk, b, sizeof b), a->peer,
-					 want < 0 ? "that block has no such neighbour"
-						  : "its neighbour block is elsewhere");
+					 what(sc, a->mb, j, b, sizeof b), a->peer,
+					 want < 0    ? "that block has no such neighbour"
+					 : want == s ? "its neighbour block is on the same stage"
+						     : "its neighbour block is elsewhere");
 				return -1;
 			}
 		}
@@ -346,7 +355,7 @@ static int wellformed(const struct sched *sc, char *err, size_t n)
 
 static int locate(const struct sched *sc, struct where *w, char *err, size_t n)
 {
-	size_t cells = (size_t)sc->p * sc->m * sc->v;
+	size_t cells = (size_t)sc->m * sc->nb;
 	int **all[] = {&w->f, &w->b, &w->w, &w->bw, &w->ra, &w->rg, &w->sa, &w->sg};
 
 	for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
@@ -380,17 +389,17 @@ static int locate(const struct sched *sc, struct where *w, char *err, size_t n)
 				slot = a->msg == SCHED_ACT ? w->sa : w->sg;
 				break;
 			}
-			if (slot[IDX(sc, s, a->mb, a->chunk)] >= 0) {
+			if (slot[IDX(sc, a->mb, a->block)] >= 0) {
 				snprintf(err, n, "stage %d runs the %s%s%s of %s twice", s,
 					 op_name(a->op),
 					 a->op == SCHED_SEND || a->op == SCHED_RECV ? " of " : "",
 					 a->op == SCHED_SEND || a->op == SCHED_RECV
 						 ? msg_name(a->msg)
 						 : "",
-					 what(sc, a->mb, a->chunk, b, sizeof b));
+					 what(sc, a->mb, a->block, b, sizeof b));
 				return -1;
 			}
-			slot[IDX(sc, s, a->mb, a->chunk)] = i;
+			slot[IDX(sc, a->mb, a->block)] = i;
 		}
 	return 0;
 }
@@ -407,128 +416,110 @@ static void where_free(struct where *w)
 	free(w->sg);
 }
 
-/* Every (mb, chunk) of every stage: forwarded, backwarded once, in order, with its
- * inputs received before use and its outputs produced before they are sent; every send
- * received by its peer and every recv sent. */
+#define FAIL(...)                                                                                  \
+	do {                                                                                       \
+		snprintf(err, n, __VA_ARGS__);                                                     \
+		return -1;                                                                         \
+	} while (0)
+
+/* Every (micro-batch, block): forwarded and backwarded once, in order, with its inputs
+ * there before use (received, or from the block before it on the same stage) and its
+ * outputs produced before they are sent; every send received by its peer and every
+ * recv sent. */
 static int complete(const struct sched *sc, const struct where *w, char *err, size_t n)
 {
-	int p = sc->p, nb = nblocks(sc);
-	char b[64];
+	char b[64], b2[64];
 
-	for (int s = 0; s < p; s++)
-		for (int mb = 0; mb < sc->m; mb++)
-			for (int c = 0; c < sc->v; c++) {
-				size_t x = IDX(sc, s, mb, c);
-				int j = c * p + s, bwd = w->bw[x] >= 0 ? w->bw[x] : w->b[x];
-				const char *wh = what(sc, mb, c, b, sizeof b);
+	for (int mb = 0; mb < sc->m; mb++)
+		for (int j = 0; j < sc->nb; j++) {
+			size_t x = IDX(sc, mb, j);
+			int s = sched_stage(sc, mb, j), bwd = w->bw[x] >= 0 ? w->bw[x] : w->b[x];
+			int prev = j > 0 ? sched_stage(sc, mb, j - 1) : -1;
+			int next = j + 1 < sc->nb ? sched_stage(sc, mb, j + 1) : -1;
+			const char *wh = what(sc, mb, j, b, sizeof b);
 
-				if (w->f[x] < 0)
-					return snprintf(err, n,
-							"stage %d never runs the forward of %s", s,
-							wh),
-					       -1;
-				if (bwd < 0)
-					return snprintf(err, n,
-							"stage %d never runs the backward of %s", s,
-							wh),
-					       -1;
-				if (w->bw[x] >= 0 && (w->b[x] >= 0 || w->w[x] >= 0))
-					return snprintf(err, n,
-							"stage %d runs the backward of %s both "
-							"whole "
-							"and split",
-							s, wh),
-					       -1;
-				if (w->b[x] >= 0 && w->w[x] < 0)
-					return snprintf(err, n,
-							"stage %d never runs the weight backward "
-							"of %s",
-							s, wh),
-					       -1;
-				if (bwd < w->f[x])
-					return snprintf(err, n,
-							"stage %d runs the backward of %s before "
-							"its "
-							"forward",
-							s, wh),
-					       -1;
-				if (w->w[x] >= 0 && w->w[x] < w->b[x])
-					return snprintf(err, n,
-							"stage %d runs the weight backward of %s "
-							"before its input backward",
-							s, wh),
-					       -1;
-				if (j > 0 && (w->ra[x] < 0 || w->ra[x] > w->f[x]))
-					return snprintf(err, n,
-							"stage %d runs the forward of %s before "
-							"receiving its input from stage %d",
-							s, wh, (j - 1) % p),
-					       -1;
-				if (j + 1 < nb && (w->rg[x] < 0 || w->rg[x] > bwd))
-					return snprintf(err, n,
-							"stage %d runs the backward of %s before "
-							"receiving its output's gradient from "
-							"stage %d",
-							s, wh, (j + 1) % p),
-					       -1;
-				if (w->sa[x] >= 0 && w->sa[x] < w->f[x])
-					return snprintf(err, n,
-							"stage %d sends the activations of %s "
-							"before "
-							"computing them",
-							s, wh),
-					       -1;
-				if (w->sg[x] >= 0 && w->sg[x] < bwd)
-					return snprintf(err, n,
-							"stage %d sends the gradient of %s before "
-							"computing it",
-							s, wh),
-					       -1;
-				/* pairs: this block's output goes to block j + 1's input */
-				if (j + 1 < nb) {
-					int q = (j + 1) % p, cq = (j + 1) / p;
-					size_t y = IDX(sc, q, mb, cq);
+			if (w->f[x] < 0)
+				FAIL("stage %d never runs the forward of %s", s, wh);
+			if (bwd < 0)
+				FAIL("stage %d never runs the backward of %s", s, wh);
+			if (w->bw[x] >= 0 && (w->b[x] >= 0 || w->w[x] >= 0))
+				FAIL("stage %d runs the backward of %s both whole and split", s,
+				     wh);
+			if (w->b[x] >= 0 && w->w[x] < 0)
+				FAIL("stage %d never runs the weight backward of %s", s, wh);
+			if (bwd < w->f[x])
+				FAIL("stage %d runs the backward of %s before its forward", s, wh);
+			if (w->w[x] >= 0 && w->w[x] < w->b[x])
+				FAIL("stage %d runs the weight backward of %s before its input "
+				     "backward",
+				     s, wh);
+			if (prev >= 0 && prev != s && (w->ra[x] < 0 || w->ra[x] > w->f[x]))
+				FAIL("stage %d runs the forward of %s before receiving its input "
+				     "from "
+				     "stage %d",
+				     s, wh, prev);
+			if (prev == s && w->f[IDX(sc, mb, j - 1)] > w->f[x])
+				FAIL("stage %d runs the forward of %s before that of the block "
+				     "before "
+				     "it",
+				     s, wh);
+			if (next >= 0 && next != s && (w->rg[x] < 0 || w->rg[x] > bwd))
+				FAIL("stage %d runs the backward of %s before receiving its "
+				     "output's "
+				     "gradient from stage %d",
+				     s, wh, next);
+			if (next == s) {
+				size_t y = IDX(sc, mb, j + 1);
+				int after = w->bw[y] >= 0 ? w->bw[y] : w->b[y];
 
-					if (w->sa[x] < 0 && w->ra[y] >= 0)
-						return snprintf(err, n,
-								"stage %d receives the activations "
-								"of %s from stage %d, which never "
-								"sends them",
-								q, what(sc, mb, cq, b, sizeof b),
-								s),
-						       -1;
-					if (w->sa[x] >= 0 && w->ra[y] < 0)
-						return snprintf(err, n,
-								"stage %d sends the activations of "
-								"%s to stage %d, which never "
-								"receives them",
-								s, wh, q),
-						       -1;
-					if (w->rg[x] >= 0 && w->sg[y] < 0)
-						return snprintf(err, n,
-								"stage %d receives the gradient of "
-								"%s from stage %d, which never "
-								"sends it",
-								s, wh, q),
-						       -1;
-					if (w->rg[x] < 0 && w->sg[y] >= 0)
-						return snprintf(err, n,
-								"stage %d sends the gradient of %s "
-								"to "
-								"stage %d, which never receives it",
-								q, what(sc, mb, cq, b, sizeof b),
-								s),
-						       -1;
-				}
+				if (after > bwd)
+					FAIL("stage %d runs the backward of %s before that of the "
+					     "block after it",
+					     s, wh);
 			}
+			if (w->sa[x] >= 0 && w->sa[x] < w->f[x])
+				FAIL("stage %d sends the activations of %s before computing them",
+				     s, wh);
+			if (w->sg[x] >= 0 && w->sg[x] < bwd)
+				FAIL("stage %d sends the gradient of %s before computing it", s,
+				     wh);
+			/* pairs: this block's output goes to block j + 1's input */
+			if (next >= 0 && next != s) {
+				size_t y = IDX(sc, mb, j + 1);
+				const char *wn = what(sc, mb, j + 1, b2, sizeof b2);
+
+				if (w->sa[x] < 0 && w->ra[y] >= 0)
+					FAIL("stage %d receives the activations of %s from stage "
+					     "%d, "
+					     "which never sends them",
+					     next, wn, s);
+				if (w->sa[x] >= 0 && w->ra[y] < 0)
+					FAIL("stage %d sends the activations of %s to stage %d, "
+					     "which "
+					     "never receives them",
+					     s, wh, next);
+				if (w->rg[x] >= 0 && w->sg[y] < 0)
+					FAIL("stage %d receives the gradient of %s from stage %d, "
+					     "which "
+					     "never sends it",
+					     s, wh, next);
+				if (w->rg[x] < 0 && w->sg[y] >= 0)
+					FAIL("stage %d sends the gradient of %s to stage %d, which "
+					     "never "
+					     "receives it",
+					     next, wn, s);
+			}
+		}
 	return 0;
 }
+
+#undef FAIL
 
 /* Runs the lists with sends that never block and recvs that wait for their send; a
  * state where no stage can go on is a cycle of waits. */
 static int progress(const struct sched *sc, char *err, size_t n)
 {
-	int p = sc->p, nb = nblocks(sc), left = 0, rc = 0;
+	int p = sc->p, nb = sc->nb, left = 0, rc = 0;
 	int *pc = emu_xcalloc((size_t)p, sizeof *pc);
 	/* sent[(mb nb + j) 2 + msg]: block j's activations (out) or input gradient */
 	unsigned char *sent = emu_xcalloc((size_t)sc->m * nb * 2, 1);
@@ -541,7 +532,7 @@ static int progress(const struct sched *sc, char *err, size_t n)
 		for (int s = 0; s < p; s++)
 			while (pc[s] < sc->n[s]) {
 				const struct sched_action *a = &sc->a[s][pc[s]];
-				int j = a->chunk * p + s;
+				int j = a->block;
 
 				if (a->op == SCHED_RECV) {
 					int from = a->msg == SCHED_ACT ? j - 1 : j + 1;
@@ -572,7 +563,7 @@ static int progress(const struct sched *sc, char *err, size_t n)
 			len += (size_t)snprintf(err + len, n - len,
 						" stage %d waits for the %s of %s from stage %d;",
 						s, msg_name(a->msg),
-						what(sc, a->mb, a->chunk, b, sizeof b), a->peer);
+						what(sc, a->mb, a->block, b, sizeof b), a->peer);
 		}
 		if (len < n && len > 0 && err[len - 1] == ';')
 			err[len - 1] = 0;
@@ -597,6 +588,8 @@ int sched_check(const struct sched *sc, char *err, size_t n)
 	return rc ? rc : progress(sc, err, n);
 }
 
+/* Blocks forwarded and not yet done with (whole backward, or weight pass), in
+ * micro-batches: a stage runs nb / p blocks of each. */
 double sched_peak_inflight(const struct sched *sc, int s)
 {
 	int cur = 0, peak = 0;
@@ -607,7 +600,7 @@ double sched_peak_inflight(const struct sched *sc, int s)
 		cur += op == SCHED_F ? 1 : op == SCHED_BW || op == SCHED_W ? -1 : 0;
 		peak = cur > peak ? cur : peak;
 	}
-	return (double)peak / sc->v;
+	return (double)peak * sc->p / sc->nb;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -624,22 +617,22 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 
 		switch (a->op) {
 		case SCHED_F:
-			rc = ops->fwd(ctx, a->mb, a->chunk);
+			rc = ops->fwd(ctx, a->mb, a->block);
 			break;
 		case SCHED_B:
-			rc = ops->bwd(ctx, a->mb, a->chunk, 1, 0);
+			rc = ops->bwd(ctx, a->mb, a->block, 1, 0);
 			break;
 		case SCHED_W:
-			rc = ops->bwd(ctx, a->mb, a->chunk, 0, 1);
+			rc = ops->bwd(ctx, a->mb, a->block, 0, 1);
 			break;
 		case SCHED_BW:
-			rc = ops->bwd(ctx, a->mb, a->chunk, 1, 1);
+			rc = ops->bwd(ctx, a->mb, a->block, 1, 1);
 			break;
 		case SCHED_SEND:
-			rc = ops->send(ctx, a->mb, a->chunk, a->msg, a->peer);
+			rc = ops->send(ctx, a->mb, a->block, a->msg, a->peer);
 			break;
 		case SCHED_RECV:
-			rc = ops->recv(ctx, a->mb, a->chunk, a->msg, a->peer);
+			rc = ops->recv(ctx, a->mb, a->block, a->msg, a->peer);
 			t0 = emu_now(d); /* the wait is not the action's */
 			break;
 		}
@@ -699,7 +692,8 @@ void sched_draw(const struct sched *sc, long long *const *span, int width, void 
 			if (!a)
 				fprintf(out, sc->v > 1 ? "  .  " : "  . ");
 			else if (sc->v > 1)
-				fprintf(out, "%c%2d:%d", "FBWB"[a->op], a -> mb, a -> chunk);
+				fprintf(out, "%c%2d:%d", "FBWB"[a->op], a -> mb,
+					a -> block / sc -> p);
 			else
 				fprintf(out, "%c%-2d ", "FBWB"[a->op], a -> mb);
 		}

@@ -9,15 +9,16 @@
  * is block c p + s, as in Megatron-LM's interleaved schedule.
  *
  * Actions:
- *   F  (mb, chunk)        forward of the chunk for micro-batch mb
- *   B  (mb, chunk)        backward for the inputs only (zero-bubble's B)
- *   W  (mb, chunk)        backward for the weights only (zero-bubble's W); needs B
- *   BW (mb, chunk)        the whole backward, B and W in one
- *   SEND (mb, chunk, what, peer)   posts the chunk's output activations (ACT, to the
+ *   F  (mb, block)        forward of the block for micro-batch mb
+ *   B  (mb, block)        backward for the inputs only (zero-bubble's B)
+ *   W  (mb, block)        backward for the weights only (zero-bubble's W); needs B
+ *   BW (mb, block)        the whole backward, B and W in one
+ *   SEND (mb, block, what, peer)   posts the block's output activations (ACT, to the
  *                        next block's stage) or the gradient of its input (GRAD, to the
  *                        previous block's stage); a send never blocks
- *   RECV (mb, chunk, what, peer)   waits for the chunk's input activations (ACT) or the
+ *   RECV (mb, block, what, peer)   waits for the block's input activations (ACT) or the
  *                        gradient of its output (GRAD)
+ * Consecutive blocks on the same stage pass their data without a message.
  *
  * Sources of the orders: GPipe (Huang et al. 2019, arXiv 1811.06965): every forward, then
  * every backward, last micro-batch first. 1F1B and its interleaved form (Narayanan et
@@ -49,7 +50,7 @@ enum sched_kind { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_
 
 struct sched_action {
 	enum sched_op op;
-	int mb, chunk;
+	int mb, block;      /* the micro-batch, and the block of the model (0 .. nb-1) */
 	enum sched_msg msg; /* SEND, RECV */
 	int peer;           /* SEND, RECV: the other stage */
 };
@@ -57,9 +58,13 @@ struct sched_action {
 struct sched {
 	enum sched_kind kind;
 	int p, m, v;             /* stages, micro-batches, chunks a stage */
+	int nb;                  /* blocks a micro-batch goes through: p v */
 	int *n;                  /* [p] actions of each stage */
 	struct sched_action **a; /* [p][n[s]] */
 };
+
+/* The stage that runs block j of micro-batch mb: j % p. */
+int sched_stage(const struct sched *sc, int mb, int j);
 
 /* The schedule's name as --schedule spells it, and the kind a name spells (-1 if none). */
 const char *sched_name(enum sched_kind k);
@@ -91,10 +96,10 @@ double sched_peak_inflight(const struct sched *sc, int s);
 /* What sched_exec calls; each returns 0 or a negative enum emu_err. send posts and
  * returns; the executor calls wait_sends once the list is done. */
 struct sched_ops {
-	int (*fwd)(void *ctx, int mb, int chunk);
-	int (*bwd)(void *ctx, int mb, int chunk, int input, int weight);
-	int (*send)(void *ctx, int mb, int chunk, enum sched_msg what, int peer);
-	int (*recv)(void *ctx, int mb, int chunk, enum sched_msg what, int peer);
+	int (*fwd)(void *ctx, int mb, int block);
+	int (*bwd)(void *ctx, int mb, int block, int input, int weight);
+	int (*send)(void *ctx, int mb, int block, enum sched_msg what, int peer);
+	int (*recv)(void *ctx, int mb, int block, enum sched_msg what, int peer);
 	int (*wait_sends)(void *ctx);
 };
 

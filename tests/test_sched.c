@@ -50,7 +50,9 @@ static void expect_violation(struct sched *sc, const char *want)
 	sched_free(sc);
 }
 
-#define ACT(op, mb, msg, peer) ((struct sched_action){(op), (mb), 0, (msg), (peer)})
+/* an action of stage s on its block (v = 1: block s) */
+#define PUSH(sc, s, op, mb, msg, peer)                                                             \
+	sched_push((sc), (s), (struct sched_action){(op), (mb), (s), (msg), (peer)})
 
 static void test_checker_names_violations(void **state)
 {
@@ -59,88 +61,88 @@ static void test_checker_names_violations(void **state)
 	(void)state;
 	/* a backward before its forward on the last stage */
 	sched_init_empty(&sc, SCHED_1F1B, 2, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
-	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_RECV, 0, SCHED_GRAD, 1);
+	PUSH(&sc, 0, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_RECV, 0, SCHED_ACT, 0);
+	PUSH(&sc, 1, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_SEND, 0, SCHED_GRAD, 0);
 	expect_violation(&sc, "stage 1 runs the backward of micro-batch 0 before its forward");
 
 	/* a forward before its input arrives; then an unmatched send: stage 0 sends
 	 * micro-batch 0's activations, stage 1 never receives them */
 	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
-	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_RECV, 0, SCHED_GRAD, 1);
+	PUSH(&sc, 0, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_RECV, 0, SCHED_ACT, 0);
+	PUSH(&sc, 1, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_SEND, 0, SCHED_GRAD, 0);
 	expect_violation(&sc, "stage 1 runs the forward of micro-batch 0 before receiving its "
 			      "input from stage 0");
 	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_RECV, 0, SCHED_GRAD, 1);
+	PUSH(&sc, 0, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_SEND, 0, SCHED_GRAD, 0);
 	expect_violation(&sc, "stage 0 sends the activations of micro-batch 0 to stage 1, which "
 			      "never receives them");
 	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
-	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_RECV, 0, SCHED_ACT, 0);
+	PUSH(&sc, 1, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_SEND, 0, SCHED_GRAD, 0);
 	expect_violation(&sc, "stage 0 runs the backward of micro-batch 0 before receiving its "
 			      "output's gradient from stage 1");
 	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
-	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_RECV, 0, SCHED_GRAD, 1);
+	PUSH(&sc, 0, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_RECV, 0, SCHED_ACT, 0);
+	PUSH(&sc, 1, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_BW, 0, SCHED_GRAD, -1);
 	expect_violation(&sc, "stage 0 receives the gradient of micro-batch 0 from stage 1, "
 			      "which never sends it");
 	sched_init_empty(&sc, SCHED_GPIPE, 2, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
 	expect_violation(&sc, "stage 0 runs the send of activations of micro-batch 0 twice");
 	/* a send to the wrong stage */
 	sched_init_empty(&sc, SCHED_GPIPE, 3, 1, 1);
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 2));
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 2);
 	expect_violation(&sc, "stage 0, action 0: a send of the activations of micro-batch 0 "
 			      "with stage 2");
 	/* two stages each waiting for the other: every action present, in an order that
 	 * cannot run */
 	sched_init_empty(&sc, SCHED_1F1B, 2, 2, 1);
-	sched_push(&sc, 0, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 0, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_RECV, 0, SCHED_GRAD, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 0, ACT(SCHED_F, 1, SCHED_ACT, -1));
-	sched_push(&sc, 0, ACT(SCHED_SEND, 1, SCHED_ACT, 1));
-	sched_push(&sc, 0, ACT(SCHED_RECV, 1, SCHED_GRAD, 1));
-	sched_push(&sc, 0, ACT(SCHED_BW, 1, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_RECV, 1, SCHED_ACT, 0));
-	sched_push(&sc, 1, ACT(SCHED_F, 1, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_BW, 1, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_SEND, 1, SCHED_GRAD, 0));
-	sched_push(&sc, 1, ACT(SCHED_RECV, 0, SCHED_ACT, 0));
-	sched_push(&sc, 1, ACT(SCHED_F, 0, SCHED_ACT, -1));
-	sched_push(&sc, 1, ACT(SCHED_BW, 0, SCHED_GRAD, -1));
-	sched_push(&sc, 1, ACT(SCHED_SEND, 0, SCHED_GRAD, 0));
+	PUSH(&sc, 0, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 0, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_RECV, 0, SCHED_GRAD, 1);
+	PUSH(&sc, 0, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 0, SCHED_F, 1, SCHED_ACT, -1);
+	PUSH(&sc, 0, SCHED_SEND, 1, SCHED_ACT, 1);
+	PUSH(&sc, 0, SCHED_RECV, 1, SCHED_GRAD, 1);
+	PUSH(&sc, 0, SCHED_BW, 1, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_RECV, 1, SCHED_ACT, 0);
+	PUSH(&sc, 1, SCHED_F, 1, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_BW, 1, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_SEND, 1, SCHED_GRAD, 0);
+	PUSH(&sc, 1, SCHED_RECV, 0, SCHED_ACT, 0);
+	PUSH(&sc, 1, SCHED_F, 0, SCHED_ACT, -1);
+	PUSH(&sc, 1, SCHED_BW, 0, SCHED_GRAD, -1);
+	PUSH(&sc, 1, SCHED_SEND, 0, SCHED_GRAD, 0);
 	expect_violation(&sc, "no stage can go on (a cycle of waits): stage 0 waits for the "
 			      "gradient of micro-batch 0 from stage 1; stage 1 waits for the "
 			      "activations of micro-batch 1 from stage 0");
@@ -170,37 +172,37 @@ static int work(struct unit *u, int units)
 	return 0;
 }
 
-static int u_fwd(void *ctx, int mb, int chunk)
+static int u_fwd(void *ctx, int mb, int block)
 {
 	(void)mb;
-	(void)chunk;
+	(void)block;
 	return work(ctx, 1);
 }
 
-static int u_bwd(void *ctx, int mb, int chunk, int input, int weight)
+static int u_bwd(void *ctx, int mb, int block, int input, int weight)
 {
 	(void)mb;
-	(void)chunk;
+	(void)block;
 	return work(ctx, input + weight);
 }
 
-static int u_send(void *ctx, int mb, int chunk, enum sched_msg what, int peer)
+static int u_send(void *ctx, int mb, int block, enum sched_msg what, int peer)
 {
 	struct unit *u = ctx;
 
 	(void)mb;
-	(void)chunk;
+	(void)block;
 	(void)what;
 	assert_true(u->nreq < 1024);
 	return coll_isend(u->d, peer, &u->none, 0, &u->req[u->nreq++]);
 }
 
-static int u_recv(void *ctx, int mb, int chunk, enum sched_msg what, int peer)
+static int u_recv(void *ctx, int mb, int block, enum sched_msg what, int peer)
 {
 	struct unit *u = ctx;
 
 	(void)mb;
-	(void)chunk;
+	(void)block;
 	(void)what;
 	return coll_recv(u->d, peer, &u->none, 0);
 }
