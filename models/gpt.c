@@ -197,8 +197,10 @@ static int alloc_params(struct gpt *m, uint64_t seed)
 }
 
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
-			 int h, int hl, int heads, int ffn, const struct moe_shape *moe, int flash)
+			 int h, int hl, int heads, int ffn, const struct moe_shape *moe,
+			 unsigned parts)
 {
+	int flash = (parts & GPT_ACTS_FLASH) != 0;
 	size_t bt = (size_t)B * T, att = (size_t)B * heads * T * (flash ? 1 : (size_t)T);
 	size_t r = (size_t)rows;
 	int rc = 0;
@@ -208,12 +210,19 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 		if (!rc && !(t)->mb)                                                               \
 			rc = tensor_alloc(k, (t), MEM_ACT, (n), (name));                           \
 	} while (0)
-	A(&a->ln1, bt * (size_t)h, "ln1");
-	A(&a->ln1_mean, r, "ln1.mean");
-	A(&a->ln1_rstd, r, "ln1.rstd");
-	A(&a->qkv, 3 * bt * (size_t)hl, "qkv");
-	A(&a->att, att, flash ? "attention lse" : "attention scores");
-	A(&a->atty, bt * (size_t)hl, "attention out");
+	if (parts & GPT_ACTS_PRE) {
+		A(&a->ln1, bt * (size_t)h, "ln1");
+		A(&a->ln1_mean, r, "ln1.mean");
+		A(&a->ln1_rstd, r, "ln1.rstd");
+	}
+	if (parts & (GPT_ACTS_PRE | GPT_ACTS_ATTN))
+		A(&a->qkv, 3 * bt * (size_t)hl, "qkv");
+	if (parts & GPT_ACTS_ATTN)
+		A(&a->att, att, flash ? "attention lse" : "attention scores");
+	if (parts & (GPT_ACTS_ATTN | GPT_ACTS_POST))
+		A(&a->atty, bt * (size_t)hl, "attention out");
+	if (!(parts & GPT_ACTS_POST))
+		return rc;
 	A(&a->res2, r * (size_t)h, "residual 2");
 	A(&a->ln2, bt * (size_t)h, "ln2");
 	A(&a->ln2_mean, r, "ln2.mean");
@@ -258,7 +267,8 @@ static int alloc_acts(struct gpt *m)
 	for (int l = 0; l < m->cfg.num_layers && !rc; l++)
 		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->B * m->T, m->cfg.hidden,
 					  m->cfg.hidden, m->cfg.heads, m->cfg.ffn,
-					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, 0);
+					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL,
+					  GPT_ACTS_ALL);
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
 	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");
 	A(&m->lnf_rstd, MEM_ACT, bt, "lnf.rstd");

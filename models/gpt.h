@@ -130,15 +130,23 @@ void gpt_free(struct gpt *m);
 
 struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
 
-/* Allocates a block's activations for micro-batch B, sequence T (with flash, att holds
- * the memory-efficient attention's log-sum-exp, B heads T, instead of the scores): the
- * residual stream is
+/* Allocates a block's activations for micro-batch B, sequence T, the parts of it that
+ * parts names (GPT_ACTS_*; with GPT_ACTS_FLASH att holds the memory-efficient
+ * attention's log-sum-exp, B heads T, instead of the scores): the residual stream is
  * rows x h (rows = B T, or a device's share of the token rows under sequence
  * parallelism; the LayerNorm outputs stay B T rows, gathered), attention hl wide (heads x
  * head size, the heads this device computes), the MLP ffn wide, or a MoE block of shape
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
+enum {
+	GPT_ACTS_PRE = 1,   /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
+	GPT_ACTS_ATTN = 2,  /* qkv, the scores (or lse), the attention output */
+	GPT_ACTS_POST = 4,  /* the attention output, the rest of the layer to its output */
+	GPT_ACTS_ALL = 7,   /* the whole layer */
+	GPT_ACTS_FLASH = 8, /* with memory-efficient attention */
+};
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
-			 int h, int hl, int heads, int ffn, const struct moe_shape *moe, int flash);
+			 int h, int hl, int heads, int ffn, const struct moe_shape *moe,
+			 unsigned parts);
 /* gpt_layer_acts_alloc allocates what a (zeroed at first) is missing, so that it also
  * brings back tensors given back for recomputation. gpt_layer_acts_free gives back what
  * it took (as much of it as it got). */

@@ -267,6 +267,12 @@ static int alloc_work(struct tp_model *m)
 
 static void drop(struct tp_model *m, struct gpt_layer_acts *la);
 
+/* The whole layer's activations, and how attention keeps them. */
+static unsigned acts_flags(const struct tp_model *m)
+{
+	return GPT_ACTS_ALL | (m->flash ? GPT_ACTS_FLASH : 0u);
+}
+
 int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 {
 	const struct kctx *k = &m->k;
@@ -285,7 +291,8 @@ int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 	for (int l = l0; l < l1 && !rc; l++) {
 		rc = gpt_layer_acts_alloc(k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
 					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
-					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, m->flash);
+					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL,
+					  acts_flags(m));
 		drop(m, &a->la[l]); /* one layer's worth at a time */
 	}
 	if (l1 == L) {
@@ -491,28 +498,48 @@ static int vocab_parallel_ce(struct tp_model *m, struct tp_acts *a, int M)
 	return 0;
 }
 
-/* Layer l's forward from x into la; adds its MoE aux loss to *aux. */
-static int layer_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *x,
-		     float *aux)
+/* Layer l's part before the attention, from x: the first LayerNorm (gathered under sp)
+ * and the QKV projection into la->qkv. */
+static int pre_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *x)
 {
 	const struct kctx *k = &m->k;
-	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, Ml = m->Ml;
-	int C3 = 3 * C / m->tp, Cl = C / m->tp, F = m->Fl, hs = C / m->cfg.heads, rc;
-	size_t r0 = (size_t)m->row0 * (size_t)C, mc = (size_t)Ml * C;
-	float *ln1 = D(la->ln1) ? D(la->ln1) + r0 : NULL,
-	      *ln2 = D(la->ln2) ? D(la->ln2) + r0 : NULL;
-	const float *branch;
+	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, rc;
+	float *ln1 = D(la->ln1) ? D(la->ln1) + (size_t)m->row0 * (size_t)C : NULL;
 
 	layernorm_fwd(k, ln1, D(la->ln1_mean), D(la->ln1_rstd), x, PW(m, l, LP_LN1W),
-		      PW(m, l, LP_LN1B), Ml, C);
+		      PW(m, l, LP_LN1B), m->Ml, C);
 	if ((rc = gather_rows(m, D(la->ln1), (size_t)C)))
 		return rc;
 	linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT, C, C3);
+	return 0;
+}
+
+/* The attention of this rank's heads: la->qkv to la->atty. */
+static void attn_fwd(struct tp_model *m, struct gpt_layer_acts *la)
+{
+	int B = m->B, T = m->T, hs = m->cfg.hidden / m->cfg.heads;
+
 	if (m->flash)
-		attention_flash_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl,
-				    hs, D(m->att_scratch));
+		attention_flash_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0,
+				    m->NHl, hs, D(m->att_scratch));
 	else
-		attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
+		attention_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl,
+			      hs);
+}
+
+/* Layer l's part after the attention, from la->atty and the layer's input x: the
+ * output projection and residual, the second LayerNorm, the MLP (or MoE block, adding
+ * its aux loss to *aux) and residual, into la->res3. */
+static int post_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *x,
+		    float *aux)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, Ml = m->Ml;
+	int Cl = C / m->tp, F = m->Fl, rc;
+	size_t r0 = (size_t)m->row0 * (size_t)C, mc = (size_t)Ml * C;
+	float *ln2 = D(la->ln2) ? D(la->ln2) + r0 : NULL;
+	const float *branch;
+
 	linear_fwd(k, D(m->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT, Cl, C);
 	if ((rc = sum_rows(m, D(m->tmp), D(m->tmpl), (size_t)C, &branch)))
 		return rc;
@@ -538,6 +565,18 @@ static int layer_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const
 		return rc;
 	residual_fwd(k, D(la->res3), D(la->res2), branch, mc);
 	return 0;
+}
+
+/* Layer l's forward from x into la; adds its MoE aux loss to *aux. */
+static int layer_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *x,
+		     float *aux)
+{
+	int rc;
+
+	if ((rc = pre_fwd(m, la, l, x)))
+		return rc;
+	attn_fwd(m, la);
+	return post_fwd(m, la, l, x, aux);
 }
 
 /* Recomputation (Korthikanti et al. 2022, arXiv 2205.05198): between a layer's forward
@@ -576,7 +615,7 @@ static int regrow(struct tp_model *m, struct gpt_layer_acts *la, int l)
 		return 0;
 	return gpt_layer_acts_alloc(&m->k, la, m->B, m->T, m->Ml, m->cfg.hidden,
 				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
-				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, m->flash);
+				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, acts_flags(m));
 }
 
 int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float *loss)
@@ -730,6 +769,100 @@ static int weight_pass(struct tp_model *m, struct tp_acts *a)
 	return 0;
 }
 
+/* Backward of layer l's part after the attention, from m->dres (the gradient of its
+ * output): the MLP and the second LayerNorm, adding into m->dres, then the output
+ * projection, leaving the attention output's gradient in m->datty. */
+static int post_bwd(struct tp_model *m, struct gpt_layer_acts *la, int l, float scale, int weight,
+		    struct tp_stash *st)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, Cl = C / m->tp, F = m->Fl, Ml = m->Ml, rc;
+	const float *dl, *g;
+
+	if ((rc = full_rows(m, &g)))
+		return rc;
+	zero(&m->dln);
+	if (gpt_layer_is_moe(&m->cfg, l)) {
+		float *dr = m->tp == 1 ? PG(m, l, LP_ROUTER) : D(m->drouter);
+		size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
+
+		/* The router is replicated and sees partial expert outputs: rank 0 alone
+		 * adds the aux loss, and this micro-batch's router gradient is summed
+		 * over the group before it joins the accumulated one. The experts'
+		 * weight gradients come with their input backward, split or not. */
+		zero(&m->drouter);
+		moe_bwd(k, &m->moe, &la->moe, &m->moe_scratch, D(m->dln), g,
+			m->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
+			PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB),
+			PG(m, l, LP_FC2W), PG(m, l, LP_FC2B));
+		if (m->tp > 1) {
+			if ((rc = tp_sum(m, dr, nr)))
+				return rc;
+			add_acc(k, PG(m, l, LP_ROUTER), dr, nr);
+		}
+	} else {
+		zero(&m->dfch_gelu);
+		linear_bwd_input(k, D(m->dfch_gelu), g, PW(m, l, LP_FC2W), BT, F, C);
+		if ((rc = weight_grad(m, weight, &st->gfc2, "stash d fc2", PG(m, l, LP_FC2W),
+				      PG(m, l, LP_FC2B), g, D(la->fch_gelu), BT, F, C)))
+			return rc;
+		zero(&m->dfch);
+		gelu_bwd(k, D(m->dfch), D(la->fch), D(m->dfch_gelu), (size_t)BT * F);
+		linear_bwd_input(k, D(m->dln), D(m->dfch), PW(m, l, LP_FCW), BT, C, F);
+		if ((rc = weight_grad(m, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
+				      PG(m, l, LP_FCB), D(m->dfch), D(la->ln2), BT, C, F)))
+			return rc;
+	}
+	if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
+		return rc;
+	layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), dl, D(la->res2),
+		      PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd), Ml, C);
+	if ((rc = full_rows(m, &g)))
+		return rc;
+	zero(&m->datty);
+	linear_bwd_input(k, D(m->datty), g, PW(m, l, LP_PROJW), BT, Cl, C);
+	if ((rc = weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
+			      PG(m, l, LP_PROJB), g, D(la->atty), BT, Cl, C)))
+		return rc;
+	return 0;
+}
+
+/* The attention's backward: m->datty to m->dqkv. */
+static void attn_bwd(struct tp_model *m, struct gpt_layer_acts *la)
+{
+	const struct kctx *k = &m->k;
+	int B = m->B, T = m->T, hs = m->cfg.hidden / m->cfg.heads;
+
+	zero(&m->dqkv);
+	if (m->flash)
+		attention_flash_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(la->atty),
+				    D(la->att), D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
+	else
+		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(la->att), D(la->qkv),
+			      B, T, m->NHl, 0, m->NHl, hs);
+}
+
+/* Backward of layer l's part before the attention, from m->dqkv: the QKV projection and
+ * the first LayerNorm (whose input was x), adding into m->dres. */
+static int pre_bwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *x, int weight,
+		   struct tp_stash *st)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Ml = m->Ml, rc;
+	const float *dl;
+
+	zero(&m->dln);
+	linear_bwd_input(k, D(m->dln), D(m->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
+	if ((rc = weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
+			      PG(m, l, LP_QKVB), D(m->dqkv), D(la->ln1), BT, C, C3)))
+		return rc;
+	if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
+		return rc;
+	layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), dl, x, PW(m, l, LP_LN1W),
+		      D(la->ln1_mean), D(la->ln1_rstd), Ml, C);
+	return 0;
+}
+
 int tp_backward(struct tp_model *m, float scale)
 {
 	return tp_backward_part(m, &m->own, scale, 1, 1);
@@ -738,8 +871,8 @@ int tp_backward(struct tp_model *m, float scale)
 int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int input, int weight)
 {
 	const struct kctx *k = &m->k;
-	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers, F = m->Fl;
-	int C3 = 3 * C / m->tp, Cl = C / m->tp, hs = C / m->cfg.heads, V = m->Vl, Ml = m->Ml, rc;
+	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers;
+	int hs = C / m->cfg.heads, V = m->Vl, Ml = m->Ml, rc;
 	const float *dl, *g;
 
 	if (!input)
@@ -782,69 +915,11 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 			attention_fwd(k, D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0,
 				      m->NHl, hs);
 		}
-		if ((rc = full_rows(m, &g)))
+		if ((rc = post_bwd(m, la, l, scale, weight, st)))
 			return rc;
-		zero(&m->dln);
-		if (gpt_layer_is_moe(&m->cfg, l)) {
-			float *dr = m->tp == 1 ? PG(m, l, LP_ROUTER) : D(m->drouter);
-			size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
-
-			/* The router is replicated and sees partial expert outputs: rank 0 alone
-			 * adds the aux loss, and this micro-batch's router gradient is summed
-			 * over the group before it joins the accumulated one. The experts'
-			 * weight gradients come with their input backward, split or not. */
-			zero(&m->drouter);
-			moe_bwd(k, &m->moe, &la->moe, &m->moe_scratch, D(m->dln), g,
-				m->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER),
-				PW(m, l, LP_FCW), PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW),
-				PG(m, l, LP_FCB), PG(m, l, LP_FC2W), PG(m, l, LP_FC2B));
-			if (m->tp > 1) {
-				if ((rc = tp_sum(m, dr, nr)))
-					return rc;
-				add_acc(k, PG(m, l, LP_ROUTER), dr, nr);
-			}
-		} else {
-			zero(&m->dfch_gelu);
-			linear_bwd_input(k, D(m->dfch_gelu), g, PW(m, l, LP_FC2W), BT, F, C);
-			if ((rc = weight_grad(m, weight, &st->gfc2, "stash d fc2",
-					      PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), g,
-					      D(la->fch_gelu), BT, F, C)))
-				return rc;
-			zero(&m->dfch);
-			gelu_bwd(k, D(m->dfch), D(la->fch), D(m->dfch_gelu), (size_t)BT * F);
-			linear_bwd_input(k, D(m->dln), D(m->dfch), PW(m, l, LP_FCW), BT, C, F);
-			if ((rc = weight_grad(m, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
-					      PG(m, l, LP_FCB), D(m->dfch), D(la->ln2), BT, C, F)))
-				return rc;
-		}
-		if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
+		attn_bwd(m, la);
+		if ((rc = pre_bwd(m, la, l, x, weight, st)))
 			return rc;
-		layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), dl, D(la->res2),
-			      PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd), Ml, C);
-		if ((rc = full_rows(m, &g)))
-			return rc;
-		zero(&m->datty);
-		linear_bwd_input(k, D(m->datty), g, PW(m, l, LP_PROJW), BT, Cl, C);
-		if ((rc = weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
-				      PG(m, l, LP_PROJB), g, D(la->atty), BT, Cl, C)))
-			return rc;
-		zero(&m->dqkv);
-		if (m->flash)
-			attention_flash_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty),
-					    D(la->atty), D(la->att), D(la->qkv), B, T, m->NHl, 0,
-					    m->NHl, hs);
-		else
-			attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(la->att),
-				      D(la->qkv), B, T, m->NHl, 0, m->NHl, hs);
-		zero(&m->dln);
-		linear_bwd_input(k, D(m->dln), D(m->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
-		if ((rc = weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
-				      PG(m, l, LP_QKVB), D(m->dqkv), D(la->ln1), BT, C, C3)))
-			return rc;
-		if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)))
-			return rc;
-		layernorm_bwd(k, D(m->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), dl, x,
-			      PW(m, l, LP_LN1W), D(la->ln1_mean), D(la->ln1_rstd), Ml, C);
 		for (int w = 0; weight && w < LP_N; w++)
 			if ((rc = ready(m, 2 + l * LP_N + w)))
 				return rc;
