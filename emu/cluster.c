@@ -106,6 +106,7 @@ static void op_free(struct op *op)
 		if (op->has[i]) {
 			free(op->arg[i].send_counts);
 			free(op->arg[i].recv_counts);
+			free(op->arg[i].owned);
 		}
 	}
 	free(op->arg);

@@ -654,11 +654,15 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->op = op;
 	r->member = member;
 	r->stream = stream;
-	if (arg->kind == OP_SEND && ch->n > 1) /* eager: its end is known now, see coll.h */
-		st->t = arg->t_issue + p2p_ns(&d->c->cfg.topo.link[ch->link],
+	r->eager_end = -1;
+	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
+		r->eager_end =
+			arg->t_issue + p2p_ns(&d->c->cfg.topo.link[ch->link],
 					      (uint64_t)arg->count * (uint64_t)arg->wire_bytes);
-	else
+		st->t = r->eager_end;
+	} else {
 		st->pending = r;
+	}
 	if (d->reqs_tail)
 		d->reqs_tail->next = r;
 	else
@@ -672,12 +676,50 @@ fail:
 	return rc;
 }
 
+/* An eager send is over for its sender once its data has left: its statistics and
+ * trace come from what the sender alone knows, and the op lives on (holding the copy)
+ * until the receiver takes it. */
+static void eager_done(struct emu_dev *d, struct coll_req *r)
+{
+	const struct op *op = r->op;
+	const struct op_arg *a = &op->arg[r->member];
+	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes;
+	int64_t t0 = r->eager_end - p2p_ns(&d->c->cfg.topo.link[op->ch->link], S);
+
+	r->resolved = 1;
+	d->stats.ops[OP_SEND]++;
+	d->stats.bytes[OP_SEND] += S;
+	d->stats.time_ns[OP_SEND] += r->eager_end - t0;
+	if (op->ch->n > 1)
+		d->stats.link_bytes[op->ch->link] += S;
+	if (d->c->cfg.trace) {
+		struct trace_ev ev = {.t0 = t0,
+				      .t1 = r->eager_end,
+				      .bytes = S,
+				      .stream = (uint8_t)r->stream,
+				      .sym = kinds[OP_SEND].sym};
+
+		snprintf(ev.name, sizeof ev.name, "%s", kinds[OP_SEND].name);
+		ev.flow = ((uint64_t)op->ch->devs[0] * (uint64_t)d->c->cfg.ndev +
+			   (uint64_t)op->ch->devs[1]) *
+				  (1ULL << 20) +
+			  op->seq + 1;
+		trace_add_op(d, &ev);
+	}
+	emu_stream_advance(d, EMU_STREAM_COMPUTE, r->eager_end);
+}
+
 int coll_wait(struct emu_dev *d, struct coll_req *req)
 {
 	struct coll_req **pp;
-	int rc = coll_req_resolve(d, req);
+	int rc = 0;
 
-	if (!rc) {
+	if (req->eager_end >= 0)
+		eager_done(d, req);
+	else
+		rc = coll_req_resolve(d, req);
+
+	if (!rc && req->eager_end < 0) {
 		dev_wait_tasks(d, req->op);
 		emu_stream_advance(d, EMU_STREAM_COMPUTE, req->op->t_end);
 	}
@@ -756,8 +798,16 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 		return dev_fail(d, EMU_EINVAL, "%s: NULL buffer in execute mode", kinds[kind].name);
 	if ((rc = dev_check_failed(d)))
 		return rc;
-	return post(d, is_send ? chan_p2p(d, d->id, peer) : chan_p2p(d, peer, d->id),
-		    is_send ? 0 : 1, is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV, &arg, req);
+	if (is_send && send && count > 0) { /* eager: the data leaves now (see coll.h) */
+		arg.owned = emu_xmalloc(count * sizeof *arg.owned);
+		memcpy(arg.owned, send, count * sizeof *arg.owned);
+		arg.send = arg.owned;
+	}
+	rc = post(d, is_send ? chan_p2p(d, d->id, peer) : chan_p2p(d, peer, d->id), is_send ? 0 : 1,
+		  is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV, &arg, req);
+	if (rc)
+		free(arg.owned);
+	return rc;
 }
 
 int coll_isend(struct emu_dev *d, int peer, const float *buf, size_t count, struct coll_req **req)

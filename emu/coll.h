@@ -36,10 +36,12 @@
  * inside the node, each by the formulas above on its own link.
  *
  * Sends are eager: a send starts when its sender posts it (after the previous send on
- * its stream) whether or not the receiver is there yet, so posting one never waits for
- * the peer; the data is delivered, and the recv completes, at the send's end or when
- * the recv is posted, whichever is later: an eager protocol, the message landing in a
- * buffer on the receiver. A pipeline stage can so post its activations and go on.
+ * its stream) whether or not the receiver is there yet, and its data is copied out as
+ * it is posted, so the sender's buffer is free again at once and waiting on the send
+ * returns when the data has left, never waiting for the peer. The recv completes at the
+ * send's end or when it is posted, whichever is later: an eager protocol, the message
+ * landing in a buffer on the receiver (the host holds the copy; no device is charged).
+ * A pipeline stage can so post its activations and go on.
  *
  * A posted op starts no earlier than the compute stream's cursor at the call (the data it
  * sends was produced there) and no earlier than the end of the previous op on its

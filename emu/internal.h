@@ -56,6 +56,7 @@ struct op_arg {
 	size_t *recv_counts; /* all-to-all-v: n entries, owned by the op */
 	int wire_bytes;      /* bytes per element on the wire */
 	int64_t t_issue;     /* virtual time at which this member's stream could start it */
+	float *owned;        /* an eager send's copy of its data, owned by the op */
 };
 
 struct op {
@@ -100,6 +101,7 @@ struct coll_req {
 	int stream;            /* enum emu_stream the op runs on */
 	int resolved;          /* times read into the stream and the trace */
 	int waited;            /* data movement finished */
+	int64_t eager_end;     /* an eager send: when its data has left (else -1) */
 	struct coll_req *next; /* the device's outstanding requests, in post order */
 };
 

@@ -191,7 +191,7 @@ struct pipe {
 	int *dev;                   /* [p]: the device of each stage of this pipeline */
 	struct tp_acts *acts;       /* [m v]: each (micro-batch, chunk)'s activations */
 	struct coll_req **act_req;  /* [m v]: the send of its output */
-	struct tensor *din;         /* [m v]: the gradient of its input, sent */
+	struct tensor *din;         /* [m v]: the gradient of its input, until sent */
 	struct coll_req **grad_req; /* [m v]: that send */
 	int *tok, *tgt;
 	double loss;
@@ -261,10 +261,15 @@ static int pipe_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	struct tp_acts *a = &pp->acts[x];
 	size_t n = (size_t)pp->m->Ml * (size_t)pp->cfg->model.hidden;
 
+	int rc;
+
 	if (what == SCHED_ACT)
 		return coll_isend(pp->d, pp->dev[peer], a->la[a->l1 - 1].res3.data, n,
 				  &pp->act_req[x]);
-	return coll_isend(pp->d, pp->dev[peer], pp->din[x].data, n, &pp->grad_req[x]);
+	/* the send holds its own copy (eager, emu/coll.h): the gradient's buffer can go */
+	rc = coll_isend(pp->d, pp->dev[peer], pp->din[x].data, n, &pp->grad_req[x]);
+	tensor_free(&pp->m->k, &pp->din[x]);
+	return rc;
 }
 
 static int pipe_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
