@@ -623,41 +623,90 @@ int tp_forward(struct tp_model *m, const int *tokens, const int *targets, float 
 	return tp_forward_part(m, &m->own, tokens, targets, loss);
 }
 
+/* Keeps the micro-batch's tokens and targets (local to the vocabulary shard). */
+static void set_batch(struct tp_model *m, struct tp_acts *a, const int *tokens, const int *targets)
+{
+	int BT = m->B * m->T;
+
+	if (!kctx_math(&m->k))
+		return;
+	memcpy(a->tokens, tokens, (size_t)BT * sizeof *tokens);
+	memcpy(a->targets, targets, (size_t)BT * sizeof *targets);
+	for (int i = 0; i < BT; i++)
+		a->ltargets[i] =
+			targets[i] >= m->v0 && targets[i] < m->v0 + m->Vl ? targets[i] - m->v0 : -1;
+}
+
+/* The embeddings of a->tokens into a->enc: this rank's rows of them (all without sp). */
+static int embed_fwd(struct tp_model *m, struct tp_acts *a)
+{
+	const struct kctx *k = &m->k;
+	int B = m->B, T = m->T, C = m->cfg.hidden, rc;
+	const float *branch;
+
+	if ((rc = use(m, TP_UNIT_EMB(m))))
+		return rc;
+	if (m->tp == 1) {
+		embedding_fwd(k, D(a->enc), a->tokens, m->p[0].w, m->p[1].w, B, T, C, 0);
+		return 0;
+	}
+	{
+		float *part = m->sp ? D(m->tmp) : D(a->enc);
+
+		embedding_range_fwd(k, part, a->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B, T, C);
+		if ((rc = sum_rows(m, part, D(a->enc), (size_t)C, &branch)))
+			return rc;
+		position_fwd(k, D(a->enc), m->p[1].w, m->Ml, m->row0, T, C);
+	}
+	return 0;
+}
+
+/* The final LayerNorm of x, the output layer and the loss into a->losses. */
+static int head_fwd(struct tp_model *m, struct tp_acts *a, const float *x)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, rc;
+	size_t r0 = (size_t)m->row0 * (size_t)C;
+
+	if ((rc = use(m, TP_UNIT_LNF(m))))
+		return rc;
+	layernorm_fwd(k, D(a->lnf) ? D(a->lnf) + r0 : NULL, D(a->lnf_mean), D(a->lnf_rstd), x,
+		      m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
+	if ((rc = gather_rows(m, D(a->lnf), (size_t)C)) || (rc = use(m, TP_UNIT_EMB(m))))
+		return rc;
+	linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
+	if (m->tp == 1)
+		crossentropy_fwd(k, D(a->losses), D(a->probs), D(a->probs), a->targets, BT, m->Vl);
+	else if ((rc = vocab_parallel_ce(m, a, BT)))
+		return rc;
+	return 0;
+}
+
+/* The part's loss: the mean cross-entropy if it ran the output layer, plus its aux. */
+static float part_loss(const struct tp_model *m, const struct tp_acts *a, int head)
+{
+	int BT = m->B * m->T;
+	double s = 0;
+
+	if (!kctx_math(&m->k))
+		return 0;
+	for (int i = 0; head && i < BT; i++)
+		s += a->losses.data[i];
+	return (float)(s / BT) + a->aux_loss;
+}
+
 int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, const int *targets,
 		    float *loss)
 {
-	const struct kctx *k = &m->k;
-	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers, Ml = m->Ml;
-	int head = a->l1 == L, rc;
-	size_t r0 = (size_t)m->row0 * (size_t)C;
-	const float *x, *branch;
+	int L = m->cfg.num_layers, head = a->l1 == L, rc;
+	const float *x;
 
 	*loss = 0;
 	a->aux_loss = 0;
-	if (kctx_math(k) && (a->l0 == 0 || head)) {
-		memcpy(a->tokens, tokens, (size_t)BT * sizeof *tokens);
-		memcpy(a->targets, targets, (size_t)BT * sizeof *targets);
-		for (int i = 0; i < BT; i++)
-			a->ltargets[i] = targets[i] >= m->v0 && targets[i] < m->v0 + m->Vl
-						 ? targets[i] - m->v0
-						 : -1;
-	}
-	/* embeddings: this rank's rows of them (all rows without sp) */
-	if (a->l0 == 0) {
-		if ((rc = use(m, TP_UNIT_EMB(m))))
-			return rc;
-		if (m->tp == 1) {
-			embedding_fwd(k, D(a->enc), a->tokens, m->p[0].w, m->p[1].w, B, T, C, 0);
-		} else {
-			float *part = m->sp ? D(m->tmp) : D(a->enc);
-
-			embedding_range_fwd(k, part, a->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B,
-					    T, C);
-			if ((rc = sum_rows(m, part, D(a->enc), (size_t)C, &branch)))
-				return rc;
-			position_fwd(k, D(a->enc), m->p[1].w, Ml, m->row0, T, C);
-		}
-	}
+	if (a->l0 == 0 || head)
+		set_batch(m, a, tokens, targets);
+	if (a->l0 == 0 && (rc = embed_fwd(m, a)))
+		return rc;
 	x = D(a->enc);
 	for (int l = a->l0; l < a->l1; l++) {
 		struct gpt_layer_acts *la = &a->la[l];
@@ -668,27 +717,9 @@ int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, co
 		drop(m, la);
 		x = D(la->res3);
 	}
-	if (head) {
-		if ((rc = use(m, TP_UNIT_LNF(m))))
-			return rc;
-		layernorm_fwd(k, D(a->lnf) ? D(a->lnf) + r0 : NULL, D(a->lnf_mean), D(a->lnf_rstd),
-			      x, m->p[m->np - 2].w, m->p[m->np - 1].w, Ml, C);
-		if ((rc = gather_rows(m, D(a->lnf), (size_t)C)) || (rc = use(m, TP_UNIT_EMB(m))))
-			return rc;
-		linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
-		if (m->tp == 1)
-			crossentropy_fwd(k, D(a->losses), D(a->probs), D(a->probs), a->targets, BT,
-					 m->Vl);
-		else if ((rc = vocab_parallel_ce(m, a, BT)))
-			return rc;
-	}
-	if (kctx_math(k)) {
-		double s = 0;
-
-		for (int i = 0; head && i < BT; i++)
-			s += a->losses.data[i];
-		*loss = (float)(s / BT) + a->aux_loss;
-	}
+	if (head && (rc = head_fwd(m, a, x)))
+		return rc;
+	*loss = part_loss(m, a, head);
 	return 0;
 }
 
@@ -868,33 +899,66 @@ int tp_backward(struct tp_model *m, float scale)
 	return tp_backward_part(m, &m->own, scale, 1, 1);
 }
 
+/* Backward of the loss, the output layer and the final LayerNorm (whose input was x),
+ * with d loss = scale: the gradient of x into m->dres. */
+static int head_bwd(struct tp_model *m, struct tp_acts *a, const float *x, float scale)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, V = m->Vl, rc;
+	const float *dl;
+
+	if ((rc = use(m, TP_UNIT_EMB(m))))
+		return rc;
+	zero(&m->dlogits);
+	crossentropy_bwd(k, D(m->dlogits), D(a->probs), m->tp == 1 ? a->targets : a->ltargets,
+			 scale / (float)BT, BT, V);
+	zero(&m->dln);
+	linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w, BT, C, V);
+	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(m->dlogits), D(a->lnf), BT, C, V);
+	if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)) ||
+	    (rc = use(m, TP_UNIT_LNF(m))))
+		return rc;
+	zero(&m->dres);
+	layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g, m->p[m->np - 1].g, dl, x, m->p[m->np - 2].w,
+		      D(a->lnf_mean), D(a->lnf_rstd), m->Ml, C);
+	if ((rc = ready(m, m->np - 2)) || (rc = ready(m, m->np - 1)))
+		return rc;
+	return 0;
+}
+
+/* Backward of the embeddings from m->dres. */
+static int embed_bwd(struct tp_model *m, struct tp_acts *a)
+{
+	const struct kctx *k = &m->k;
+	int B = m->B, T = m->T, C = m->cfg.hidden, rc;
+	const float *g;
+
+	if (m->tp == 1) {
+		embedding_bwd(k, m->p[0].g, m->p[1].g, D(m->dres), a->tokens, B, T, C, 0);
+	} else {
+		/* every token's gradient reaches the rank that holds its vocabulary row */
+		if ((rc = full_rows(m, &g)))
+			return rc;
+		embedding_range_bwd(k, m->p[0].g, g, a->tokens, m->v0, m->v0 + m->Vl, B, T, C);
+		position_bwd(k, m->p[1].g, D(m->dres), m->Ml, m->row0, T, C);
+	}
+	if ((rc = ready(m, 1)) || (rc = ready(m, 0)))
+		return rc;
+	return 0;
+}
+
 int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int input, int weight)
 {
 	const struct kctx *k = &m->k;
-	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, L = m->cfg.num_layers;
-	int hs = C / m->cfg.heads, V = m->Vl, Ml = m->Ml, rc;
-	const float *dl, *g;
+	int B = m->B, T = m->T, C = m->cfg.hidden, L = m->cfg.num_layers;
+	int hs = C / m->cfg.heads, Ml = m->Ml, rc;
 
 	if (!input)
 		return weight_pass(m, a);
 	if (a->l1 == L) {
-		const float *x_last = a->l1 > a->l0 ? D(a->la[a->l1 - 1].res3) : D(a->enc);
-
-		if ((rc = ready(m, -1)) || (rc = use(m, TP_UNIT_EMB(m))))
-			return rc;
-		zero(&m->dlogits);
-		crossentropy_bwd(k, D(m->dlogits), D(a->probs),
-				 m->tp == 1 ? a->targets : a->ltargets, scale / (float)BT, BT, V);
-		zero(&m->dln);
-		linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w, BT, C, V);
-		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(m->dlogits), D(a->lnf), BT, C, V);
-		if ((rc = sum_rows(m, D(m->dln), D(m->dlocal), (size_t)C, &dl)) ||
-		    (rc = use(m, TP_UNIT_LNF(m))))
-			return rc;
-		zero(&m->dres);
-		layernorm_bwd(k, D(m->dres), m->p[m->np - 2].g, m->p[m->np - 1].g, dl, x_last,
-			      m->p[m->np - 2].w, D(a->lnf_mean), D(a->lnf_rstd), Ml, C);
-		if ((rc = ready(m, m->np - 2)) || (rc = ready(m, m->np - 1)))
+		if ((rc = ready(m, -1)) ||
+		    (rc = head_bwd(m, a, a->l1 > a->l0 ? D(a->la[a->l1 - 1].res3) : D(a->enc),
+				   scale)))
 			return rc;
 	} else if (D(m->dres)) {
 		memcpy(D(m->dres), D(a->dout), (size_t)Ml * C * sizeof(float));
@@ -928,16 +992,5 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 	}
 	if (a->l0 > 0)
 		return 0; /* m->dres: the gradient of the input, for the previous stage */
-	if (m->tp == 1) {
-		embedding_bwd(k, m->p[0].g, m->p[1].g, D(m->dres), a->tokens, B, T, C, 0);
-	} else {
-		/* every token's gradient reaches the rank that holds its vocabulary row */
-		if ((rc = full_rows(m, &g)))
-			return rc;
-		embedding_range_bwd(k, m->p[0].g, g, a->tokens, m->v0, m->v0 + m->Vl, B, T, C);
-		position_bwd(k, m->p[1].g, D(m->dres), Ml, m->row0, T, C);
-	}
-	if ((rc = ready(m, 1)) || (rc = ready(m, 0)))
-		return rc;
-	return 0;
+	return embed_bwd(m, a);
 }

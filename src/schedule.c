@@ -8,7 +8,7 @@
 #include "clock.h"
 #include "util.h"
 
-static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
+static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "helix"};
 
 const char *sched_name(enum sched_kind k)
 {
@@ -42,6 +42,19 @@ int sched_constraints(enum sched_kind kind, int p, int m, int v, int L, char *er
 			snprintf(err, n, "--pp %d does not divide the %d layers", p, L);
 		return -1;
 	}
+	if (kind == SCHED_HELIX && (m % p || v != 1)) {
+		if (v != 1)
+			snprintf(err, n,
+				 "--schedule helix places the layers itself; virtual stages "
+				 "do not apply");
+		else
+			snprintf(err, n,
+				 "--schedule helix: the %d micro-batches a step are not a multiple "
+				 "of pp %d (each group of pp micro-batches spreads its attention "
+				 "over the pp stages)",
+				 m, p);
+		return -1;
+	}
 	if (kind == SCHED_INTERLEAVED && m % p) {
 		snprintf(err, n,
 			 "--schedule interleaved: the %d micro-batches a step are not a multiple "
@@ -66,13 +79,14 @@ void sched_init_empty(struct sched *sc, enum sched_kind kind, int p, int m, int 
 	sc->n = emu_xcalloc((size_t)p, sizeof *sc->n);
 	sc->a = emu_xcalloc((size_t)p, sizeof *sc->a);
 	for (int s = 0; s < p; s++)
-		/* every micro-batch and chunk: at most recv, F, send, recv, B, send, W */
+		/* every micro-batch and block: at most recv, F, send, recv, B, send, W */
 		sc->a[s] = emu_xcalloc(7 * (size_t)m * (size_t)v + 1, sizeof **sc->a);
+	sc->cap = 7 * m * v + 1;
 }
 
 void sched_push(struct sched *sc, int s, struct sched_action a)
 {
-	EMU_ASSERT(sc->n[s] < 7 * sc->m * sc->v + 1);
+	EMU_ASSERT(sc->n[s] < sc->cap);
 	sc->a[s][sc->n[s]++] = a;
 }
 
@@ -87,8 +101,9 @@ void sched_free(struct sched *sc)
 
 int sched_stage(const struct sched *sc, int mb, int j)
 {
-	(void)mb;
-	return j % sc->p;
+	if (sc->kind != SCHED_HELIX)
+		return j % sc->p;
+	return j % 2 ? ((j - 1) / 2 + 1 + mb) % sc->p : j / 2 % sc->p;
 }
 
 /* The forward of block j of micro-batch mb on its stage, with its input's recv and its
@@ -254,8 +269,102 @@ static void build_zbh2(struct sched *sc)
 	free(inflight);
 }
 
+/* HelixPipe's lists (schedule.h): list scheduling on modelled costs, first-in-last-out.
+ * Every (micro-batch, block) has a forward and a backward task; a task is ready when the
+ * task it depends on has finished (no transfer time is modelled here). The stage that
+ * can start something earliest starts, of its ready tasks, the forward of the earliest
+ * micro-batch (then block), else the backward of the latest micro-batch (then block). */
+void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost)
+{
+	int nb = 2 * p * v + 1, left = 2 * m * nb;
+	double *ff = emu_xmalloc((size_t)m * nb * sizeof *ff),
+	       *fb = emu_xmalloc((size_t)m * nb * sizeof *fb);
+	double *free_at = emu_xcalloc((size_t)p, sizeof *free_at);
+
+	sched_init_empty(sc, SCHED_HELIX, p, m, v);
+	sc->nb = nb;
+	sc->attn_cost = attn_cost;
+	sc->cap = 6 * m * nb + 1; /* room for every block's actions */
+	for (int s = 0; s < p; s++) {
+		free(sc->a[s]);
+		sc->a[s] = emu_xcalloc((size_t)sc->cap, sizeof **sc->a);
+	}
+	for (int x = 0; x < m * nb; x++)
+		ff[x] = fb[x] = -1;
+	while (left > 0) {
+		int bs = -1, bmb = 0, bj = 0, bback = 0;
+		double bt = 0;
+
+		for (int s = 0; s < p; s++) {
+			int cmb = -1, cj = 0, cback = 0;
+			double ct = 0;
+
+			for (int mb = 0; mb < m; mb++)
+				for (int j = 0; j < nb; j++) {
+					int x = mb * nb + j, back;
+					double dep, t;
+
+					if (sched_stage(sc, mb, j) != s)
+						continue;
+					for (back = 0; back <= 1; back++) {
+						if (back ? fb[x] >= 0 : ff[x] >= 0)
+							continue;
+						dep = back ? (j + 1 < nb ? fb[x + 1] : ff[x])
+							   : (j ? ff[x - 1] : 0);
+						if (dep < 0)
+							continue;
+						t = dep > free_at[s] ? dep : free_at[s];
+						/* better: earlier start; then forward first,
+						 * earliest micro-batch and block; backward
+						 * latest micro-batch and block */
+						if (cmb < 0 || t < ct ||
+						    (t == ct &&
+						     (back < cback ||
+						      (back == cback &&
+						       (back ? mb > cmb || (mb == cmb && j > cj)
+							     : mb < cmb ||
+									(mb == cmb && j < cj)))))) {
+							cmb = mb;
+							cj = j;
+							cback = back;
+							ct = t;
+						}
+					}
+				}
+			if (cmb >= 0 && (bs < 0 || ct < bt)) {
+				bs = s;
+				bmb = cmb;
+				bj = cj;
+				bback = cback;
+				bt = ct;
+			}
+		}
+		EMU_ASSERT(bs >= 0);
+		{
+			double cost = (bj % 2 ? attn_cost : 1.0) * (bback ? 2.0 : 1.0);
+
+			free_at[bs] = bt + cost;
+			if (bback) {
+				fb[bmb * nb + bj] = bt + cost;
+				push_bwd(sc, bmb, bj, SCHED_BW);
+			} else {
+				ff[bmb * nb + bj] = bt + cost;
+				push_fwd(sc, bmb, bj);
+			}
+			left--;
+		}
+	}
+	free(ff);
+	free(fb);
+	free(free_at);
+}
+
 void sched_build(struct sched *sc, enum sched_kind kind, int p, int m, int v)
 {
+	if (kind == SCHED_HELIX) {
+		sched_build_helix(sc, p, m, v, 1.0);
+		return;
+	}
 	sched_init_empty(sc, kind, p, m, kind == SCHED_INTERLEAVED ? v : 1);
 	if (kind == SCHED_ZBH2) {
 		build_zbh2(sc);

@@ -34,6 +34,23 @@
  * the cool-down with W: no bubble once m >= 2p (with fewer micro-batches there is not
  * enough work to fill it, and the bubble is ZB-H1's).
  *
+ * HelixPipe (Zhang et al. 2025, arXiv 2507.00394) cuts each layer at its attention: a
+ * micro-batch runs 2L + 1 blocks, parameter unit c (block 2c: the embeddings and the
+ * part of layer 0 before its attention for c = 0, the rest of layer c - 1 and the part
+ * of layer c before its attention, and for c = L the rest of the last layer and the
+ * output layer) and the attention of layer l (block 2l + 1, no parameters). Unit c lives
+ * on stage c % p, so the units go round the ring of stages L / p times and units 0 and L
+ * (the tied embedding) share stage 0. The attention of micro-batch mb at layer l runs on
+ * stage (l + 1 + mb) % p: the attention of p consecutive micro-batches runs on p
+ * different stages at once, and the first stage to start waits only for units, not for
+ * attention. Choices where the paper leaves a detail open: the lists are made by a list
+ * scheduler on modelled costs (a unit's forward 1, an attention's attn_cost, a backward
+ * twice its forward), in first-in-last-out order: forward work first, earliest
+ * micro-batch first; then backward, latest micro-batch first. Whenever a stage has
+ * forwards of two micro-batches ready it runs the earlier one and the other's
+ * transfers overlap it (the paper's two folds); the scheduler does not limit the folds
+ * to two. Requires m and L divisible by p.
+ *
  * A stage's bubble is its idle time between its first and its last action, as the ZB
  * paper counts it: the last stage starting (p - 1) forwards after the first is a skew
  * between stages that consecutive steps overlap, not idle time inside a stage. */
@@ -46,7 +63,7 @@ struct emu_dev;
 
 enum sched_op { SCHED_F, SCHED_B, SCHED_W, SCHED_BW, SCHED_SEND, SCHED_RECV };
 enum sched_msg { SCHED_ACT, SCHED_GRAD };
-enum sched_kind { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2 };
+enum sched_kind { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2, SCHED_HELIX };
 
 struct sched_action {
 	enum sched_op op;
@@ -58,12 +75,15 @@ struct sched_action {
 struct sched {
 	enum sched_kind kind;
 	int p, m, v;             /* stages, micro-batches, chunks a stage */
-	int nb;                  /* blocks a micro-batch goes through: p v */
+	int nb;                  /* blocks a micro-batch goes through: p v (helix: 2 p v + 1) */
+	double attn_cost;        /* helix: an attention's forward against a unit's */
 	int *n;                  /* [p] actions of each stage */
+	int cap;                 /* room for actions in each list */
 	struct sched_action **a; /* [p][n[s]] */
 };
 
-/* The stage that runs block j of micro-batch mb: j % p. */
+/* The stage that runs block j of micro-batch mb: j % p; for helix, unit c (block 2c) on
+ * stage c % p and the attention of layer l (block 2l + 1) on stage (l + 1 + mb) % p. */
 int sched_stage(const struct sched *sc, int mb, int j);
 
 /* The schedule's name as --schedule spells it, and the kind a name spells (-1 if none). */
@@ -74,8 +94,11 @@ int sched_kind_of(const char *name);
  * line, naming the constraint), or 0. */
 int sched_constraints(enum sched_kind kind, int p, int m, int v, int L, char *err, size_t n);
 
-/* Builds the schedule (the constraints must hold). sched_free releases it. */
+/* Builds the schedule (the constraints must hold). sched_free releases it. For helix,
+ * v is the layers a stage holds (L / p) and attn_cost the modelled time of an
+ * attention's forward against a parameter unit's, which orders the lists. */
 void sched_build(struct sched *sc, enum sched_kind kind, int p, int m, int v);
+void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost);
 void sched_free(struct sched *sc);
 
 /* An empty schedule of p stages for hand-made lists: sched_push appends to stage s. */

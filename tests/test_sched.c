@@ -21,6 +21,19 @@ static const int kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB
 static void test_generators_are_valid(void **state)
 {
 	(void)state;
+	for (int p = 2; p <= 4; p += 2) /* helix: 2 layers a stage */
+		for (int f = 1; f <= 4; f *= 2) {
+			struct sched sc;
+			char err[512];
+
+			assert_int_equal(
+				sched_constraints(SCHED_HELIX, p, f * p, 1, 2 * p, err, sizeof err),
+				0);
+			sched_build_helix(&sc, p, f * p, 2, 3.0);
+			if (sched_check(&sc, err, sizeof err))
+				fail_msg("helix p %d m %d: %s", p, f * p, err);
+			sched_free(&sc);
+		}
 	for (int k = 0; k < 5; k++)
 		for (int p = 2; p <= 4; p += 2)
 			for (int f = 1; f <= 4; f *= 2) {
