@@ -105,7 +105,7 @@ static void describe(struct tp_model *m, int i, struct tp_param *p)
 	 * kept equal to the first stage's, which is the model's (norm, verify). */
 	if (!(i == 0   ? m->part.first || m->part.last
 	      : i == 1 ? m->part.first
-	      : layer  ? m->part.layers[l]
+	      : layer  ? m->part.layers[l] & (w <= LP_QKVB ? TP_PART_PRE : TP_PART_POST)
 		       : m->part.last)) {
 		p->n = 0;
 		p->owner = 0;
@@ -262,6 +262,7 @@ static int alloc_work(struct tp_model *m)
 		A(&m->drouter, MEM_WORK, (size_t)m->cfg.num_experts * h, "d router");
 	if (!rc && m->cfg.num_experts > 0)
 		rc = moe_scratch_alloc(k, &m->moe_scratch, &m->moe);
+#undef A
 	return rc;
 }
 
@@ -273,11 +274,11 @@ static unsigned acts_flags(const struct tp_model *m)
 	return GPT_ACTS_ALL | (m->flash ? GPT_ACTS_FLASH : 0u);
 }
 
-int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
+/* An acts for layers [l0, l1) with nothing allocated on the device yet. */
+static int tp_acts_alloc_empty(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 {
-	const struct kctx *k = &m->k;
-	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, ml = (size_t)m->Ml;
-	int L = m->cfg.num_layers, rc = 0;
+	size_t bt = (size_t)m->B * m->T;
+	int L = m->cfg.num_layers;
 
 	memset(a, 0, sizeof *a);
 	a->l0 = l0;
@@ -287,22 +288,45 @@ int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
 	a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
 	a->targets = emu_xcalloc(bt, sizeof *a->targets);
 	a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
-	A(&a->enc, MEM_ACT, ml * h, l0 ? "stage input" : "embeddings");
+	return 0;
+}
+
+/* The parts (GPT_ACTS_*) of layer l's activations. */
+static int layer_acts(struct tp_model *m, struct gpt_layer_acts *la, int l, unsigned parts)
+{
+	return gpt_layer_acts_alloc(&m->k, la, m->B, m->T, m->Ml, m->cfg.hidden,
+				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
+				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, parts);
+}
+
+/* The final LayerNorm's, the logits' and the losses' activations. */
+static int head_acts(struct tp_model *m, struct tp_acts *a)
+{
+	const struct kctx *k = &m->k;
+	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, ml = (size_t)m->Ml;
+	int rc;
+
+	if ((rc = tensor_alloc(k, &a->lnf, MEM_ACT, bt * h, "lnf")) ||
+	    (rc = tensor_alloc(k, &a->lnf_mean, MEM_ACT, ml, "lnf.mean")) ||
+	    (rc = tensor_alloc(k, &a->lnf_rstd, MEM_ACT, ml, "lnf.rstd")) ||
+	    (rc = tensor_alloc(k, &a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits")))
+		return rc;
+	return tensor_alloc(k, &a->losses, MEM_ACT, bt, "losses");
+}
+
+int tp_acts_alloc(struct tp_model *m, struct tp_acts *a, int l0, int l1)
+{
+	int rc = tp_acts_alloc_empty(m, a, l0, l1);
+
+	if (!rc)
+		rc = tensor_alloc(&m->k, &a->enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
+				  l0 ? "stage input" : "embeddings");
 	for (int l = l0; l < l1 && !rc; l++) {
-		rc = gpt_layer_acts_alloc(k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
-					  m->cfg.hidden / m->tp, m->NHl, m->Fl,
-					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL,
-					  acts_flags(m));
+		rc = layer_acts(m, &a->la[l], l, acts_flags(m));
 		drop(m, &a->la[l]); /* one layer's worth at a time */
 	}
-	if (l1 == L) {
-		A(&a->lnf, MEM_ACT, bt * h, "lnf");
-		A(&a->lnf_mean, MEM_ACT, ml, "lnf.mean");
-		A(&a->lnf_rstd, MEM_ACT, ml, "lnf.rstd");
-		A(&a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits");
-		A(&a->losses, MEM_ACT, bt, "losses");
-	}
-#undef A
+	if (!rc && l1 == m->cfg.num_layers)
+		rc = head_acts(m, a);
 	return rc;
 }
 
@@ -317,8 +341,8 @@ static void stash_free(const struct kctx *k, struct tp_stash *st)
 void tp_acts_free(struct tp_model *m, struct tp_acts *a)
 {
 	const struct kctx *k = &m->k;
-	struct tensor *t[] = {&a->enc,   &a->lnf,    &a->lnf_mean, &a->lnf_rstd,
-			      &a->probs, &a->losses, &a->dout};
+	struct tensor *t[] = {&a->enc,    &a->lnf,  &a->lnf_mean, &a->lnf_rstd, &a->probs,
+			      &a->losses, &a->dout, &a->din2,     &a->gout_a,   &a->gout_x};
 
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
 		tensor_free(k, t[i]);
@@ -362,7 +386,7 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 	m->row0 = m->sp ? r * m->Ml : 0;
 	m->layers = emu_xcalloc((size_t)cfg->num_layers + 1, 1);
 	for (int l = 0; l < cfg->num_layers; l++)
-		m->layers[l] = part ? part->layers[l] : 1;
+		m->layers[l] = part ? part->layers[l] : TP_PART_PRE | TP_PART_POST;
 	m->part = (struct tp_part){part ? part->first : 1, part ? part->last : 1, m->layers};
 	if (cfg->num_experts > 0)
 		m->moe = (struct moe_shape){
@@ -993,4 +1017,137 @@ int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int inp
 	if (a->l0 > 0)
 		return 0; /* m->dres: the gradient of the input, for the previous stage */
 	return embed_bwd(m, a);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* HelixPipe's blocks                                                                   */
+
+int tp_helix_alloc(struct tp_model *m, struct tp_acts *a, int j)
+{
+	const struct kctx *k = &m->k;
+	int L = m->cfg.num_layers, c = j / 2, rc;
+	unsigned flash = m->flash ? GPT_ACTS_FLASH : 0u;
+
+	if (j % 2) { /* the attention of layer l = c */
+		if ((rc = tp_acts_alloc_empty(m, a, c, c + 1)) ||
+		    (rc = tensor_alloc(k, &a->enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
+				       "residual passed")))
+			return rc;
+		return layer_acts(m, &a->la[c], c, GPT_ACTS_ATTN | flash);
+	}
+	if ((rc = tp_acts_alloc_empty(m, a, c ? c - 1 : 0, c < L ? c + 1 : L)) ||
+	    (rc = tensor_alloc(k, &a->enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
+			       c ? "stage input" : "embeddings")))
+		return rc;
+	if (c > 0 && (rc = layer_acts(m, &a->la[c - 1], c - 1, GPT_ACTS_POST | flash)))
+		return rc;
+	if (c < L)
+		return layer_acts(m, &a->la[c], c, GPT_ACTS_PRE | flash);
+	return head_acts(m, a);
+}
+
+int tp_helix_fwd(struct tp_model *m, struct tp_acts *a, int j, const int *tokens,
+		 const int *targets, float *loss)
+{
+	int L = m->cfg.num_layers, c = j / 2, rc;
+	const float *x = D(a->enc);
+
+	*loss = 0;
+	a->aux_loss = 0;
+	if (j % 2) {
+		attn_fwd(m, &a->la[c]);
+		return 0;
+	}
+	if (c == 0 || c == L)
+		set_batch(m, a, tokens, targets);
+	if (c == 0 && (rc = embed_fwd(m, a)))
+		return rc;
+	if (c > 0) {
+		if ((rc = post_fwd(m, &a->la[c - 1], c - 1, x, &a->aux_loss)))
+			return rc;
+		x = D(a->la[c - 1].res3);
+	}
+	if ((rc = c < L ? pre_fwd(m, &a->la[c], c, x) : head_fwd(m, a, x)))
+		return rc;
+	*loss = part_loss(m, a, c == L);
+	return 0;
+}
+
+/* Copies n floats (either side NULL in dry-run: nothing). */
+static void copy_in(float *to, const float *from, size_t n)
+{
+	if (to && from)
+		memcpy(to, from, n * sizeof *to);
+}
+
+int tp_helix_bwd(struct tp_model *m, struct tp_acts *a, int j, float scale)
+{
+	const struct kctx *k = &m->k;
+	int L = m->cfg.num_layers, c = j / 2, rc;
+	size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.hidden, nx = (size_t)m->Ml * C;
+	size_t nq = 3 * BT * C / (size_t)m->tp, no = BT * C / (size_t)m->tp;
+	const float *x = c > 0 ? D(a->la[c - 1].res3) : D(a->enc);
+
+	if (j % 2) { /* attention: d atty in, d qkv out; the residual's gradient passes */
+		copy_in(D(m->datty), D(a->din2), no);
+		attn_bwd(m, &a->la[c]);
+		if ((rc = tensor_alloc(k, &a->gout_a, MEM_ACT, nq, "d qkv out")) ||
+		    (rc = tensor_alloc(k, &a->gout_x, MEM_ACT, nx, "d residual out")))
+			return rc;
+		copy_in(D(a->gout_a), D(m->dqkv), nq);
+		copy_in(D(a->gout_x), D(a->dout), nx);
+		return 0;
+	}
+	if (c == L) {
+		if ((rc = head_bwd(m, a, x, scale)))
+			return rc;
+	} else {
+		copy_in(D(m->dres), D(a->dout), nx);
+		copy_in(D(m->dqkv), D(a->din2), nq);
+		if ((rc = pre_bwd(m, &a->la[c], c, x, 1, &a->stash[c])))
+			return rc;
+	}
+	if (c == 0)
+		return embed_bwd(m, a);
+	if ((rc = post_bwd(m, &a->la[c - 1], c - 1, scale, 1, &a->stash[c - 1])) ||
+	    (rc = tensor_alloc(k, &a->gout_a, MEM_ACT, no, "d attention out")) ||
+	    (rc = tensor_alloc(k, &a->gout_x, MEM_ACT, nx, "d residual out")))
+		return rc;
+	copy_in(D(a->gout_a), D(m->datty), no);
+	copy_in(D(a->gout_x), D(m->dres), nx);
+	return 0;
+}
+
+int tp_helix_msg(struct tp_model *m, struct tp_acts *a, int j, int grad, int out,
+		 struct tensor **parts)
+{
+	const struct kctx *k = &m->k;
+	int L = m->cfg.num_layers, c = j / 2, attn = j % 2, rc;
+	size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.hidden, nx = (size_t)m->Ml * C;
+	size_t nq = 3 * BT * C / (size_t)m->tp, no = BT * C / (size_t)m->tp;
+
+	if (!grad && out) { /* unit c: qkv and its output x_c; attention: atty and x */
+		parts[0] = attn ? &a->la[c].atty : &a->la[c].qkv;
+		parts[1] = attn || c == 0 ? &a->enc : &a->la[c - 1].res3;
+		return 2;
+	}
+	if (!grad) { /* unit c > 0: the attention output and x_{c-1}; attention: qkv and x */
+		parts[0] = attn ? &a->la[c].qkv : &a->la[c - 1].atty;
+		parts[1] = &a->enc;
+		return 2;
+	}
+	if (out) {
+		parts[0] = &a->gout_a;
+		parts[1] = &a->gout_x;
+		return 2;
+	}
+	/* the gradient of the output: d qkv (unit c < L) or d atty (attention), and of x */
+	EMU_ASSERT(attn || c < L);
+	if ((!a->din2.mb &&
+	     (rc = tensor_alloc(k, &a->din2, MEM_ACT, attn ? no : nq, "d output in"))) ||
+	    (!a->dout.mb && (rc = tensor_alloc(k, &a->dout, MEM_ACT, nx, "d residual in"))))
+		return rc;
+	parts[0] = &a->din2;
+	parts[1] = &a->dout;
+	return 2;
 }

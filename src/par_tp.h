@@ -59,8 +59,10 @@ enum tp_recompute { TP_RECOMPUTE_NONE, TP_RECOMPUTE_SELECTIVE, TP_RECOMPUTE_FULL
  * layers of its blocks (schedule.h). NULL in tp_init: the whole model. */
 struct tp_part {
 	int first, last;
-	const unsigned char *layers; /* [L]: 1 for the layers held */
+	const unsigned char *layers; /* [L]: the parts of each layer held (TP_PART_*) */
 };
+/* A layer's parameters before its attention (ln1, qkv) and after it (the rest). */
+enum { TP_PART_PRE = 1, TP_PART_POST = 2 };
 
 /* The weight backward's inputs that backward for the inputs leaves behind (zero-bubble
  * schedules): one layer's output gradients of its four linear layers. */
@@ -75,8 +77,10 @@ struct tp_acts {
 	struct tensor enc;         /* (Ml, h): the embeddings, or the input received */
 	struct gpt_layer_acts *la; /* [L] */
 	struct tensor lnf, lnf_mean, lnf_rstd, probs, losses; /* with the output layer */
-	struct tensor dout;     /* (Ml, h): pipeline: the gradient of the output, received */
-	struct tp_stash *stash; /* [L]: zero-bubble: between B and W */
+	struct tensor dout;           /* (Ml, h): pipeline: the gradient of the output, received */
+	struct tensor din2;           /* helix: the other part of the gradient received */
+	struct tensor gout_a, gout_x; /* helix: the gradient of the block's input, to send */
+	struct tp_stash *stash;       /* [L]: zero-bubble: between B and W */
 	int *tokens, *targets, *ltargets; /* (B, T); targets local to the vocab shard, -1 if not */
 	float aux_loss;
 };
@@ -175,6 +179,22 @@ int tp_forward_part(struct tp_model *m, struct tp_acts *a, const int *tokens, co
  * the plain backward; input alone keeps the output gradients the weight pass needs in
  * a->stash, and a later call with weight alone uses and frees them (zero-bubble). */
 int tp_backward_part(struct tp_model *m, struct tp_acts *a, float scale, int input, int weight);
+
+/* HelixPipe's blocks (schedule.h): block 2c is parameter unit c, block 2l + 1 the
+ * attention of layer l. tp_helix_alloc allocates block j's activations in a;
+ * tp_helix_fwd runs its forward (*loss: its share, as tp_forward_part's);
+ * tp_helix_bwd its backward (weights included) with d loss = scale, leaving the
+ * gradient of its input in a->gout_a, a->gout_x. What a block sends and receives, in
+ * order, is tp_helix_msg's: its output (ACT, out) or its input (ACT, in), the gradient
+ * of its output (GRAD, in) or of its input (GRAD, out); parts[] gets up to 2 tensors,
+ * allocated (for what is received) if need be. Returns the number of parts, or a
+ * negative enum emu_err. */
+int tp_helix_alloc(struct tp_model *m, struct tp_acts *a, int j);
+int tp_helix_fwd(struct tp_model *m, struct tp_acts *a, int j, const int *tokens,
+		 const int *targets, float *loss);
+int tp_helix_bwd(struct tp_model *m, struct tp_acts *a, int j, float scale);
+int tp_helix_msg(struct tp_model *m, struct tp_acts *a, int j, int grad, int out,
+		 struct tensor **parts);
 
 /* Copies between parameter i's local shard (local, m->p[i].n) and the full tensor (full,
  * gpt_tensor_numel): to_full 1 writes this rank's part of full, 0 reads it into local. */

@@ -67,6 +67,20 @@ void run_free(struct run_out *o)
 	memset(o, 0, sizeof *o);
 }
 
+/* cfg's pipeline schedule. HelixPipe's lists are ordered by the modelled cost of an
+ * attention's forward against a parameter unit's: 4 s^2 h FLOPs against the layer's
+ * 24 s h^2, that is s / 6h. */
+static void sched_build_for(struct sched *sc, const struct run_cfg *cfg)
+{
+	int pp = cfg->mesh.size[MESH_PP], m = cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP];
+
+	if (cfg->schedule == SCHED_HELIX)
+		sched_build_helix(sc, pp, m, cfg->model.num_layers / pp,
+				  (double)cfg->model.seq_len / (6.0 * cfg->model.hidden));
+	else
+		sched_build(sc, cfg->schedule, pp, m, cfg->vpp);
+}
+
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 {
 	const struct mesh *m = &cfg->mesh;
@@ -122,7 +136,7 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 				      cfg->model.num_layers, err, n))
 			return -1;
 		/* the schedule is proven before it runs */
-		sched_build(&sc, cfg->schedule, pp, accum / dp, cfg->vpp);
+		sched_build_for(&sc, cfg);
 		rc = sched_check(&sc, err, n);
 		sched_free(&sc);
 		if (rc)
@@ -195,6 +209,8 @@ struct pipe {
 	struct coll_req **grad_req; /* [m v]: that send */
 	int *tok, *tgt;
 	double loss;
+	struct coll_req **reqs; /* helix: the sends to wait for */
+	int nreq, maxreq;
 };
 
 static struct tp_acts *pipe_acts(struct pipe *pp, int mb, int j, int *rc)
@@ -303,13 +319,134 @@ static int pipe_wait(void *ctx)
 	return rc;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* HelixPipe's blocks on a stage (schedule.h, par_tp.h)                                 */
+
+/* Block j of micro-batch mb's activations (allocated on first use). */
+static struct tp_acts *hx_acts(struct pipe *pp, int mb, int j, int *rc)
+{
+	struct tp_acts *a = &pp->acts[mb * pp->o->sched.nb + j];
+
+	*rc = a->la ? 0 : tp_helix_alloc(pp->m, a, j);
+	return a;
+}
+
+/* Hands what block jf produced to block jt on the same stage (no message): its output
+ * (grad 0) or its input's gradient (grad 1). */
+static int hx_pass(struct pipe *pp, struct tp_acts *from, int jf, struct tp_acts *to, int jt,
+		   int grad)
+{
+	struct tensor *out[2], *in[2];
+	int n = tp_helix_msg(pp->m, from, jf, grad, 1, out);
+	int n2 = tp_helix_msg(pp->m, to, jt, grad, 0, in);
+
+	if (n < 0 || n2 < 0)
+		return n < 0 ? n : n2;
+	for (int i = 0; i < n; i++)
+		if (in[i]->data && out[i]->data)
+			memcpy(in[i]->data, out[i]->data, out[i]->n * sizeof(float));
+	return 0;
+}
+
+static int hx_fwd(void *ctx, int mb, int j)
+{
+	struct pipe *pp = ctx;
+	const struct run_cfg *cfg = pp->cfg;
+	const struct sched *sc = &pp->o->sched;
+	uint64_t g = (uint64_t)pp->step * pp->accum + (uint64_t)pp->dpr * pp->local + mb;
+	int rc;
+	struct tp_acts *a = hx_acts(pp, mb, j, &rc);
+	float l;
+
+	if (rc)
+		return rc;
+	if (j > 0 && sched_stage(sc, mb, j - 1) == pp->stage &&
+	    (rc = hx_pass(pp, &pp->acts[mb * sc->nb + j - 1], j - 1, a, j, 0)))
+		return rc;
+	if (cfg->data && (j == 0 || j == sc->nb - 1))
+		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, pp->tok, pp->tgt);
+	if ((rc = tp_helix_fwd(pp->m, a, j, pp->tok, pp->tgt, &l)))
+		return rc;
+	pp->loss += (double)l / pp->accum;
+	if (pp->tpr == 0 && j % 2 == 0)
+		record_routes(pp->o, cfg, g, a->la);
+	return 0;
+}
+
+static int hx_bwd(void *ctx, int mb, int j, int input, int weight)
+{
+	struct pipe *pp = ctx;
+	const struct sched *sc = &pp->o->sched;
+	struct tp_acts *a = &pp->acts[mb * sc->nb + j];
+	int rc;
+
+	(void)input;
+	(void)weight;
+	if ((rc = tp_helix_bwd(pp->m, a, j, 1.0f / pp->accum)))
+		return rc;
+	if (j > 0 && sched_stage(sc, mb, j - 1) != pp->stage)
+		return 0; /* its send takes the input's gradient, then the block goes */
+	if (j > 0 && (rc = hx_pass(pp, a, j, &pp->acts[mb * sc->nb + j - 1], j - 1, 1)))
+		return rc;
+	tp_acts_free(pp->m, a);
+	return 0;
+}
+
+static int hx_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
+{
+	struct pipe *pp = ctx;
+	struct tp_acts *a = &pp->acts[mb * pp->o->sched.nb + j];
+	struct tensor *part[2];
+	int n = tp_helix_msg(pp->m, a, j, what == SCHED_GRAD, 1, part), rc = 0;
+
+	for (int i = 0; i < n && !rc; i++) {
+		EMU_ASSERT(pp->nreq < pp->maxreq);
+		rc = coll_isend(pp->d, pp->dev[peer], part[i]->data, part[i]->n,
+				&pp->reqs[pp->nreq++]);
+	}
+	if (what == SCHED_GRAD) /* the sends hold copies: the block is done */
+		tp_acts_free(pp->m, a);
+	return n < 0 ? n : rc;
+}
+
+static int hx_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
+{
+	struct pipe *pp = ctx;
+	struct tensor *part[2];
+	int rc, n;
+	struct tp_acts *a = hx_acts(pp, mb, j, &rc);
+
+	if (rc)
+		return rc;
+	n = tp_helix_msg(pp->m, a, j, what == SCHED_GRAD, 0, part);
+	for (int i = 0; i < n && !rc; i++)
+		rc = coll_recv(pp->d, pp->dev[peer], part[i]->data, part[i]->n);
+	return n < 0 ? n : rc;
+}
+
+static int hx_wait(void *ctx)
+{
+	struct pipe *pp = ctx;
+	int rc = 0;
+
+	for (int i = 0; i < pp->nreq; i++) {
+		int rc2 = coll_wait(pp->d, pp->reqs[i]);
+
+		rc = rc ? rc : rc2;
+	}
+	pp->nreq = 0;
+	return rc;
+}
+
 /* One step's micro-batches through this stage's list; the tied embedding's gradient is
  * then summed between the first and the last stage (Megatron's embedding group). */
 static int pipe_step(struct pipe *pp, struct emu_group *emb, long long *span)
 {
 	static const struct sched_ops ops = {pipe_fwd, pipe_bwd, pipe_send, pipe_recv, pipe_wait};
+	static const struct sched_ops helix = {hx_fwd, hx_bwd, hx_send, hx_recv, hx_wait};
 	struct tp_model *m = pp->m;
-	int rc = sched_exec(&pp->o->sched, pp->stage, pp->d, &ops, pp, span);
+	int rc = sched_exec(&pp->o->sched, pp->stage, pp->d,
+			    pp->o->sched.kind == SCHED_HELIX ? &helix : &ops, pp, span);
 
 	if (!rc && emb)
 		rc = coll_all_reduce(pp->d, emb, m->p[0].g, m->p[0].g, m->p[0].n, COLL_SUM);
@@ -366,8 +503,13 @@ static int par_device(struct emu_dev *d, void *arg)
 	if (pp > 1) {
 		int ends[2] = {pp_devs[0], pp_devs[pp - 1]};
 
+		int helix = cfg->schedule == SCHED_HELIX, nacts;
+
+		/* helix keeps both ends of the tied embedding on stage 0 */
+		if (helix)
+			part.first = part.last = ppr == 0;
 		if (!(gp = emu_group_get(d, pp_devs, pp)) ||
-		    ((part.first || part.last) && !(emb = emu_group_get(d, ends, 2)))) {
+		    (!helix && (part.first || part.last) && !(emb = emu_group_get(d, ends, 2)))) {
 			rc = EMU_EINVAL;
 			goto out;
 		}
@@ -386,10 +528,20 @@ static int par_device(struct emu_dev *d, void *arg)
 				   .dev = pp_devs,
 				   .tok = tok,
 				   .tgt = tgt};
-		for (int c = 0; c < pl.v; c++)
-			for (int l = 0; l < pl.Lb; l++)
-				held[(c * pp + ppr) * pl.Lb + l] = 1;
-		pl.acts = emu_xcalloc((size_t)local * pl.v, sizeof *pl.acts);
+		if (helix) { /* unit c (pre of layer c, post of layer c - 1) on stage c % pp */
+			for (int l = 0; l < L; l++)
+				held[l] = (l % pp == ppr ? TP_PART_PRE : 0) |
+					  ((l + 1) % pp == ppr ? TP_PART_POST : 0);
+			pl.maxreq = 4 * local * o->sched.nb;
+			pl.reqs = emu_xcalloc((size_t)pl.maxreq, sizeof *pl.reqs);
+		} else {
+			for (int c = 0; c < pl.v; c++)
+				for (int l = 0; l < pl.Lb; l++)
+					held[(c * pp + ppr) * pl.Lb + l] =
+						TP_PART_PRE | TP_PART_POST;
+		}
+		nacts = helix ? local * o->sched.nb : local * pl.v;
+		pl.acts = emu_xcalloc((size_t)nacts, sizeof *pl.acts);
 		pl.act_req = emu_xcalloc((size_t)local * pl.v, sizeof *pl.act_req);
 		pl.grad_req = emu_xcalloc((size_t)local * pl.v, sizeof *pl.grad_req);
 		pl.din = emu_xcalloc((size_t)local * pl.v, sizeof *pl.din);
@@ -474,10 +626,12 @@ static int par_device(struct emu_dev *d, void *arg)
 	if (o->snapshot)
 		dp_copy_weights(&s, o->params);
 out:
-	for (int x = 0; pl.acts && x < local * pl.v; x++)
+	for (int x = 0; pl.acts && x < local * (cfg->schedule == SCHED_HELIX ? o->sched.nb : pl.v);
+	     x++)
 		if (pl.acts[x].la)
 			tp_acts_free(&m, &pl.acts[x]);
 	free(pl.acts);
+	free(pl.reqs);
 	free(pl.act_req);
 	free(pl.grad_req);
 	free(pl.din);
@@ -506,8 +660,7 @@ int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_ou
 	int pp = cfg->mesh.size[MESH_PP], rc;
 
 	if (pp > 1) {
-		sched_build(&o->sched, cfg->schedule, pp,
-			    cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP], cfg->vpp);
+		sched_build_for(&o->sched, cfg);
 		o->bubble_ns = emu_xcalloc((size_t)pp, sizeof *o->bubble_ns);
 		o->span = emu_xcalloc((size_t)pp, sizeof *o->span);
 		for (int s = 0; s < pp; s++)

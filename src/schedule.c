@@ -715,10 +715,64 @@ double sched_peak_inflight(const struct sched *sc, int s)
 /* ------------------------------------------------------------------------------------ */
 /* Running and drawing                                                                  */
 
+/* Messages between two devices are matched in the order they are posted (emu/coll.h),
+ * while a stage may need them in another order. The schedule says in which order each
+ * peer sends to this stage, so a RECV first takes in, into their own destinations,
+ * whatever the peer sent before the message it wants: an unexpected-message queue. */
+struct inbox {
+	int *n, *cur;                     /* [p]: messages each peer sends here, taken so far */
+	const struct sched_action ***msg; /* [p][n]: the peer's sends to this stage, in order */
+	unsigned char *got;               /* [m nb 2]: taken in */
+};
+
+static void inbox_init(struct inbox *in, const struct sched *sc, int s)
+{
+	in->n = emu_xcalloc((size_t)sc->p, sizeof *in->n);
+	in->cur = emu_xcalloc((size_t)sc->p, sizeof *in->cur);
+	in->msg = emu_xcalloc((size_t)sc->p, sizeof *in->msg);
+	in->got = emu_xcalloc((size_t)sc->m * sc->nb * 2, 1);
+	for (int q = 0; q < sc->p; q++) {
+		in->msg[q] = emu_xcalloc((size_t)sc->n[q] + 1, sizeof **in->msg);
+		for (int i = 0; i < sc->n[q]; i++)
+			if (sc->a[q][i].op == SCHED_SEND && sc->a[q][i].peer == s)
+				in->msg[q][in->n[q]++] = &sc->a[q][i];
+	}
+}
+
+static void inbox_free(struct inbox *in, const struct sched *sc)
+{
+	for (int q = 0; q < sc->p; q++)
+		free(in->msg[q]);
+	free(in->msg);
+	free(in->n);
+	free(in->cur);
+	free(in->got);
+}
+
+static int inbox_recv(struct inbox *in, const struct sched *sc, const struct sched_action *a,
+		      const struct sched_ops *ops, void *ctx)
+{
+	size_t want = ((size_t)a->mb * sc->nb + a->block) * 2 + a->msg;
+	int q = a->peer, rc = 0;
+
+	while (!in->got[want] && in->cur[q] < in->n[q] && !rc) {
+		const struct sched_action *x = in->msg[q][in->cur[q]++];
+		/* the sender's block precedes (activations) or follows (gradients) ours */
+		int j = x->msg == SCHED_ACT ? x->block + 1 : x->block - 1;
+
+		rc = ops->recv(ctx, x->mb, j, x->msg, q);
+		in->got[((size_t)x->mb * sc->nb + j) * 2 + x->msg] = 1;
+	}
+	return rc;
+}
+
 int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,
 	       void *ctx, long long *span)
 {
+	struct inbox in;
 	int rc = 0;
+
+	inbox_init(&in, sc, s);
 
 	for (int i = 0; i < sc->n[s] && !rc; i++) {
 		const struct sched_action *a = &sc->a[s][i];
@@ -741,7 +795,7 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 			rc = ops->send(ctx, a->mb, a->block, a->msg, a->peer);
 			break;
 		case SCHED_RECV:
-			rc = ops->recv(ctx, a->mb, a->block, a->msg, a->peer);
+			rc = inbox_recv(&in, sc, a, ops, ctx);
 			t0 = emu_now(d); /* the wait is not the action's */
 			break;
 		}
@@ -752,6 +806,7 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 	}
 	if (!rc && ops->wait_sends)
 		rc = ops->wait_sends(ctx);
+	inbox_free(&in, sc);
 	return rc;
 }
 
