@@ -135,7 +135,7 @@ static const struct cli_opt par_opts[] = {
 	{"pp", 0, 1, O_PP, "N", "pipeline-parallel size: stages of consecutive layers"},
 	{"pipeline-model-parallel-size", 0, 1, O_PP, "N", "the same as --pp"},
 	{"schedule", 0, 1, O_SCHEDULE, "NAME",
-	 "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1, zb-h2"},
+	 "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1, zb-h2, helix"},
 	{"vpp", 0, 1, O_VPP, "V", "model chunks a stage, for --schedule interleaved (default 2)"},
 	{"num-layers-per-virtual-pipeline-stage", 0, 1, O_VPP_LAYERS, "N",
 	 "the same given as layers a chunk (Megatron's)"},
@@ -410,8 +410,8 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		case O_SCHEDULE:
 			if ((schedule = sched_kind_of(v)) < 0)
 				cli_fail(&c,
-					 "--schedule: '%s' is not gpipe, 1f1b, interleaved, zb-h1 "
-					 "or zb-h2",
+					 "--schedule: '%s' is not gpipe, 1f1b, interleaved, zb-h1, "
+					 "zb-h2 or helix",
 					 v);
 			break;
 		case O_FLASH:

@@ -1086,7 +1086,7 @@ int tp_helix_bwd(struct tp_model *m, struct tp_acts *a, int j, float scale)
 	int L = m->cfg.num_layers, c = j / 2, rc;
 	size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.hidden, nx = (size_t)m->Ml * C;
 	size_t nq = 3 * BT * C / (size_t)m->tp, no = BT * C / (size_t)m->tp;
-	const float *x = c > 0 ? D(a->la[c - 1].res3) : D(a->enc);
+	const float *x;
 
 	if (j % 2) { /* attention: d atty in, d qkv out; the residual's gradient passes */
 		copy_in(D(m->datty), D(a->din2), no);
@@ -1098,6 +1098,17 @@ int tp_helix_bwd(struct tp_model *m, struct tp_acts *a, int j, float scale)
 		copy_in(D(a->gout_x), D(a->dout), nx);
 		return 0;
 	}
+	if (m->recompute == TP_RECOMPUTE_FULL && c < L) { /* what tp_helix_drop let go */
+		unsigned flash = m->flash ? GPT_ACTS_FLASH : 0u;
+		float aux = 0;
+
+		if ((c > 0 && ((rc = layer_acts(m, &a->la[c - 1], c - 1, GPT_ACTS_POST | flash)) ||
+			       (rc = post_fwd(m, &a->la[c - 1], c - 1, D(a->enc), &aux)))) ||
+		    (rc = layer_acts(m, &a->la[c], c, GPT_ACTS_PRE | flash)) ||
+		    (rc = pre_fwd(m, &a->la[c], c, c > 0 ? D(a->la[c - 1].res3) : D(a->enc))))
+			return rc;
+	}
+	x = c > 0 ? D(a->la[c - 1].res3) : D(a->enc);
 	if (c == L) {
 		if ((rc = head_bwd(m, a, x, scale)))
 			return rc;
@@ -1150,4 +1161,32 @@ int tp_helix_msg(struct tp_model *m, struct tp_acts *a, int j, int grad, int out
 	parts[0] = &a->din2;
 	parts[1] = &a->dout;
 	return 2;
+}
+
+void tp_helix_drop(struct tp_model *m, struct tp_acts *a, int j)
+{
+	const struct kctx *k = &m->k;
+	int c = j / 2;
+
+	if (m->recompute != TP_RECOMPUTE_FULL)
+		return;
+	if (j % 2) {
+		tensor_free(k, &a->enc);
+		return;
+	}
+	if (c == m->cfg.num_layers)
+		return; /* the output layer's backward needs its activations */
+	if (c > 0) {    /* the rest of layer c - 1, but its input, the attention output */
+		struct gpt_layer_acts *la = &a->la[c - 1];
+		struct tensor *t[] = {&la->res2,  &la->ln2,      &la->ln2_mean, &la->ln2_rstd,
+				      &la->fch,   &la->fch_gelu, &la->res3,     &la->moe.probs,
+				      &la->moe.x, &la->moe.pre,  &la->moe.h,    &la->moe.y};
+
+		for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+			tensor_free(k, t[i]);
+	}
+	tensor_free(k, &a->la[c].ln1);
+	tensor_free(k, &a->la[c].ln1_mean);
+	tensor_free(k, &a->la[c].ln1_rstd);
+	tensor_free(k, &a->la[c].qkv);
 }

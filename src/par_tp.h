@@ -195,6 +195,11 @@ int tp_helix_fwd(struct tp_model *m, struct tp_acts *a, int j, const int *tokens
 int tp_helix_bwd(struct tp_model *m, struct tp_acts *a, int j, float scale);
 int tp_helix_msg(struct tp_model *m, struct tp_acts *a, int j, int grad, int out,
 		 struct tensor **parts);
+/* With --recompute full, once block j's output has left: HelixPipe's recomputation
+ * without attention. A parameter unit keeps only its inputs (the residual and the
+ * attention output) and runs its forward again in backward; an attention block keeps
+ * its activations but lets the residual it passed on go. */
+void tp_helix_drop(struct tp_model *m, struct tp_acts *a, int j);
 
 /* Copies between parameter i's local shard (local, m->p[i].n) and the full tensor (full,
  * gpt_tensor_numel): to_full 1 writes this rank's part of full, 0 reads it into local. */

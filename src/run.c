@@ -360,9 +360,6 @@ static int hx_fwd(void *ctx, int mb, int j)
 
 	if (rc)
 		return rc;
-	if (j > 0 && sched_stage(sc, mb, j - 1) == pp->stage &&
-	    (rc = hx_pass(pp, &pp->acts[mb * sc->nb + j - 1], j - 1, a, j, 0)))
-		return rc;
 	if (cfg->data && (j == 0 || j == sc->nb - 1))
 		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, pp->tok, pp->tgt);
 	if ((rc = tp_helix_fwd(pp->m, a, j, pp->tok, pp->tgt, &l)))
@@ -370,6 +367,16 @@ static int hx_fwd(void *ctx, int mb, int j)
 	pp->loss += (double)l / pp->accum;
 	if (pp->tpr == 0 && j % 2 == 0)
 		record_routes(pp->o, cfg, g, a->la);
+	/* the next block here takes the output now, so that recomputation can let it go */
+	if (j + 1 < sc->nb && sched_stage(sc, mb, j + 1) == pp->stage) {
+		struct tp_acts *next = hx_acts(pp, mb, j + 1, &rc);
+
+		if (rc || (rc = hx_pass(pp, a, j, next, j + 1, 0)))
+			return rc;
+		tp_helix_drop(pp->m, a, j);
+	} else if (j + 1 == sc->nb) {
+		tp_helix_drop(pp->m, a, j);
+	}
 	return 0;
 }
 
@@ -406,6 +413,8 @@ static int hx_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	}
 	if (what == SCHED_GRAD) /* the sends hold copies: the block is done */
 		tp_acts_free(pp->m, a);
+	else
+		tp_helix_drop(pp->m, a, j);
 	return n < 0 ? n : rc;
 }
 

@@ -90,6 +90,8 @@ static void test_bad_input(void **state)
 		 "--global-batch-size 12",
 		 "the 3 micro-batches a step are not a multiple of pp 2"},
 		{"run --model tiny --pp 3", "--pp 3 does not divide the 2 layers"},
+		{"run --model tiny --pp 2 --schedule helix --global-batch-size 12",
+		 "--schedule helix: the 3 micro-batches a step are not a multiple of pp 2"},
 		{"run --model tiny --pp 2 --schedule zb", "--schedule: 'zb' is not gpipe, 1f1b"},
 		{"run --model tiny --vpp 2", "--vpp: virtual pipeline stages need --pp > 1"},
 		{"run --model tiny --pp 2 --zero-stage 3", "pipelines run with ZeRO stage 0 or 1"},

@@ -102,44 +102,6 @@ static void test_matrix(void **state)
 					}
 	assert_int_equal(runs, 120);
 }
-/* Runs cfg and, when it has more than the pipeline, the same dp x tp without it (base);
- * v against the serial reference, vb against base. */
-static void verify_pipeline(const struct run_cfg *cfg, struct verify_result *v,
-			    struct verify_result *vb)
-{
-	struct emu_cluster *one = test_cluster("dgx-a100", 1, 1, 0, 0);
-	struct emu_cluster *many = test_cluster("dgx-a100", 2, cfg->mesh.world, 0, 0);
-	struct run_cfg flat = *cfg;
-	struct run_out ref, par, base;
-	char err[256];
-
-	mesh_init(&flat.mesh, cfg->mesh.size[MESH_TP], 1, 1, cfg->mesh.size[MESH_DP], 1);
-	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
-		fail_msg("config refused: %s", err);
-	run_alloc(&ref, cfg, 1);
-	run_alloc(&par, cfg, 1);
-	run_alloc(&base, &flat, 1);
-	if (run_reference(one, cfg, &ref))
-		fail_msg("reference failed: %s", emu_cluster_report(one));
-	if (run_parallel(many, cfg, &par))
-		fail_msg("pipeline run failed: %s", emu_cluster_report(many));
-	verify_compare(&ref, &par, &cfg->model, v);
-	*vb = *v;
-	if (flat.mesh.world > 1) {
-		struct emu_cluster *c = test_cluster("dgx-a100", 1, flat.mesh.world, 0, 0);
-
-		if (run_parallel(c, &flat, &base))
-			fail_msg("run without the pipeline failed: %s", emu_cluster_report(c));
-		verify_compare(&base, &par, &cfg->model, vb);
-		emu_cluster_free(c);
-	}
-	run_free(&ref);
-	run_free(&par);
-	run_free(&base);
-	emu_cluster_free(one);
-	emu_cluster_free(many);
-}
-
 /* Pipelines: every schedule with pp in {2, 4} and m in {pp, 2 pp, 4 pp} micro-batches
  * (pp and 2 pp under the sanitizers), alone and with dp 2 x tp 2, on tiny and moe-tiny
  * with 8 layers (so that 4 stages of 2 chunks each hold one), micro-batches of 1
@@ -148,33 +110,72 @@ static void verify_pipeline(const struct run_cfg *cfg, struct verify_result *v,
  * these 8-layer models drift from the serial ones by 1-3e-4 after 3 steps (tensor
  * parallelism's rounding, which Adam amplifies where an update nearly cancels: the same
  * error for every schedule and pp, and for pp = 1), so there they are compared with the
- * same dp x tp run without a pipeline, within the same 1e-4. */
+ * same dp x tp run without a pipeline, within the same 1e-4. The reference and that run
+ * depend on the preset and the batch only, so each is run once for all schedules. */
 static void test_pipeline_matrix(void **state)
 {
 	static const char *const presets[] = {"tiny", "moe-tiny"};
 	static const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED,
-						SCHED_ZBH1, SCHED_ZBH2};
+						SCHED_ZBH1,  SCHED_ZBH2, SCHED_HELIX};
 	int runs = 0, fmax = test_skip_large() ? 2 : 4;
 
 	(void)state;
 	for (int pr = 0; pr < 2; pr++)
-		for (int k = 0; k < 5; k++)
-			for (int p = 2; p <= 4; p += 2)
-				for (int f = 1; f <= fmax; f *= 2)
-					for (int both = 0; both <= 1; both++) {
-						struct run_cfg cfg;
-						struct verify_result v, vb;
-						int dp = both ? 2 : 1, tp = both ? 2 : 1;
+		for (int p = 2; p <= 4; p += 2)
+			for (int f = 1; f <= fmax; f *= 2)
+				for (int both = 0; both <= 1; both++) {
+					int dp = both ? 2 : 1, tp = both ? 2 : 1;
+					struct emu_cluster *one =
+						test_cluster("dgx-a100", 1, 1, 0, 0);
+					struct emu_cluster *c =
+						test_cluster("dgx-a100", 2, 16, 0, 0);
+					struct run_cfg cfg, flat;
+					struct run_out ref, base;
 
-						make_cfg(&cfg, presets[pr], dp, tp, 0);
-						cfg.model.num_layers = 8;
+					make_cfg(&cfg, presets[pr], dp, tp, 0);
+					cfg.model.num_layers = 8;
+					cfg.mbs = 1;
+					cfg.gbs = f * p * dp;
+					cfg.opt.warmup = 10; /* pemu's default */
+					flat = cfg;
+					run_alloc(&ref, &cfg, 1);
+					run_alloc(&base, &flat, 1);
+					if (run_reference(one, &cfg, &ref))
+						fail_msg("reference failed: %s",
+							 emu_cluster_report(one));
+					if (both) {
+						emu_cluster_free(c);
+						c = test_cluster("dgx-a100", 1, dp * tp, 0, 0);
+						if (run_parallel(c, &flat, &base))
+							fail_msg("run without the pipeline failed: "
+								 "%s",
+								 emu_cluster_report(c));
+					}
+					emu_cluster_free(c);
+					for (int k = 0; k < 6; k++) {
+						struct verify_result v, vb;
+						struct run_out par;
+						char err[256];
+
 						mesh_init(&cfg.mesh, tp, 1, 1, dp, p);
 						cfg.schedule = kinds[k];
 						cfg.vpp = kinds[k] == SCHED_INTERLEAVED ? 2 : 1;
-						cfg.mbs = 1;
-						cfg.gbs = f * p * dp;
-						cfg.opt.warmup = 10; /* pemu's default */
-						verify_pipeline(&cfg, &v, &vb);
+						if (run_check(&cfg, cfg.mesh.world, err,
+							      sizeof err))
+							fail_msg("config refused: %s", err);
+						c = test_cluster("dgx-a100", 2, cfg.mesh.world, 0,
+								 0);
+						run_alloc(&par, &cfg, 1);
+						if (run_parallel(c, &cfg, &par))
+							fail_msg("pipeline run failed: %s",
+								 emu_cluster_report(c));
+						verify_compare(&ref, &par, &cfg.model, &v);
+						vb = v;
+						if (both)
+							verify_compare(&base, &par, &cfg.model,
+								       &vb);
+						run_free(&par);
+						emu_cluster_free(c);
 						runs++;
 						if (v.loss_err > v.loss_tol ||
 						    v.grad_err > v.grad_tol || !vb.passed ||
@@ -191,7 +192,11 @@ static void test_pipeline_matrix(void **state)
 								v.grad_tensor, vb.param_err,
 								vb.param_tensor, v.route_flips);
 					}
-	assert_int_equal(runs, 2 * 5 * 2 * (fmax == 4 ? 3 : 2) * 2);
+					run_free(&ref);
+					run_free(&base);
+					emu_cluster_free(one);
+				}
+	assert_int_equal(runs, 2 * 6 * 2 * (fmax == 4 ? 3 : 2) * 2);
 }
 
 /* Dropping one all-reduce, of the tensor-parallel MLP output in layer 0 or of the first
