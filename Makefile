@@ -88,7 +88,8 @@ bench: deps $(BUILD)/pemu $(BENCHES)
 plots: bench
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/coll.gp
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/bubbles.gp
-	@echo "wrote $(BUILD)/bench/out/coll_busbw.png and bubbles.png"
+	gnuplot -e "dir='$(BUILD)/bench/out'" plots/pipeline.gp
+	@echo "wrote coll_busbw.png, bubbles.png, pipeline.png and pipeline_memory.png in $(BUILD)/bench/out"
 
 # Installs what the build needs from Debian's packages (as root, or through sudo), or says
 # exactly what to install.
