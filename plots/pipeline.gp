@@ -11,6 +11,7 @@ set grid
 set output dir.'/pipeline.png'
 set key top left
 set logscale xy 2
+set xrange [7000:150000]
 set xtics ('8k' 8192, '16k' 16384, '32k' 32768, '64k' 65536, '128k' 131072)
 set xlabel 'sequence length (tokens)'
 set ylabel 'step time (virtual s)'
@@ -23,6 +24,7 @@ plot f every ::1 using 1:($2/1000) with linespoints lw 2 title 'HelixPipe (recom
 set output dir.'/pipeline_memory.png'
 unset logscale
 set xtics autofreq
+set xrange [*:*]
 set key top right
 set xlabel 'pipeline stage'
 set ylabel 'peak activation memory (GiB)'

@@ -814,7 +814,8 @@ void sched_draw(const struct sched *sc, long long *const *span, int width, void 
 {
 	FILE *out = f;
 	long long q = 0, t0 = -1, end = 0;
-	int cells, cw = sc->v > 1 ? 5 : 4; /* characters a cell */
+	int chunked = sc->v > 1 && sc->kind != SCHED_HELIX;
+	int cells, cw = chunked ? 5 : 4; /* characters a cell */
 
 	/* the cell: the shortest compute action; time from the first action */
 	for (int s = 0; s < sc->p; s++)
@@ -837,9 +838,10 @@ void sched_draw(const struct sched *sc, long long *const *span, int width, void 
 	}
 	fprintf(out,
 		"pipeline (%s, %d stages, %d micro-batches%s): one cell is %.3g ms; F "
-		"forward, B backward, W weight backward, . idle\n",
-		sched_name(sc->kind), sc->p, sc->m, sc->v > 1 ? ", chunk after the colon" : "",
-		(double)q / 1e6);
+		"forward, B backward, W weight backward,%s . idle\n",
+		sched_name(sc->kind), sc->p, sc->m, chunked ? ", chunk after the colon" : "",
+		(double)q / 1e6,
+		sc->kind == SCHED_HELIX ? " A attention forward, a attention backward," : "");
 	for (int s = 0; s < sc->p; s++) {
 		int i = 0;
 
@@ -854,10 +856,12 @@ void sched_draw(const struct sched *sc, long long *const *span, int width, void 
 				if (sc->a[s][k].op <= SCHED_BW && span[s][2 * k + 1] > mid)
 					a = &sc->a[s][k];
 			if (!a)
-				fprintf(out, sc->v > 1 ? "  .  " : "  . ");
-			else if (sc->v > 1)
+				fprintf(out, chunked ? "  .  " : "  . ");
+			else if (chunked)
 				fprintf(out, "%c%2d:%d", "FBWB"[a->op], a -> mb,
 					a -> block / sc -> p);
+			else if (sc->kind == SCHED_HELIX && a->block % 2)
+				fprintf(out, "%c%-2d ", a->op == SCHED_F ? 'A' : 'a', a->mb);
 			else
 				fprintf(out, "%c%-2d ", "FBWB"[a->op], a -> mb);
 		}
