@@ -160,20 +160,27 @@ static const struct cli_opt par_opts[] = {
 static void usage(FILE *f, int parallel)
 {
 	if (parallel)
-		fprintf(f, "usage: pemu run|verify [options]\n\n"
-			   "run trains on the emulated cluster with a parallel configuration and "
-			   "reports\n"
-			   "loss, virtual step time (compute, communication, idle), memory per "
-			   "device and\n"
-			   "bytes per collective; verify also runs the serial reference on the "
-			   "same seed and\n"
-			   "data and compares losses, first-step gradients and final parameters "
-			   "(exit 1 on a\n"
-			   "mismatch).\n\n"
-			   "  pemu verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3\n"
-			   "  pemu run --model gpt3-175b --dry-run --tp 8 --dp 16 --zero-stage 1 "
-			   "--nodes 16\n\n"
-			   "Parallel options:\n");
+		fprintf(f,
+			"usage: pemu run|verify [options]\n\n"
+			"run trains on the emulated cluster with a parallel configuration and "
+			"reports\n"
+			"loss, virtual step time (compute, communication, idle), memory per "
+			"device and\n"
+			"bytes per collective; verify also runs the serial reference on the "
+			"same seed and\n"
+			"data and compares losses, first-step gradients and final parameters "
+			"(exit 1 on a\n"
+			"mismatch).\n\n"
+			"  pemu verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3\n"
+			"  pemu run --model gpt3-175b --dry-run --tp 8 --dp 16 --zero-stage 1 "
+			"--nodes 16\n"
+			"  pemu verify --model tiny --num-layers 4 --pp 2 --schedule zb-h1 "
+			"--timeline\n"
+			"  pemu run --model llama-7b-shape --seq-length 32768 --cluster h20 "
+			"--nodes 8 --tp 8 --pp 8\n"
+			"      --sequence-parallel --use-flash-attn --schedule helix --recompute "
+			"full --dry-run\n\n"
+			"Parallel options:\n");
 	else
 		fprintf(f, "usage: pemu train [options]\n\n"
 			   "Trains a GPT on one virtual GPU: the serial reference that every "

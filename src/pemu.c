@@ -22,12 +22,12 @@ static void usage(FILE *f)
 		"hardware.\n\n"
 		"commands:\n"
 		"  train     the serial reference: train a GPT on one virtual GPU\n"
-		"  run       train on the emulated cluster: --dp, --tp, --zero-stage, "
-		"--sequence-parallel\n"
+		"  run       train on the emulated cluster: --dp, --tp, --pp, --schedule, "
+		"--zero-stage, ...\n"
 		"  verify    the same plus the serial reference, compared; exit 1 on a mismatch\n"
 		"  coll      collective benchmark in the manner of nccl-tests\n"
-		"'pemu COMMAND --help' lists a command's options. Pipeline, context and expert\n"
-		"parallelism, ZeRO stages 2-3 and plan are not in this build.\n\n"
+		"'pemu COMMAND --help' lists a command's options. Context and expert\n"
+		"parallelism and plan are not in this build.\n\n"
 		"cluster presets (--cluster):");
 	for (int i = 0; topo_preset_names[i]; i++) {
 		struct topo t;
