@@ -230,7 +230,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 	if (moe) {
 		if (!rc)
 			rc = moe_acts_alloc(k, &a->moe, moe);
-	} else {
+	} else if (!(parts & GPT_ACTS_NO_MLP)) {
 		A(&a->fch, bt * (size_t)ffn, "fc");
 		A(&a->fch_gelu, bt * (size_t)ffn, "fc.gelu");
 	}

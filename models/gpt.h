@@ -138,11 +138,12 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
  * head size, the heads this device computes), the MLP ffn wide, or a MoE block of shape
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
 enum {
-	GPT_ACTS_PRE = 1,   /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
-	GPT_ACTS_ATTN = 2,  /* qkv, the scores (or lse), the attention output */
-	GPT_ACTS_POST = 4,  /* the attention output, the rest of the layer to its output */
-	GPT_ACTS_ALL = 7,   /* the whole layer */
-	GPT_ACTS_FLASH = 8, /* with memory-efficient attention */
+	GPT_ACTS_PRE = 1,     /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
+	GPT_ACTS_ATTN = 2,    /* qkv, the scores (or lse), the attention output */
+	GPT_ACTS_POST = 4,    /* the attention output, the rest of the layer to its output */
+	GPT_ACTS_ALL = 7,     /* the whole layer */
+	GPT_ACTS_FLASH = 8,   /* with memory-efficient attention */
+	GPT_ACTS_NO_MLP = 16, /* without the dense MLP's intermediates (chunked MLP) */
 };
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
 			 int h, int hl, int heads, int ffn, const struct moe_shape *moe,

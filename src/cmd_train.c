@@ -63,6 +63,7 @@ enum {
 	O_VPP_LAYERS,
 	O_RECOMPUTE,
 	O_FLASH,
+	O_MLP_CHUNKS,
 };
 
 static const struct cli_opt train_opts[] = {
@@ -144,6 +145,8 @@ static const struct cli_opt par_opts[] = {
 	{"recompute-granularity", 0, 1, O_RECOMPUTE, "MODE", "the same as --recompute"},
 	{"use-flash-attn", 0, 0, O_FLASH, NULL,
 	 "memory-efficient attention: no (s, s) scores kept, recomputed in backward"},
+	{"mlp-chunks", 0, 1, O_MLP_CHUNKS, "N",
+	 "run the MLP over N chunks of rows, keeping none of it for backward (HelixPipe's)"},
 	{"cp", 0, 1, O_CP, "N", "context-parallel size (only 1 in this build)"},
 	{"context-parallel-size", 0, 1, O_CP, "N", "the same as --cp"},
 	{"ep", 0, 1, O_EP, "N", "expert-parallel size (only 1 in this build)"},
@@ -317,7 +320,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		.i = 1,
 		.opts = {train_opts, cli_cluster_opts, kind == K_TRAIN ? NULL : par_opts, NULL}};
 	long dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, zero = 0, sp = 0, vocab_div = 128;
-	long vpp = 0, vpp_layers = 0, schedule = -1, recompute = 0, flash = 0;
+	long vpp = 0, vpp_layers = 0, schedule = -1, recompute = 0, flash = 0, mlp_chunks = 1;
 	uint64_t bucket = 25000000;
 	const char *model = "small", *data_path = NULL, *prec = NULL, *v;
 	const char *ov[O_AUX + 1] = {0};
@@ -423,6 +426,9 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			break;
 		case O_FLASH:
 			flash = 1;
+			break;
+		case O_MLP_CHUNKS:
+			mlp_chunks = cli_int(&c, "--mlp-chunks", v, 1, 1 << 20);
 			break;
 		case O_RECOMPUTE:
 			if (!strcmp(v, "none"))
@@ -607,6 +613,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			.vpp = vpp ? (int)vpp : 1,
 			.recompute = (int)recompute,
 			.flash = (int)flash,
+			.mlp_chunks = (int)mlp_chunks,
 			.bucket_bytes = bucket,
 			.data = cc.cfg.dry_run ? NULL : &t.data,
 			.log_every = t.json ? 0 : t.log_every};

@@ -247,8 +247,17 @@ static int alloc_work(struct tp_model *m)
 	A(&m->tmp, MEM_WORK, bt * h, "branch out");
 	A(&m->dqkv, MEM_WORK, 3 * bt * h / (size_t)m->tp, "d qkv");
 	A(&m->datty, MEM_WORK, bt * h / (size_t)m->tp, "d attention out");
-	A(&m->dfch, MEM_WORK, bt * f, "d fc");
-	A(&m->dfch_gelu, MEM_WORK, bt * f, "d fc.gelu");
+	if (m->mlp_chunks > 1) { /* the MLP runs chunk by chunk of rows */
+		size_t rows = (bt + (size_t)m->mlp_chunks - 1) / (size_t)m->mlp_chunks;
+
+		A(&m->fch_c, MEM_WORK, rows * f, "fc chunk");
+		A(&m->fchg_c, MEM_WORK, rows * f, "fc.gelu chunk");
+		A(&m->dfch, MEM_WORK, rows * f, "d fc chunk");
+		A(&m->dfch_gelu, MEM_WORK, rows * f, "d fc.gelu chunk");
+	} else {
+		A(&m->dfch, MEM_WORK, bt * f, "d fc");
+		A(&m->dfch_gelu, MEM_WORK, bt * f, "d fc.gelu");
+	}
 	if (m->part.last)
 		A(&m->dlogits, MEM_WORK, bt * v, "d logits");
 	A(&m->att_scratch, MEM_WORK,
@@ -271,7 +280,8 @@ static void drop(struct tp_model *m, struct gpt_layer_acts *la);
 /* The whole layer's activations, and how attention keeps them. */
 static unsigned acts_flags(const struct tp_model *m)
 {
-	return GPT_ACTS_ALL | (m->flash ? GPT_ACTS_FLASH : 0u);
+	return GPT_ACTS_ALL | (m->flash ? GPT_ACTS_FLASH : 0u) |
+	       (m->mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u);
 }
 
 /* An acts for layers [l0, l1) with nothing allocated on the device yet. */
@@ -365,11 +375,12 @@ int tp_init(struct tp_model *m, const struct kctx *k, const struct gpt_config *c
 	int rc;
 
 	enum tp_recompute rcm = m->recompute;
-	int flash = m->flash;
+	int flash = m->flash, chunks = m->mlp_chunks;
 
 	memset(m, 0, sizeof *m);
 	m->recompute = rcm;
 	m->flash = flash;
+	m->mlp_chunks = chunks;
 	m->cfg = *cfg;
 	m->k = *k;
 	m->tp = tp;
@@ -551,6 +562,60 @@ static void attn_fwd(struct tp_model *m, struct gpt_layer_acts *la)
 			      hs);
 }
 
+/* Offset rows into a (rows, n) buffer, NULL in dry-run. */
+static float *rows_at(float *p, size_t row, size_t n)
+{
+	return p ? p + row * n : NULL;
+}
+
+/* HelixPipe's chunked MLP: the dense MLP of layer l over chunks of rows, so that only one
+ * chunk's fc and fc.gelu exist (work memory), from la->ln2 into m->tmp. Nothing of the
+ * MLP is kept for backward, which computes each chunk's fc again. */
+static void mlp_chunks_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+	int rows = (BT + m->mlp_chunks - 1) / m->mlp_chunks;
+
+	for (int r = 0; r < BT; r += rows) {
+		int n = BT - r < rows ? BT - r : rows;
+
+		linear_fwd(k, D(m->fch_c), rows_at(D(la->ln2), (size_t)r, (size_t)C),
+			   PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, n, C, F);
+		gelu_fwd(k, D(m->fchg_c), D(m->fch_c), (size_t)n * F);
+		linear_fwd(k, rows_at(D(m->tmp), (size_t)r, (size_t)C), D(m->fchg_c),
+			   PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, n, F, C);
+	}
+}
+
+/* The chunked MLP's backward from g (B T, h), the output's gradient: per chunk, fc and
+ * GeLU again, then the fc2 and fc backward, into m->dln and the weight gradients. */
+static void mlp_chunks_bwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const float *g)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+	int rows = (BT + m->mlp_chunks - 1) / m->mlp_chunks;
+
+	for (int r = 0; r < BT; r += rows) {
+		int n = BT - r < rows ? BT - r : rows;
+		const float *ln2 = rows_at(D(la->ln2), (size_t)r, (size_t)C);
+		const float *gr = g ? g + (size_t)r * C : NULL;
+
+		linear_fwd(k, D(m->fch_c), ln2, PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, n, C, F);
+		gelu_fwd(k, D(m->fchg_c), D(m->fch_c), (size_t)n * F);
+		zero(&m->dfch_gelu);
+		linear_bwd_input(k, D(m->dfch_gelu), gr, PW(m, l, LP_FC2W), n, F, C);
+		linear_bwd_weight(k, PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), 1, gr, D(m->fchg_c), n,
+				  F, C);
+		zero(&m->dfch);
+		gelu_bwd(k, D(m->dfch), D(m->fch_c), D(m->dfch_gelu), (size_t)n * F);
+		linear_bwd_input(k, rows_at(D(m->dln), (size_t)r, (size_t)C), D(m->dfch),
+				 PW(m, l, LP_FCW), n, C, F);
+		linear_bwd_weight(k, PG(m, l, LP_FCW), PG(m, l, LP_FCB), 1, D(m->dfch), ln2, n, C,
+				  F);
+	}
+}
+
 /* Layer l's part after the attention, from la->atty and the layer's input x: the
  * output projection and residual, the second LayerNorm, the MLP (or MoE block, adding
  * its aux loss to *aux) and residual, into la->res3. */
@@ -576,6 +641,8 @@ static int post_fwd(struct tp_model *m, struct gpt_layer_acts *la, int l, const 
 		*aux += moe_fwd(k, &m->moe, &la->moe, D(m->tmp), D(la->ln2), PW(m, l, LP_ROUTER),
 				PW(m, l, LP_FCW), PW(m, l, LP_FCB), PW(m, l, LP_FC2W),
 				PW(m, l, LP_FC2B));
+	} else if (m->mlp_chunks > 1) {
+		mlp_chunks_fwd(m, la, l);
 	} else {
 		linear_fwd(k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C,
 			   F);
@@ -855,6 +922,8 @@ static int post_bwd(struct tp_model *m, struct gpt_layer_acts *la, int l, float 
 				return rc;
 			add_acc(k, PG(m, l, LP_ROUTER), dr, nr);
 		}
+	} else if (m->mlp_chunks > 1) {
+		mlp_chunks_bwd(m, la, l, g);
 	} else {
 		zero(&m->dfch_gelu);
 		linear_bwd_input(k, D(m->dfch_gelu), g, PW(m, l, LP_FC2W), BT, F, C);
@@ -1026,7 +1095,8 @@ int tp_helix_alloc(struct tp_model *m, struct tp_acts *a, int j)
 {
 	const struct kctx *k = &m->k;
 	int L = m->cfg.num_layers, c = j / 2, rc;
-	unsigned flash = m->flash ? GPT_ACTS_FLASH : 0u;
+	unsigned flash =
+		(m->flash ? GPT_ACTS_FLASH : 0u) | (m->mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u);
 
 	if (j % 2) { /* the attention of layer l = c */
 		if ((rc = tp_acts_alloc_empty(m, a, c, c + 1)) ||
@@ -1099,7 +1169,8 @@ int tp_helix_bwd(struct tp_model *m, struct tp_acts *a, int j, float scale)
 		return 0;
 	}
 	if (m->recompute == TP_RECOMPUTE_FULL && c < L) { /* what tp_helix_drop let go */
-		unsigned flash = m->flash ? GPT_ACTS_FLASH : 0u;
+		unsigned flash = (m->flash ? GPT_ACTS_FLASH : 0u) |
+				 (m->mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u);
 		float aux = 0;
 
 		if ((c > 0 && ((rc = layer_acts(m, &a->la[c - 1], c - 1, GPT_ACTS_POST | flash)) ||

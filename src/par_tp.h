@@ -131,6 +131,8 @@ struct tp_model {
 	int drop_allreduce; /* tests: skip layer 0's forward MLP all-reduce (a broken TP) */
 	enum tp_recompute recompute; /* set before tp_init */
 	int flash;                   /* memory-efficient attention; set before tp_init */
+	int mlp_chunks;              /* chunked MLP (> 1); set before tp_init */
+	struct tensor fch_c, fchg_c; /* chunked MLP: one chunk's fc and fc.gelu */
 };
 
 /* The unit parameter i belongs to. */

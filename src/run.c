@@ -93,6 +93,19 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 	}
 	if (gpt_config_check(&cfg->model, err, n) || tp_check(&cfg->model, tp, err, n))
 		return -1;
+	if (cfg->mlp_chunks > 1 && pp > 1 &&
+	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {
+		snprintf(err, n,
+			 "--mlp-chunks with --schedule %s: the chunked MLP computes its weight "
+			 "gradients with its input gradients, which zero-bubble schedules split",
+			 sched_name(cfg->schedule));
+		return -1;
+	}
+	if (cfg->mlp_chunks > cfg->mbs * cfg->model.seq_len) {
+		snprintf(err, n, "--mlp-chunks %d: more chunks than the %d tokens of a micro-batch",
+			 cfg->mlp_chunks, cfg->mbs * cfg->model.seq_len);
+		return -1;
+	}
 	if (cfg->gbs % cfg->mbs) {
 		snprintf(err, n,
 			 "--global-batch-size %d is not a multiple of --micro-batch-size %d",
@@ -135,6 +148,13 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		if (sched_constraints(cfg->schedule, pp, accum / dp, cfg->vpp,
 				      cfg->model.num_layers, err, n))
 			return -1;
+		if (cfg->schedule == SCHED_HELIX && cfg->recompute == TP_RECOMPUTE_SELECTIVE) {
+			snprintf(
+				err, n,
+				"--recompute selective with --schedule helix: HelixPipe recomputes "
+				"without attention, which is --recompute full (or none)");
+			return -1;
+		}
 		/* the schedule is proven before it runs */
 		sched_build_for(&sc, cfg);
 		rc = sched_check(&sc, err, n);
@@ -559,6 +579,7 @@ static int par_device(struct emu_dev *d, void *arg)
 	coll_set_wire_bytes(d, k.ab);
 	m.recompute = (enum tp_recompute)cfg->recompute;
 	m.flash = cfg->flash;
+	m.mlp_chunks = cfg->mlp_chunks;
 	if ((rc = tp_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed, gt, tp, tpr, (size_t)dp,
 			  cfg->sp, cfg->zero, pp > 1 ? &part : NULL)) ||
 	    (rc = dp_init(&s, &m, gd, dp, dpr, cfg->zero, cfg->bucket_bytes, k.ab)))

@@ -24,6 +24,7 @@ struct run_cfg {
 	int vpp;                  /* model chunks a stage (interleaved), else 1 */
 	int recompute;            /* enum tp_recompute: activation recomputation */
 	int flash;                /* memory-efficient attention (no stored scores) */
+	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
 	int broken;               /* tests: 1 drops a TP all-reduce, 2 a DP bucket, 3 a ZeRO-3
 				   * gather */
