@@ -5,6 +5,25 @@
 
 #include "clock.h"
 
+/* Softmax in place over the keys [0, last] of a row of n scores, zero beyond (the causal
+ * mask); returns the log of the sum of exponentials, log-sum-exp of the row. */
+static float causal_softmax_row(float *row, int last, int n)
+{
+	float mx = row[0], sum = 0;
+
+	for (int j = last + 1; j < n; j++)
+		row[j] = 0.0f;
+	for (int j = 1; j <= last; j++)
+		mx = row[j] > mx ? row[j] : mx;
+	for (int j = 0; j <= last; j++) {
+		row[j] = expf(row[j] - mx);
+		sum += row[j];
+	}
+	for (int j = 0; j <= last; j++)
+		row[j] /= sum;
+	return mx + logf(sum);
+}
+
 /* The last key query i may see, or -1 if none. */
 static int last_key(const struct attn_view *a, int i)
 {
@@ -33,22 +52,15 @@ void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hs, scale, q,
 				    a->ldq, kk, a->ldk, 0.0f, s, Tk);
 			for (int i = 0; i < Tq; i++) {
-				float *row = s + (size_t)i * Tk, mx, sum = 0;
+				float *row = s + (size_t)i * Tk;
 				int last = last_key(a, i);
 
-				for (int j = last + 1; j < Tk; j++)
-					row[j] = 0.0f;
-				if (last < 0)
+				if (last < 0) {
+					for (int j = 0; j < Tk; j++)
+						row[j] = 0.0f;
 					continue;
-				mx = row[0];
-				for (int j = 1; j <= last; j++)
-					mx = row[j] > mx ? row[j] : mx;
-				for (int j = 0; j <= last; j++) {
-					row[j] = expf(row[j] - mx);
-					sum += row[j];
 				}
-				for (int j = 0; j <= last; j++)
-					row[j] /= sum;
+				causal_softmax_row(row, last, Tk);
 			}
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, Tk, 1.0f, s,
 				    Tk, v, a->ldv, 0.0f,
@@ -174,22 +186,9 @@ void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const flo
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
 					    scale, q + (size_t)r0 * 3 * C, 3 * C, q + C, 3 * C,
 					    0.0f, scratch, nk);
-				for (int i = 0; i < nr; i++) {
-					float *row = scratch + (size_t)i * nk, mx = row[0], sum = 0;
-					int last = r0 + i;
-
-					for (int j = 1; j <= last; j++)
-						mx = row[j] > mx ? row[j] : mx;
-					for (int j = 0; j <= last; j++) {
-						row[j] = expf(row[j] - mx);
-						sum += row[j];
-					}
-					for (int j = 0; j <= last; j++)
-						row[j] /= sum;
-					for (int j = last + 1; j < nk; j++)
-						row[j] = 0.0f;
-					l[r0 + i] = mx + logf(sum);
-				}
+				for (int i = 0; i < nr; i++)
+					l[r0 + i] = causal_softmax_row(scratch + (size_t)i * nk,
+								       r0 + i, nk);
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
 					    1.0f, scratch, nk, q + 2 * C, 3 * C, 0.0f,
 					    o + (size_t)r0 * C, C);

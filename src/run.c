@@ -233,6 +233,18 @@ struct pipe {
 	int nreq, maxreq;
 };
 
+/* Micro-batch mb's index among the whole run's, its tokens and targets loaded into
+ * pp->tok, pp->tgt when need (the stages with the embeddings or the loss). */
+static uint64_t load_batch(struct pipe *pp, int mb, int need)
+{
+	const struct run_cfg *cfg = pp->cfg;
+	uint64_t g = (uint64_t)pp->step * pp->accum + (uint64_t)pp->dpr * pp->local + mb;
+
+	if (need && cfg->data)
+		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, pp->tok, pp->tgt);
+	return g;
+}
+
 static struct tp_acts *pipe_acts(struct pipe *pp, int mb, int j, int *rc)
 {
 	struct tp_acts *a = &pp->acts[mb * pp->v + j / pp->p];
@@ -246,15 +258,13 @@ static int pipe_fwd(void *ctx, int mb, int j)
 {
 	struct pipe *pp = ctx;
 	const struct run_cfg *cfg = pp->cfg;
-	uint64_t g = (uint64_t)pp->step * pp->accum + (uint64_t)pp->dpr * pp->local + mb;
 	int rc;
 	struct tp_acts *a = pipe_acts(pp, mb, j, &rc);
+	uint64_t g = load_batch(pp, mb, a->l0 == 0 || a->l1 == cfg->model.num_layers);
 	float l;
 
 	if (rc)
 		return rc;
-	if (cfg->data && (a->l0 == 0 || a->l1 == cfg->model.num_layers))
-		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, pp->tok, pp->tgt);
 	if ((rc = tp_forward_part(pp->m, a, pp->tok, pp->tgt, &l)))
 		return rc;
 	pp->loss += (double)l / pp->accum;
@@ -373,15 +383,13 @@ static int hx_fwd(void *ctx, int mb, int j)
 	struct pipe *pp = ctx;
 	const struct run_cfg *cfg = pp->cfg;
 	const struct sched *sc = &pp->o->sched;
-	uint64_t g = (uint64_t)pp->step * pp->accum + (uint64_t)pp->dpr * pp->local + mb;
 	int rc;
 	struct tp_acts *a = hx_acts(pp, mb, j, &rc);
+	uint64_t g = load_batch(pp, mb, j == 0 || j == sc->nb - 1);
 	float l;
 
 	if (rc)
 		return rc;
-	if (cfg->data && (j == 0 || j == sc->nb - 1))
-		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, pp->tok, pp->tgt);
 	if ((rc = tp_helix_fwd(pp->m, a, j, pp->tok, pp->tgt, &l)))
 		return rc;
 	pp->loss += (double)l / pp->accum;
