@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -20,6 +21,7 @@
 #include "par_tp.h"
 #include "presets.h"
 #include "run.h"
+#include "trace.h"
 
 static struct data corpus;
 
@@ -408,6 +410,67 @@ static void test_mlp_chunks(void **state)
 	}
 }
 
+/* Determinism (DESIGN.md §3) with pipelines: the same config twice gives bitwise the
+ * same losses, weights, virtual step times and Chrome trace, for HelixPipe's crossing
+ * messages and ZB-H2 with tp 2 and sp. */
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	rewind(f);
+	buf = malloc(*n + 1);
+	assert_int_equal(fread(buf, 1, *n, f), *n);
+	fclose(f);
+	return buf;
+}
+
+static void test_pipeline_determinism(void **state)
+{
+	static const enum sched_kind kinds[] = {SCHED_HELIX, SCHED_ZBH2};
+
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		struct run_out o[2];
+		char *tr[2], path[64];
+		size_t n[2];
+		struct run_cfg cfg;
+
+		make_cfg(&cfg, "moe-tiny", 1, 2, 0);
+		cfg.model.num_layers = 4;
+		cfg.sp = 1;
+		mesh_init(&cfg.mesh, 2, 1, 1, 1, 2);
+		cfg.schedule = kinds[k];
+		cfg.vpp = 1;
+		for (int r = 0; r < 2; r++) {
+			struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 1);
+
+			run_alloc(&o[r], &cfg, 1);
+			if (run_parallel(c, &cfg, &o[r]))
+				fail_msg("%s: %s", sched_name(kinds[k]), emu_cluster_report(c));
+			snprintf(path, sizeof path, "build/test_pipe_trace_%d.json", r);
+			assert_int_equal(trace_write_json(c, path), 0);
+			tr[r] = slurp(path, &n[r]);
+			emu_cluster_free(c);
+		}
+		assert_memory_equal(o[0].loss, o[1].loss, sizeof(float) * (size_t)cfg.steps);
+		assert_memory_equal(o[0].step_ns, o[1].step_ns,
+				    sizeof(int64_t) * (size_t)cfg.steps);
+		for (int i = 0; i < o[0].np; i++)
+			assert_memory_equal(o[0].params[i], o[1].params[i],
+					    gpt_tensor_numel(&cfg.model, i) * sizeof(float));
+		assert_int_equal(n[0], n[1]);
+		assert_memory_equal(tr[0], tr[1], n[0]);
+		for (int r = 0; r < 2; r++) {
+			free(tr[r]);
+			run_free(&o[r]);
+		}
+	}
+}
+
 /* Runs cfg in dry-run on a dgx-a100 cluster big enough for its mesh; the caller reads
  * device 0's statistics and frees the cluster. */
 static struct emu_cluster *dry(struct run_cfg *cfg, struct run_out *o)
@@ -597,6 +660,7 @@ int main(void)
 		cmocka_unit_test(test_routing_flip_detected),
 		cmocka_unit_test(test_recompute),
 		cmocka_unit_test(test_mlp_chunks),
+		cmocka_unit_test(test_pipeline_determinism),
 		cmocka_unit_test(test_zero_memory_and_volume),
 		cmocka_unit_test(test_tp_volume),
 		cmocka_unit_test(test_sp_volume),
