@@ -106,7 +106,8 @@ static void test_matrix(void **state)
 	assert_int_equal(runs, 120);
 }
 /* Pipelines: every schedule with pp in {2, 4} and m in {pp, 2 pp, 4 pp} micro-batches
- * (pp and 2 pp under the sanitizers), alone and with dp 2 x tp 2, on tiny and moe-tiny
+ * (pp and 2 pp under the sanitizers), alone and with dp 2 x tp 2 and ZeRO-1, on tiny and
+ * moe-tiny
  * with 8 layers (so that 4 stages of 2 chunks each hold one), micro-batches of 1
  * sequence. Against the serial reference: the loss of every step and every first-step
  * gradient, and alone every parameter after 3 steps. With dp 2 x tp 2 the parameters of
@@ -135,7 +136,7 @@ static void test_pipeline_matrix(void **state)
 					struct run_cfg cfg, flat;
 					struct run_out ref, base;
 
-					make_cfg(&cfg, presets[pr], dp, tp, 0);
+					make_cfg(&cfg, presets[pr], dp, tp, both); /* ZeRO-1 */
 					cfg.model.num_layers = 8;
 					cfg.mbs = 1;
 					cfg.gbs = f * p * dp;
