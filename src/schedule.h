@@ -113,7 +113,7 @@ void sched_push(struct sched *sc, int s, struct sched_action a);
 int sched_check(const struct sched *sc, char *err, size_t n);
 
 /* Peak micro-batches in flight on stage s (forwarded, weights not yet back), in units
- * of whole micro-batches (a chunk counts 1/v). */
+ * of whole micro-batches (a block counts p / nb, 1/v for interleaved). */
 double sched_peak_inflight(const struct sched *sc, int s);
 
 /* What sched_exec calls; each returns 0 or a negative enum emu_err. send posts and
@@ -126,14 +126,18 @@ struct sched_ops {
 	int (*wait_sends)(void *ctx);
 };
 
-/* Runs stage s's list on d through ops. span, if not NULL, gets [2 n[s]]: each action's
- * start and end on d's compute stream (virtual ns). 0 or the first error. */
+/* Runs stage s's list on d through ops. Messages between two devices match in the order
+ * they are posted, so a RECV first takes in (through ops->recv) whatever its peer's list
+ * sends to this stage before the message it wants. span, if not NULL, gets [2 n[s]]:
+ * each action's start and end on d's compute stream (virtual ns). 0 or the first
+ * error. */
 int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,
 	       void *ctx, long long *span);
 
 /* Draws a run of sc as the pipeline diagram on f (a FILE *): one row per stage, time
- * running right in cells of the shortest compute action, each cell F, B or W (BW is B)
- * with the micro-batch (and chunk, when v > 1), '.' where the stage idles. span[s] is
+ * running right in cells of the shortest compute action, each cell F, B or W (BW is B;
+ * for helix, A and a for an attention's forward and backward) with the micro-batch (and
+ * chunk, for interleaved), '.' where the stage idles. span[s] is
  * stage s's record from sched_exec. At most width characters a row; longer runs are
  * scaled. */
 void sched_draw(const struct sched *sc, long long *const *span, int width, void *f);
