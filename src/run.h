@@ -75,11 +75,10 @@ int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_o
  * One exception, like DESIGN.md's routing flips: a parameter whose reference gradient is
  * zero to rounding (below 1e-6 of its tensor's largest, or within 8 times the largest
  * difference the strategy's own rounding made in that tensor's gradient) is moved by Adam
- * on noise alone,
- * since Adam divides the gradient by its own magnitude. The key bias is such a parameter:
- * adding the same q.b to every score of a query leaves the softmax unchanged, so its
- * gradient is zero in exact arithmetic. Those entries are left out of the parameter
- * comparison, counted in noise_params, and still checked as gradients. */
+ * on noise alone, since Adam divides the gradient by its own magnitude. The key bias is
+ * such a parameter: adding the same q.b to every score of a query leaves the softmax
+ * unchanged, so its gradient is zero in exact arithmetic. Those entries are left out of
+ * the parameter comparison, counted in noise_params, and still checked as gradients. */
 struct verify_result {
 	double loss_err, grad_err, param_err; /* the worst relative error of each kind */
 	double loss_abs, grad_abs, param_abs; /* the worst absolute error max |a - b| */
