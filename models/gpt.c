@@ -207,8 +207,8 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 
 #define A(t, n, name)                                                                              \
 	do {                                                                                       \
-		if (!rc && !(t)->mb)                                                               \
-			rc = tensor_alloc(k, (t), MEM_ACT, (n), (name));                           \
+		if (!rc)                                                                           \
+			rc = tensor_ensure(k, (t), MEM_ACT, (n), (name));                          \
 	} while (0)
 	if (parts & GPT_ACTS_PRE) {
 		A(&a->ln1, bt * (size_t)h, "ln1");

@@ -35,8 +35,8 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 
 #define A(t, n, name)                                                                              \
 	do {                                                                                       \
-		if (!rc && !(t)->mb)                                                               \
-			rc = tensor_alloc(k, (t), MEM_ACT, (n), (name));                           \
+		if (!rc)                                                                           \
+			rc = tensor_ensure(k, (t), MEM_ACT, (n), (name));                          \
 	} while (0)
 	A(&a->probs, (size_t)s->M * s->E, "router probs");
 	A(&a->x, slots * s->C, "expert inputs");

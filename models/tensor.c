@@ -40,6 +40,12 @@ int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_
 		     name);
 }
 
+int tensor_ensure(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
+		  const char *name)
+{
+	return t->mb ? 0 : tensor_alloc(k, t, cat, n, name);
+}
+
 int tensor_alloc_shard(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
 		       size_t resident, const char *name)
 {

@@ -43,6 +43,10 @@ int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_
 		 const char *name);
 /* Adam's state for n parameters: 2n floats (m, then v) on the host; accounted as
  * 8 bytes per parameter in fp32 and 12 (with the fp32 master copy) in bf16. */
+/* tensor_alloc unless t already holds memory (0 then): for activations given back for
+ * recomputation and brought back by the same call. */
+int tensor_ensure(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
+		  const char *name);
 /* n elements of category cat on the host, of which the device is charged for resident
  * only: for ZeRO, whose device keeps one shard of a buffer between uses and is charged
  * separately (par_dp.c) for the rest while it is gathered or being reduced. The host

@@ -1225,9 +1225,8 @@ int tp_helix_msg(struct tp_model *m, struct tp_acts *a, int j, int grad, int out
 	}
 	/* the gradient of the output: d qkv (unit c < L) or d atty (attention), and of x */
 	EMU_ASSERT(attn || c < L);
-	if ((!a->din2.mb &&
-	     (rc = tensor_alloc(k, &a->din2, MEM_ACT, attn ? no : nq, "d output in"))) ||
-	    (!a->dout.mb && (rc = tensor_alloc(k, &a->dout, MEM_ACT, nx, "d residual in"))))
+	if ((rc = tensor_ensure(k, &a->din2, MEM_ACT, attn ? no : nq, "d output in")) ||
+	    (rc = tensor_ensure(k, &a->dout, MEM_ACT, nx, "d residual in")))
 		return rc;
 	parts[0] = &a->din2;
 	parts[1] = &a->dout;
