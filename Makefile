@@ -33,7 +33,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:%.c=$(BUILD)/%)
 FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*.[ch] tests/*.[ch] bench/*.[ch])
 
-.PHONY: all run test asan tsan bench plots deps format format-check install clean
+.PHONY: all run test golden-capture asan tsan bench plots deps format format-check install clean
 .SECONDARY:
 
 all: $(BUILD)/pemu $(TESTS) $(BENCHES)
@@ -66,6 +66,11 @@ run: deps $(BUILD)/pemu
 
 test: deps $(BUILD)/pemu $(TESTS)
 	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TESTS)
+	@PEMU=$(BUILD)/pemu sh tests/golden.sh
+
+# Re-captures the golden outputs, for a change meant to alter numbers (say so in its commit).
+golden-capture: $(BUILD)/pemu
+	PEMU=$(BUILD)/pemu sh tests/golden.sh --capture
 
 asan:
 	PEMU_TEST_SCALE=small $(MAKE) BUILD=build/asan OPT=-O1 \
