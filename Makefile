@@ -25,20 +25,20 @@ CFLAGS_ALL := -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) -g $(WARN) -pthread -Iem
               $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(SANFLAGS) $(LDFLAGS)
 
-LIB_SRC   := $(wildcard emu/*.c) $(wildcard models/*.c) $(filter-out src/pemu.c,$(wildcard src/*.c))
+LIB_SRC   := $(wildcard emu/*.c) $(wildcard models/*.c) $(filter-out src/cmd/pemu.c,$(wildcard src/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:%.c=$(BUILD)/%)
-FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*.[ch] tests/*.[ch] bench/*.[ch])
+FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch])
 
 .PHONY: all run test golden-capture asan tsan bench plots deps format format-check install clean
 .SECONDARY:
 
 all: $(BUILD)/pemu $(TESTS) $(BENCHES)
 
-$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*.h) | check-pkgs
+$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*/*.h) | check-pkgs
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
@@ -47,7 +47,7 @@ $(BUILD)/libpemu.a: $(LIB_OBJ)
 	@rm -f $@
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/pemu: $(BUILD)/src/pemu.o $(BUILD)/libpemu.a
+$(BUILD)/pemu: $(BUILD)/src/cmd/pemu.o $(BUILD)/libpemu.a
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "mesh.h"
+#include "run/mesh.h"
 
 static void test_rank_order(void **state)
 {

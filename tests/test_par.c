@@ -18,9 +18,9 @@
 #include "coll.h"
 #include "common.h"
 #include "mem.h"
-#include "par_tp.h"
+#include "par/tp.h"
 #include "presets.h"
-#include "run.h"
+#include "run/run.h"
 #include "trace.h"
 
 static struct data corpus;

@@ -1,4 +1,4 @@
-/* Pipeline schedules (src/schedule.h): every generator's lists pass the checker; hand-made
+/* Pipeline schedules (src/pipe/schedule.h): every generator's lists pass the checker; hand-made
  * invalid lists are rejected with the violation named; and run on the virtual cluster
  * with equal unit costs (F = B = W = T, free transfers), each schedule's measured bubble
  * and peak in-flight micro-batches equal REFERENCES.md's table, and HelixPipe's bubble
@@ -15,7 +15,7 @@
 #include "clock.h"
 #include "coll.h"
 #include "common.h"
-#include "schedule.h"
+#include "pipe/schedule.h"
 
 static const int kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2};
 

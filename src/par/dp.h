@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "optim.h"
-#include "par_tp.h"
+#include "par/tp.h"
 
 struct dp_bucket {
 	size_t lo, hi;        /* elements [lo, hi) of the flat buffers */

@@ -1,5 +1,5 @@
 /* par_dp: buckets, gradient all-reduce and ZeRO 1-3; see par_dp.h. */
-#include "par_dp.h"
+#include "par/dp.h"
 
 #include <math.h>
 #include <stdlib.h>

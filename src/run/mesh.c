@@ -1,4 +1,4 @@
-#include "mesh.h"
+#include "run/mesh.h"
 
 #include <stdio.h>
 

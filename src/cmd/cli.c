@@ -1,5 +1,5 @@
 /* cli: shared option parsing; see cli.h. */
-#include "cli.h"
+#include "cmd/cli.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

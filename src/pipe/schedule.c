@@ -1,5 +1,5 @@
 /* schedule: pipeline schedules as data; see schedule.h. */
-#include "schedule.h"
+#include "pipe/schedule.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cmd/cli.h"
 #include "clock.h"
-#include "cmd.h"
+#include "cmd/cmd.h"
 #include "data.h"
 #include "gpt.h"
 #include "mem.h"
 #include "presets.h"
-#include "run.h"
+#include "run/run.h"
 #include "trace.h"
 #include "units.h"
 

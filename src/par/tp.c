@@ -1,5 +1,5 @@
 /* par_tp: Megatron-LM's tensor parallelism for the GPT of models/; see par_tp.h. */
-#include "par_tp.h"
+#include "par/tp.h"
 
 #include <math.h>
 #include <stdio.h>

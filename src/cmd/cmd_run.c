@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cmd/cli.h"
 #include "clock.h"
-#include "cmd.h"
+#include "cmd/cmd.h"
 #include "coll.h"
 #include "mem.h"
-#include "run.h"
+#include "run/run.h"
 #include "topo.h"
 #include "trace.h"
 #include "units.h"

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
-#include "cmd.h"
+#include "cmd/cli.h"
+#include "cmd/cmd.h"
 #include "topo.h"
 
 #define PEMU_VERSION "0.1.0"

@@ -8,8 +8,8 @@
 
 #include "data.h"
 #include "gpt.h"
-#include "mesh.h"
-#include "schedule.h"
+#include "run/mesh.h"
+#include "pipe/schedule.h"
 
 struct run_cfg {
 	struct gpt_config model;

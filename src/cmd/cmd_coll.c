@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cmd/cli.h"
 #include "clock.h"
 #include "coll.h"
-#include "cmd.h"
+#include "cmd/cmd.h"
 #include "mem.h"
 #include "trace.h"
 #include "units.h"

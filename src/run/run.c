@@ -1,5 +1,5 @@
 /* run: the training loops of run.h. */
-#include "run.h"
+#include "run/run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,8 +8,8 @@
 
 #include "clock.h"
 #include "coll.h"
-#include "par_dp.h"
-#include "par_tp.h"
+#include "par/dp.h"
+#include "par/tp.h"
 #include "util.h"
 
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
