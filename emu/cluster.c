@@ -95,6 +95,7 @@ struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
 		if (pthread_cond_init(&d->cond, NULL))
 			emu_die("pthread_cond_init failed");
 	}
+	c->fault_kind = -1;
 	c->chan_nbuckets = CHAN_BUCKETS;
 	c->chan_tab = emu_xcalloc(c->chan_nbuckets, sizeof *c->chan_tab);
 	return c;
@@ -139,6 +140,7 @@ static void dev_reset_results(struct emu_dev *d)
 	memset(d->stream, 0, sizeof d->stream);
 	d->flops = 0;
 	d->compute_ns = 0;
+	d->fault_calls = 0;
 	trace_reset(d);
 }
 

@@ -79,6 +79,14 @@ typedef int (*emu_dev_fn)(struct emu_dev *d, void *arg);
  * until the next run or emu_cluster_free. */
 int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg);
 
+/* A fault plan, for tests that verification catches a broken strategy: in the runs that
+ * follow, every device leaves out its nth call (counted from 0 on each device, over all
+ * its groups, posted or blocking) of the group collective named op ("all-reduce",
+ * "all-gather", ... as coll.h and the reports name them): nothing moves and no time
+ * passes, as if the strategy had forgotten the call; a posted one gives a NULL request,
+ * which coll_wait takes. op NULL clears the plan. 0, or -1 if op names no collective. */
+int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth);
+
 /* The last run's error report ("" if none). Owned by the cluster. */
 const char *emu_cluster_report(const struct emu_cluster *c);
 int64_t emu_cluster_wall_ns(const struct emu_cluster *c);

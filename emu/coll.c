@@ -45,6 +45,20 @@ const char *coll_op_name(enum op_kind k)
 	return kinds[k].name;
 }
 
+int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
+{
+	c->fault_kind = -1;
+	if (!op)
+		return 0;
+	for (int k = OP_BROADCAST; k < OP_NKIND; k++)
+		if (!strcmp(kinds[k].name, op)) {
+			c->fault_kind = k;
+			c->fault_nth = nth;
+			return 0;
+		}
+	return -1;
+}
+
 enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s)
 {
 	enum emu_stream old = d->coll_stream;
@@ -714,6 +728,8 @@ int coll_wait(struct emu_dev *d, struct coll_req *req)
 	struct coll_req **pp;
 	int rc = 0;
 
+	if (!req)
+		return 0; /* a call the fault plan left out */
 	if (req->eager_end >= 0)
 		eager_done(d, req);
 	else
@@ -768,10 +784,14 @@ static int post_group(struct emu_dev *d, struct emu_group *g, struct op_arg *arg
 	    (arg->root < 0 || arg->root >= g->n))
 		rc = dev_fail(d, EMU_EINVAL, "%s: root %d is not a rank of a group of %d",
 			      kinds[arg->kind].name, arg->root, g->n);
+	if (!rc && (int)arg->kind == d->c->fault_kind && d->fault_calls++ == d->c->fault_nth) {
+		*req = NULL; /* the fault plan: this call is left out */
+		rc = 1;
+	}
 	if (rc) {
 		free(arg->send_counts);
 		free(arg->recv_counts);
-		return rc;
+		return rc > 0 ? 0 : rc;
 	}
 	return post(d, g, emu_group_rank(g, d), d->coll_stream, arg, req);
 }

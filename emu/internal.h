@@ -177,6 +177,7 @@ struct emu_dev {
 	int err;          /* this device's own error (enum emu_err), 0 if none */
 	char *err_report; /* its report, malloc'd */
 	int64_t wall_t0;  /* wall clock at the start of the run, for pacing */
+	int fault_calls;  /* calls of the fault plan's collective so far this run */
 };
 
 struct emu_cluster {
@@ -199,6 +200,8 @@ struct emu_cluster {
 	emu_dev_fn fn;
 	void *fn_arg;
 	int64_t wall_ns; /* wall time of the last run */
+	int fault_kind;  /* the fault plan (emu_cluster_set_fault): enum op_kind, -1 none */
+	int fault_nth;   /* the call each device leaves out */
 };
 
 /* cluster.c: channels, rendezvous, waiting and failing. */

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "coll.h"
+#include "par/sp.h"
+#include "par/tp.h"
 #include "util.h"
 
 /* Where this rank's chunk of bucket b starts, and its size. */
@@ -40,7 +42,7 @@ static int post(struct dp_state *s, struct dp_bucket *b)
 	int rc;
 
 	b->posted = 1;
-	if (s->dp == 1 || (s->drop_bucket && b == s->b))
+	if (s->dp == 1)
 		return 0;
 	/* on a stream of their own, so that TP's blocking all-reduces never queue behind them */
 	old = coll_use_stream(s->m->k.d, EMU_STREAM_COMM2);
@@ -141,8 +143,6 @@ static int gather(struct dp_state *s, struct dp_bucket *b)
 		return 0;
 	if (!(b->wbuf = mem_alloc_host(d, MEM_COMM, bytes, 0, "zero-3 gathered weights")))
 		return EMU_EOOM;
-	if (s->drop_gather && b == &s->b[s->unit_bucket[0]])
-		return 0; /* tests: layer 0 is read as it was left, NaN but for this rank's chunk */
 	old = coll_use_stream(d, EMU_STREAM_COMM2);
 	rc = coll_iall_gather(d, s->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk, &b->gather);
 	coll_use_stream(d, old);
@@ -190,15 +190,15 @@ static int use(void *ctx, int u)
 /* ZeRO-3: one bucket per unit, and the order a micro-batch reads the units in. */
 static void unit_buckets(struct dp_state *s)
 {
-	struct tp_model *m = s->m;
+	struct par_model *m = s->m;
 	int L = m->cfg.num_layers;
 
 	s->nb = 0;
 	s->unit_bucket = emu_xcalloc((size_t)L + 2, sizeof *s->unit_bucket);
 	for (int k = 0; k < m->np; k++) {
-		int u = tp_unit_of(m, m->order[k]);
+		int u = par_unit_of(m, m->order[k]);
 
-		if (k + 1 < m->np && tp_unit_of(m, m->order[k + 1]) == u)
+		if (k + 1 < m->np && par_unit_of(m, m->order[k + 1]) == u)
 			continue;
 		s->unit_bucket[u] = s->nb;
 		s->b[s->nb].lo = s->nb ? s->b[s->nb - 1].hi : 0;
@@ -206,13 +206,13 @@ static void unit_buckets(struct dp_state *s)
 		s->b[s->nb++].last = k;
 	}
 	s->seq = emu_xcalloc(2 * (size_t)L + 5, sizeof *s->seq);
-	s->seq[s->nseq++] = TP_UNIT_EMB(m);
+	s->seq[s->nseq++] = PAR_UNIT_EMB(m);
 	for (int l = 0; l < L; l++)
 		s->seq[s->nseq++] = l;
-	s->seq[s->nseq++] = TP_UNIT_LNF(m);
-	s->seq[s->nseq++] = TP_UNIT_EMB(m);
-	s->seq[s->nseq++] = TP_UNIT_EMB(m);
-	s->seq[s->nseq++] = TP_UNIT_LNF(m);
+	s->seq[s->nseq++] = PAR_UNIT_LNF(m);
+	s->seq[s->nseq++] = PAR_UNIT_EMB(m);
+	s->seq[s->nseq++] = PAR_UNIT_EMB(m);
+	s->seq[s->nseq++] = PAR_UNIT_LNF(m);
 	for (int l = L - 1; l >= 0; l--)
 		s->seq[s->nseq++] = l;
 	/* between uses, only this rank's chunks are there */
@@ -221,7 +221,7 @@ static void unit_buckets(struct dp_state *s)
 	m->use = use;
 }
 
-int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp, int r, int zero,
+int dp_init(struct dp_state *s, struct par_model *m, struct emu_group *g, int dp, int r, int zero,
 	    uint64_t bucket_bytes, int wire_bytes)
 {
 	size_t lo = 0;
@@ -310,11 +310,11 @@ partials:
 	/* Sequence parallelism left the LayerNorm and position gradients partial over tp:
 	 * sum what this rank holds of them. */
 	if (s->zero == 0 || s->dp == 1)
-		return tp_sum_partials(s->m, 0, s->m->nflat);
+		return par_sp_sum_partials(s->m, 0, s->m->nflat);
 	for (int k = 0; k < s->nb && !rc; k++) {
 		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
 
-		rc = tp_sum_partials(s->m, lo, lo + chunk);
+		rc = par_sp_sum_partials(s->m, lo, lo + chunk);
 	}
 	return rc;
 }
@@ -322,7 +322,7 @@ partials:
 /* The global gradient norm: the squares this rank holds, summed over tp (and over dp,
  * where ZeRO split them). */
 struct sq_ctx {
-	struct tp_model *m;
+	struct par_model *m;
 	double sq;
 };
 
@@ -330,10 +330,10 @@ struct sq_ctx {
 static void sq_range(void *ctx, size_t lo, size_t hi)
 {
 	struct sq_ctx *c = ctx;
-	struct tp_model *m = c->m;
+	struct par_model *m = c->m;
 
 	for (int i = 0; i < m->np; i++) {
-		const struct tp_param *p = &m->p[i];
+		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 
 		if (a < b && p->owner)
@@ -343,7 +343,7 @@ static void sq_range(void *ctx, size_t lo, size_t hi)
 
 static int grad_norm(struct dp_state *s, double *norm)
 {
-	struct tp_model *m = s->m;
+	struct par_model *m = s->m;
 	struct sq_ctx c = {m, 0};
 	float part;
 	int rc;
@@ -366,7 +366,7 @@ static int grad_norm(struct dp_state *s, double *norm)
 }
 
 struct full_copy {
-	struct tp_model *m;
+	struct par_model *m;
 	float **full;
 	int weights; /* copy the weights, else the gradients */
 };
@@ -374,15 +374,15 @@ struct full_copy {
 static void copy_range(void *ctx, size_t lo, size_t hi)
 {
 	struct full_copy *c = ctx;
-	struct tp_model *m = c->m;
+	struct par_model *m = c->m;
 
 	for (int i = 0; i < m->np; i++) {
-		const struct tp_param *p = &m->p[i];
+		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 		float *local = c->weights ? p->w : p->g;
 
 		if (a < b && p->owner && local)
-			tp_shard_copy_range(m, i, c->full[i], local, a - p->off, b - p->off, 1);
+			par_tp_shard_copy_range(m, i, c->full[i], local, a - p->off, b - p->off, 1);
 	}
 }
 
@@ -408,11 +408,11 @@ void dp_copy_weights(const struct dp_state *s, float **full)
 static void update_range(struct dp_state *s, const struct optim_cfg *o, size_t lo, size_t hi,
 			 size_t st, float lr, float scale, int t)
 {
-	struct tp_model *m = s->m;
+	struct par_model *m = s->m;
 	float *mm = s->opt.data, *vv = mm ? mm + s->owned : NULL;
 
 	for (int i = 0; i < m->np; i++) {
-		const struct tp_param *p = &m->p[i];
+		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 
 		if (a >= b || p->frozen)
@@ -425,7 +425,7 @@ static void update_range(struct dp_state *s, const struct optim_cfg *o, size_t l
 
 int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm)
 {
-	struct tp_model *m = s->m;
+	struct par_model *m = s->m;
 	float lr = optim_lr(o, t - 1), scale = 1.0f;
 	size_t st = 0;
 	int rc;

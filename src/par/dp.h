@@ -1,5 +1,5 @@
 /* par_dp: data parallelism and ZeRO's three stages over the flat buffers of a
- * tensor-parallel model (par_tp.h).
+ * tensor-parallel model (par/model.h).
  *
  * Buckets (PyTorch DDP, Li et al. 2020, arXiv 2006.15704): consecutive parameters, in the
  * order backward finishes them, are grouped until a bucket holds --bucket-size bytes. In
@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "optim.h"
-#include "par/tp.h"
+#include "par/model.h"
 
 struct dp_bucket {
 	size_t lo, hi;        /* elements [lo, hi) of the flat buffers */
@@ -57,7 +57,7 @@ struct dp_bucket {
 };
 
 struct dp_state {
-	struct tp_model *m;
+	struct par_model *m;
 	struct emu_group *g;  /* the data-parallel group */
 	struct emu_group *pg; /* the pipeline group (the norm sums over it), or NULL */
 	int dp, r;            /* its size, this rank */
@@ -66,19 +66,17 @@ struct dp_state {
 	struct dp_bucket *b;
 	int *pos;          /* [np] position of each parameter in m->order */
 	int armed;         /* post buckets from the backward hook (the last micro-batch) */
-	int drop_bucket;   /* tests: never all-reduce bucket 0 (a broken DP) */
-	int drop_gather;   /* tests: never gather layer 0 (a broken ZeRO-3) */
 	size_t owned;      /* elements whose Adam state this rank keeps */
 	struct tensor opt; /* Adam m then v for the owned elements */
 	int *unit_bucket;  /* ZeRO 3: [L + 2] the bucket of each unit */
-	int *seq, nseq;    /* ZeRO 3: the units a micro-batch reads, in order (par_tp.h) */
+	int *seq, nseq;    /* ZeRO 3: the units a micro-batch reads, in order (par/model.h) */
 	int cur;           /* ZeRO 3: reads so far in this micro-batch */
 };
 
 /* Sets up buckets of about bucket_bytes (at wire_bytes an element; units in stage 3)
- * and the optimizer state; installs the hooks on m, whose tp_init had the same zero and
+ * and the optimizer state; installs the hooks on m, whose par_model_init had the same zero and
  * pad = dp. 0 or EMU_EOOM. */
-int dp_init(struct dp_state *s, struct tp_model *m, struct emu_group *g, int dp, int r, int zero,
+int dp_init(struct dp_state *s, struct par_model *m, struct emu_group *g, int dp, int r, int zero,
 	    uint64_t bucket_bytes, int wire_bytes);
 void dp_free(struct dp_state *s);
 

@@ -106,9 +106,7 @@ int sched_stage(const struct sched *sc, int mb, int j)
 	return j % 2 ? ((j - 1) / 2 + 1 + mb) % sc->p : j / 2 % sc->p;
 }
 
-/* The forward of block j of micro-batch mb on its stage, with its input's recv and its
- * output's send where the neighbouring block is on another stage. */
-static void push_fwd(struct sched *sc, int mb, int j)
+void sched_push_fwd(struct sched *sc, int mb, int j)
 {
 	int s = sched_stage(sc, mb, j), prev = j > 0 ? sched_stage(sc, mb, j - 1) : s;
 	int next = j + 1 < sc->nb ? sched_stage(sc, mb, j + 1) : s;
@@ -120,8 +118,7 @@ static void push_fwd(struct sched *sc, int mb, int j)
 		sched_push(sc, s, (struct sched_action){SCHED_SEND, mb, j, SCHED_ACT, next});
 }
 
-/* A backward (op B or BW) of block j of mb, with its gradient's recv and send. */
-static void push_bwd(struct sched *sc, int mb, int j, enum sched_op op)
+void sched_push_bwd(struct sched *sc, int mb, int j, enum sched_op op)
 {
 	int s = sched_stage(sc, mb, j), prev = j > 0 ? sched_stage(sc, mb, j - 1) : s;
 	int next = j + 1 < sc->nb ? sched_stage(sc, mb, j + 1) : s;
@@ -136,9 +133,9 @@ static void push_bwd(struct sched *sc, int mb, int j, enum sched_op op)
 static void build_gpipe(struct sched *sc, int s)
 {
 	for (int mb = 0; mb < sc->m; mb++)
-		push_fwd(sc, mb, s);
+		sched_push_fwd(sc, mb, s);
 	for (int mb = sc->m - 1; mb >= 0; mb--)
-		push_bwd(sc, mb, s, SCHED_BW);
+		sched_push_bwd(sc, mb, s, SCHED_BW);
 }
 
 static void build_1f1b(struct sched *sc, int s)
@@ -146,13 +143,13 @@ static void build_1f1b(struct sched *sc, int s)
 	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m;
 
 	for (int i = 0; i < w; i++)
-		push_fwd(sc, i, s);
+		sched_push_fwd(sc, i, s);
 	for (int i = 0; i < m - w; i++) {
-		push_fwd(sc, w + i, s);
-		push_bwd(sc, i, s, SCHED_BW);
+		sched_push_fwd(sc, w + i, s);
+		sched_push_bwd(sc, i, s, SCHED_BW);
 	}
 	for (int i = m - w; i < m; i++)
-		push_bwd(sc, i, s, SCHED_BW);
+		sched_push_bwd(sc, i, s, SCHED_BW);
 }
 
 /* Megatron's interleaved order: the k-th chunk forward of a stage is micro-batch
@@ -167,13 +164,13 @@ static void build_interleaved(struct sched *sc, int s)
 #define CHB(k) (v - 1 - (k) / p % v)
 	w = w < total ? w : total;
 	for (int k = 0; k < w; k++)
-		push_fwd(sc, MB(k), CHF(k) * p + s);
+		sched_push_fwd(sc, MB(k), CHF(k) * p + s);
 	for (int i = 0; i < total - w; i++) {
-		push_fwd(sc, MB(w + i), CHF(w + i) * p + s);
-		push_bwd(sc, MB(i), CHB(i) * p + s, SCHED_BW);
+		sched_push_fwd(sc, MB(w + i), CHF(w + i) * p + s);
+		sched_push_bwd(sc, MB(i), CHB(i) * p + s, SCHED_BW);
 	}
 	for (int i = total - w; i < total; i++)
-		push_bwd(sc, MB(i), CHB(i) * p + s, SCHED_BW);
+		sched_push_bwd(sc, MB(i), CHB(i) * p + s, SCHED_BW);
 #undef MB
 #undef CHF
 #undef CHB
@@ -187,15 +184,15 @@ static void build_zbh1(struct sched *sc, int s)
 
 #define W_NEXT() sched_push(sc, s, (struct sched_action){SCHED_W, nw++, s, SCHED_GRAD, -1})
 	for (int i = 0; i < w; i++)
-		push_fwd(sc, i, s);
+		sched_push_fwd(sc, i, s);
 	for (int i = 0; i < m - w; i++) {
-		push_fwd(sc, w + i, s);
-		push_bwd(sc, i, s, SCHED_B);
+		sched_push_fwd(sc, w + i, s);
+		sched_push_bwd(sc, i, s, SCHED_B);
 		if (i >= s)
 			W_NEXT();
 	}
 	for (int i = m - w; i < m; i++) {
-		push_bwd(sc, i, s, SCHED_B);
+		sched_push_bwd(sc, i, s, SCHED_B);
 		if (i >= s)
 			W_NEXT();
 	}
@@ -249,10 +246,10 @@ static void build_zbh2(struct sched *sc)
 			if (op == SCHED_F) {
 				fdone[s * m + pick] = t + 1;
 				inflight[s]++;
-				push_fwd(sc, pick, s);
+				sched_push_fwd(sc, pick, s);
 			} else if (op == SCHED_B) {
 				bdone[s * m + pick] = t + 1;
-				push_bwd(sc, pick, s, SCHED_B);
+				sched_push_bwd(sc, pick, s, SCHED_B);
 			} else {
 				wdone[s * m + pick] = t + 1;
 				inflight[s]--;
@@ -267,96 +264,6 @@ static void build_zbh2(struct sched *sc)
 	free(nf);
 	free(busy);
 	free(inflight);
-}
-
-/* HelixPipe's lists (schedule.h): list scheduling on modelled costs, first-in-last-out.
- * Every (micro-batch, block) has a forward and a backward task; a task is ready when the
- * task it depends on has finished (no transfer time is modelled here). The stage that
- * can start something earliest starts, of its ready tasks, the forward of the earliest
- * micro-batch (then block), else the backward of the latest micro-batch (then block). */
-void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost)
-{
-	int nb = 2 * p * v + 1, left = 2 * m * nb;
-	double *ff = emu_xmalloc((size_t)m * nb * sizeof *ff),
-	       *fb = emu_xmalloc((size_t)m * nb * sizeof *fb);
-	double *free_at = emu_xcalloc((size_t)p, sizeof *free_at);
-
-	sched_init_empty(sc, SCHED_HELIX, p, m, v);
-	sc->nb = nb;
-	sc->attn_cost = attn_cost;
-	sc->cap = 6 * m * nb + 1; /* room for every block's actions */
-	for (int s = 0; s < p; s++) {
-		free(sc->a[s]);
-		sc->a[s] = emu_xcalloc((size_t)sc->cap, sizeof **sc->a);
-	}
-	for (int x = 0; x < m * nb; x++)
-		ff[x] = fb[x] = -1;
-	while (left > 0) {
-		int bs = -1, bmb = 0, bj = 0, bback = 0;
-		double bt = 0;
-
-		for (int s = 0; s < p; s++) {
-			int cmb = -1, cj = 0, cback = 0;
-			double ct = 0;
-
-			for (int mb = 0; mb < m; mb++)
-				for (int j = 0; j < nb; j++) {
-					int x = mb * nb + j, back;
-					double dep, t;
-
-					if (sched_stage(sc, mb, j) != s)
-						continue;
-					for (back = 0; back <= 1; back++) {
-						if (back ? fb[x] >= 0 : ff[x] >= 0)
-							continue;
-						dep = back ? (j + 1 < nb ? fb[x + 1] : ff[x])
-							   : (j ? ff[x - 1] : 0);
-						if (dep < 0)
-							continue;
-						t = dep > free_at[s] ? dep : free_at[s];
-						/* better: earlier start; then forward first,
-						 * earliest micro-batch and block; backward
-						 * latest micro-batch and block */
-						if (cmb < 0 || t < ct ||
-						    (t == ct &&
-						     (back < cback ||
-						      (back == cback &&
-						       (back ? mb > cmb || (mb == cmb && j > cj)
-							     : mb < cmb ||
-									(mb == cmb && j < cj)))))) {
-							cmb = mb;
-							cj = j;
-							cback = back;
-							ct = t;
-						}
-					}
-				}
-			if (cmb >= 0 && (bs < 0 || ct < bt)) {
-				bs = s;
-				bmb = cmb;
-				bj = cj;
-				bback = cback;
-				bt = ct;
-			}
-		}
-		EMU_ASSERT(bs >= 0);
-		{
-			double cost = (bj % 2 ? attn_cost : 1.0) * (bback ? 2.0 : 1.0);
-
-			free_at[bs] = bt + cost;
-			if (bback) {
-				fb[bmb * nb + bj] = bt + cost;
-				push_bwd(sc, bmb, bj, SCHED_BW);
-			} else {
-				ff[bmb * nb + bj] = bt + cost;
-				push_fwd(sc, bmb, bj);
-			}
-			left--;
-		}
-	}
-	free(ff);
-	free(fb);
-	free(free_at);
 }
 
 void sched_build(struct sched *sc, enum sched_kind kind, int p, int m, int v)

@@ -34,22 +34,9 @@
  * the cool-down with W: no bubble once m >= 2p (with fewer micro-batches there is not
  * enough work to fill it, and the bubble is ZB-H1's).
  *
- * HelixPipe (Zhang et al. 2025, arXiv 2507.00394) cuts each layer at its attention: a
- * micro-batch runs 2L + 1 blocks, parameter unit c (block 2c: the embeddings and the
- * part of layer 0 before its attention for c = 0, the rest of layer c - 1 and the part
- * of layer c before its attention, and for c = L the rest of the last layer and the
- * output layer) and the attention of layer l (block 2l + 1, no parameters). Unit c lives
- * on stage c % p, so the units go round the ring of stages L / p times and units 0 and L
- * (the tied embedding) share stage 0. The attention of micro-batch mb at layer l runs on
- * stage (l + 1 + mb) % p: the attention of p consecutive micro-batches runs on p
- * different stages at once, and the first stage to start waits only for units, not for
- * attention. Choices where the paper leaves a detail open: the lists are made by a list
- * scheduler on modelled costs (a unit's forward 1, an attention's attn_cost, a backward
- * twice its forward), in first-in-last-out order: forward work first, earliest
- * micro-batch first; then backward, latest micro-batch first. Whenever a stage has
- * forwards of two micro-batches ready it runs the earlier one and the other's
- * transfers overlap it (the paper's two folds); the scheduler does not limit the folds
- * to two. Requires m and L divisible by p.
+ * HelixPipe (Zhang et al. 2025, arXiv 2507.00394) cuts each layer at its attention and
+ * places the attention by micro-batch: its lists, its blocks and its stage are
+ * pipe/helix.c's.
  *
  * A stage's bubble is its idle time between its first and its last action, as the ZB
  * paper counts it: the last stage starting (p - 1) forwards after the first is a skew
@@ -94,16 +81,22 @@ int sched_kind_of(const char *name);
  * line, naming the constraint), or 0. */
 int sched_constraints(enum sched_kind kind, int p, int m, int v, int L, char *err, size_t n);
 
-/* Builds the schedule (the constraints must hold). sched_free releases it. For helix,
- * v is the layers a stage holds (L / p) and attn_cost the modelled time of an
- * attention's forward against a parameter unit's, which orders the lists. */
+/* Builds the schedule (the constraints must hold). sched_free releases it. For helix
+ * (built by pipe/helix.c, with HelixPipe's stage), v is the layers a stage holds (L / p)
+ * and attn_cost the modelled time of an attention's forward against a parameter unit's,
+ * which orders the lists. */
 void sched_build(struct sched *sc, enum sched_kind kind, int p, int m, int v);
 void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost);
 void sched_free(struct sched *sc);
 
-/* An empty schedule of p stages for hand-made lists: sched_push appends to stage s. */
+/* An empty schedule of p stages for hand-made lists: sched_push appends to stage s.
+ * sched_push_fwd appends the forward of block j of micro-batch mb to its stage's list,
+ * with its input's recv and its output's send where the neighbouring block is on another
+ * stage; sched_push_bwd a backward (op B or BW), with its gradient's recv and send. */
 void sched_init_empty(struct sched *sc, enum sched_kind kind, int p, int m, int v);
 void sched_push(struct sched *sc, int s, struct sched_action a);
+void sched_push_fwd(struct sched *sc, int mb, int j);
+void sched_push_bwd(struct sched *sc, int mb, int j, enum sched_op op);
 
 /* Proves sc valid: every action well formed; each (micro-batch, block) forwarded and
  * backwarded exactly once per stage that holds it, with W after its B; every send

@@ -26,8 +26,6 @@ struct run_cfg {
 	int flash;                /* memory-efficient attention (no stored scores) */
 	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
-	int broken;               /* tests: 1 drops a TP all-reduce, 2 a DP bucket, 3 a ZeRO-3
-				   * gather */
 	const struct data *data;  /* NULL in dry-run */
 	int log_every;            /* print a progress line every this many steps; 0: quiet */
 };
@@ -60,8 +58,17 @@ struct run_out {
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
 void run_free(struct run_out *o);
 
+/* cfg's pipeline schedule (pp > 1), built as run_check proves it. */
+void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc);
+
 /* Why cfg cannot run on ndev devices (mesh, heads, batch), one line, or 0. */
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
+
+/* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from its
+ * layers' activations la; sums each step's loss from its stages' and replicas' shares. */
+void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
+		       const struct gpt_layer_acts *la);
+void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
 
 /* run_parallel runs cfg on c, whose device count is the mesh's; run_reference runs the
  * serial model (models/gpt.c) on one device of c with the same seed, data and batches.

@@ -1,0 +1,336 @@
+/* par/layer: the pieces of a layer, the ends of the model and the plain executor; see
+ * par/layer.h. */
+#include "par/layer.h"
+
+#include "internal.h"
+#include "linear.h"
+#include "ops.h"
+#include "par/recompute.h"
+#include "par/tp.h"
+#include "util.h"
+
+const float *par_layer_input(const struct par_acts *a, int l)
+{
+	return l > a->l0 ? D(a->la[l - 1].res3) : D(a->enc);
+}
+
+int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char *name, float *dw,
+		    float *db, const float *dy, const float *x, int M, int K, int N)
+{
+	int rc;
+
+	if (now) {
+		linear_bwd_weight(&m->k, dw, db, 1, dy, x, M, K, N);
+		return 0;
+	}
+	if ((rc = tensor_alloc(&m->k, st, MEM_ACT, (size_t)M * N, name)))
+		return rc;
+	if (st->data && dy)
+		memcpy(st->data, dy, (size_t)M * N * sizeof *dy);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The pieces                                                                           */
+
+int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, int l,
+		  enum par_piece p)
+{
+	const struct kctx *k = &m->k;
+	const struct par_plan *pl = &m->plan[l];
+	struct gpt_layer_acts *la = &a->la[l];
+	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
+	size_t r0 = (size_t)m->row0, mc = (size_t)m->Ml * C;
+	const float *x = par_layer_input(a, l); /* (Ml, h) */
+
+	switch (p) {
+	case PAR_PRE: /* ln1 on this rank's rows, made whole (f), then qkv (B T, 3h/t) */
+		layernorm_fwd(k, par_rows_at(D(la->ln1), r0, (size_t)C), D(la->ln1_mean),
+			      D(la->ln1_rstd), x, PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), m->Ml, C);
+		if ((rc = pl->region->enter(m, D(la->ln1), (size_t)C)))
+			return rc;
+		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
+			   C, C3);
+		return 0;
+	case PAR_ATTN:
+		pl->attn->fwd(m, w, la);
+		return 0;
+	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
+		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
+			   Cl, C);
+		return pl->region->exit(m, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
+	case PAR_MID: /* res2 = x + the attention's branch; ln2 made whole (f) */
+		residual_fwd(k, D(la->res2), x, w->sum, mc);
+		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
+			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
+			      m->Ml, C);
+		return pl->region->enter(m, D(la->ln2), (size_t)C);
+	case PAR_MLP:
+		return pl->mlp->fwd(m, w, la, l, &a->aux_loss);
+	case PAR_OUT: /* the MLP's partial sums summed by g; res3 = res2 + them */
+		if ((rc = pl->region->exit(m, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum)))
+			return rc;
+		residual_fwd(k, D(la->res3), D(la->res2), w->sum, mc);
+		return 0;
+	default:
+		EMU_ASSERT(0);
+		return 0;
+	}
+}
+
+int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, int l,
+		  enum par_piece p, float scale, int weight)
+{
+	const struct kctx *k = &m->k;
+	const struct par_plan *pl = &m->plan[l];
+	struct gpt_layer_acts *la = &a->la[l];
+	struct par_stash *st = &a->stash[l];
+	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
+	const float *dl;
+
+	switch (p) {
+	case PAR_OUT: /* the output's gradient rows for the row-parallel fc2 */
+		return pl->region->rows(m, w);
+	case PAR_MLP:
+		par_zero(&w->dln);
+		return pl->mlp->bwd(m, w, la, l, scale, weight, st);
+	case PAR_MID: /* d ln2 summed (the backward of f), ln2's backward into dres */
+		if ((rc = pl->region->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)))
+			return rc;
+		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), dl, D(la->res2),
+			      PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd), m->Ml, C);
+		return pl->region->rows(m, w);
+	case PAR_PROJ: /* d atty (B T, h/t) */
+		par_zero(&w->datty);
+		linear_bwd_input(k, D(w->datty), w->g, PW(m, l, LP_PROJW), BT, Cl, C);
+		return par_weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
+				       PG(m, l, LP_PROJB), w->g, D(la->atty), BT, Cl, C);
+	case PAR_ATTN:
+		pl->attn->bwd(m, w, la);
+		return 0;
+	case PAR_PRE: /* d ln1 from d qkv, summed (the backward of f), ln1's into dres */
+		par_zero(&w->dln);
+		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
+		if ((rc = par_weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
+					  PG(m, l, LP_QKVB), D(w->dqkv), D(la->ln1), BT, C, C3)) ||
+		    (rc = pl->region->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)))
+			return rc;
+		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), dl,
+			      par_layer_input(a, l), PW(m, l, LP_LN1W), D(la->ln1_mean),
+			      D(la->ln1_rstd), m->Ml, C);
+		return 0;
+	default:
+		EMU_ASSERT(0);
+		return 0;
+	}
+}
+
+static void stash_free(const struct kctx *k, struct par_stash *st)
+{
+	tensor_free(k, &st->gproj);
+	tensor_free(k, &st->dqkv);
+	tensor_free(k, &st->gfc2);
+	tensor_free(k, &st->dfc);
+}
+
+void par_layer_bwd_weight(struct par_model *m, struct par_acts *a, int l)
+{
+	const struct kctx *k = &m->k;
+	struct gpt_layer_acts *la = &a->la[l];
+	struct par_stash *st = &a->stash[l];
+	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp;
+
+	if (m->plan[l].mlp->bwd_weight)
+		m->plan[l].mlp->bwd_weight(m, la, l, st);
+	linear_bwd_weight(k, PG(m, l, LP_PROJW), PG(m, l, LP_PROJB), 1, D(st->gproj), D(la->atty),
+			  BT, Cl, C);
+	linear_bwd_weight(k, PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), 1, D(st->dqkv), D(la->ln1), BT,
+			  C, C3);
+	stash_free(k, st);
+}
+
+void par_stash_free(struct par_model *m, struct par_stash *st)
+{
+	stash_free(&m->k, st);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The ends                                                                             */
+
+void par_set_batch(struct par_model *m, struct par_acts *a, const int *tokens, const int *targets)
+{
+	int BT = m->B * m->T;
+
+	if (!kctx_math(&m->k))
+		return;
+	memcpy(a->tokens, tokens, (size_t)BT * sizeof *tokens);
+	memcpy(a->targets, targets, (size_t)BT * sizeof *targets);
+	for (int i = 0; i < BT; i++)
+		a->ltargets[i] =
+			targets[i] >= m->v0 && targets[i] < m->v0 + m->Vl ? targets[i] - m->v0 : -1;
+}
+
+float par_part_loss(const struct par_model *m, const struct par_acts *a, int head)
+{
+	int BT = m->B * m->T;
+	double s = 0;
+
+	if (!kctx_math(&m->k))
+		return 0;
+	for (int i = 0; head && i < BT; i++)
+		s += a->losses.data[i];
+	return (float)(s / BT) + a->aux_loss;
+}
+
+int par_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a)
+{
+	int rc = par_use(m, PAR_UNIT_EMB(m));
+
+	return rc ? rc : par_tp_embed_fwd(m, w, a);
+}
+
+int par_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a)
+{
+	int rc;
+
+	if ((rc = par_tp_embed_bwd(m, w, a)) || (rc = par_ready(m, 1)) || (rc = par_ready(m, 0)))
+		return rc;
+	return 0;
+}
+
+int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, const float *x)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, rc;
+
+	if ((rc = par_use(m, PAR_UNIT_LNF(m))))
+		return rc;
+	layernorm_fwd(k, par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf_mean),
+		      D(a->lnf_rstd), x, m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
+	if ((rc = m->plan[0].region->enter(m, D(a->lnf), (size_t)C)) ||
+	    (rc = par_use(m, PAR_UNIT_EMB(m))))
+		return rc;
+	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */
+	linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
+	return par_tp_crossentropy(m, w, a);
+}
+
+int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, const float *x,
+		 float scale)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, V = m->Vl, rc;
+	const float *dl;
+
+	if ((rc = par_use(m, PAR_UNIT_EMB(m))))
+		return rc;
+	par_zero(&w->dlogits);
+	crossentropy_bwd(k, D(w->dlogits), D(a->probs), m->tp == 1 ? a->targets : a->ltargets,
+			 scale / (float)BT, BT, V);
+	par_zero(&w->dln);
+	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
+	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
+	if ((rc = m->plan[0].region->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
+	    (rc = par_use(m, PAR_UNIT_LNF(m))))
+		return rc;
+	par_zero(&w->dres);
+	layernorm_bwd(k, D(w->dres), m->p[m->np - 2].g, m->p[m->np - 1].g, dl, x, m->p[m->np - 2].w,
+		      D(a->lnf_mean), D(a->lnf_rstd), m->Ml, C);
+	if ((rc = par_ready(m, m->np - 2)) || (rc = par_ready(m, m->np - 1)))
+		return rc;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The plain executor                                                                   */
+
+int par_layer_fwd_all(struct par_model *m, struct par_work *w, struct par_acts *a, int l)
+{
+	int rc;
+
+	for (int p = PAR_PRE; p < PAR_NPIECES; p++)
+		if ((rc = par_layer_fwd(m, w, a, l, (enum par_piece)p)))
+			return rc;
+	return 0;
+}
+
+int par_forward_part(struct par_model *m, struct par_acts *a, const int *tokens, const int *targets,
+		     float *loss)
+{
+	struct par_work *w = &m->work;
+	int head = a->l1 == m->cfg.num_layers, rc;
+
+	*loss = 0;
+	a->aux_loss = 0;
+	if (a->l0 == 0 || head)
+		par_set_batch(m, a, tokens, targets);
+	if (a->l0 == 0 && (rc = par_embed_fwd(m, w, a)))
+		return rc;
+	for (int l = a->l0; l < a->l1; l++) {
+		if ((rc = par_use(m, l)) || (rc = par_recompute_regrow(m, a, l)) ||
+		    (rc = par_layer_fwd_all(m, w, a, l)))
+			return rc;
+		par_recompute_drop(m, a, l);
+	}
+	if (head && (rc = par_head_fwd(m, w, a, par_layer_input(a, a->l1))))
+		return rc;
+	*loss = par_part_loss(m, a, head);
+	return 0;
+}
+
+/* The weight pass of a split backward: every layer's stashed output gradients. */
+static int weight_pass(struct par_model *m, struct par_acts *a)
+{
+	int rc;
+
+	for (int l = a->l1 - 1; l >= a->l0; l--) {
+		par_layer_bwd_weight(m, a, l);
+		par_recompute_drop(m, a, l);
+		for (int i = 0; i < LP_N; i++)
+			if ((rc = par_ready(m, 2 + l * LP_N + i)))
+				return rc;
+	}
+	return 0;
+}
+
+int par_backward_part(struct par_model *m, struct par_acts *a, float scale, int input, int weight)
+{
+	struct par_work *w = &m->work;
+	int rc;
+
+	if (!input)
+		return weight_pass(m, a);
+	if (a->l1 == m->cfg.num_layers) {
+		if ((rc = par_ready(m, -1)) ||
+		    (rc = par_head_bwd(m, w, a, par_layer_input(a, a->l1), scale)))
+			return rc;
+	} else if (D(w->dres)) {
+		memcpy(D(w->dres), D(a->dout), (size_t)m->Ml * m->cfg.hidden * sizeof(float));
+	}
+	for (int l = a->l1 - 1; l >= a->l0; l--) {
+		if ((rc = par_use(m, l)) || (rc = par_recompute_regrow(m, a, l)) ||
+		    (rc = par_recompute_bwd(m, w, a, l)))
+			return rc;
+		for (int p = PAR_NPIECES - 1; p >= PAR_PRE; p--)
+			if ((rc = par_layer_bwd(m, w, a, l, (enum par_piece)p, scale, weight)))
+				return rc;
+		for (int i = 0; weight && i < LP_N; i++)
+			if ((rc = par_ready(m, 2 + l * LP_N + i)))
+				return rc;
+		if (weight)
+			par_recompute_drop(m, a, l);
+	}
+	if (a->l0 > 0)
+		return 0; /* w->dres: the gradient of the input, for the previous stage */
+	return par_embed_bwd(m, w, a);
+}
+
+int par_forward(struct par_model *m, const int *tokens, const int *targets, float *loss)
+{
+	return par_forward_part(m, &m->own, tokens, targets, loss);
+}
+
+int par_backward(struct par_model *m, float scale)
+{
+	return par_backward_part(m, &m->own, scale, 1, 1);
+}

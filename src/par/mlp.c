@@ -1,0 +1,152 @@
+/* par/mlp: the MLP of a layer, a table per kind (par/layer.h). Tensor parallelism cuts
+ * each as Megatron does: fc column-parallel, (B T, f/t) this rank's units; fc2
+ * row-parallel, its output (B T, h) a partial sum that the region's exit completes.
+ *   dense    fc, GeLU, fc2, keeping fc and fc.gelu (B T, f/t) for backward
+ *   chunked  HelixPipe's chunked MLP (Zhang et al. 2025, arXiv 2507.00394, section 4.3):
+ *            the same over chunks of rows, only one chunk's fc and fc.gelu alive (work
+ *            memory) and none of it kept: backward computes each chunk's fc again
+ *   moe      the MoE block of models/moe.h (softmax router, top-k, capacity), each
+ *            expert's MLP cut like the dense one, the router replicated */
+#include "internal.h"
+#include "linear.h"
+#include "moe.h"
+#include "ops.h"
+#include "par/tp.h"
+
+static int dense_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
+		     float *aux)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+
+	(void)aux;
+	linear_fwd(k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C, F);
+	gelu_fwd(k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
+	linear_fwd(k, D(w->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, BT, F,
+		   C);
+	return 0;
+}
+
+static int dense_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
+		     float scale, int weight, struct par_stash *st)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl, rc;
+
+	(void)scale;
+	par_zero(&w->dfch_gelu);
+	linear_bwd_input(k, D(w->dfch_gelu), w->g, PW(m, l, LP_FC2W), BT, F, C);
+	if ((rc = par_weight_grad(m, weight, &st->gfc2, "stash d fc2", PG(m, l, LP_FC2W),
+				  PG(m, l, LP_FC2B), w->g, D(la->fch_gelu), BT, F, C)))
+		return rc;
+	par_zero(&w->dfch);
+	gelu_bwd(k, D(w->dfch), D(la->fch), D(w->dfch_gelu), (size_t)BT * F);
+	linear_bwd_input(k, D(w->dln), D(w->dfch), PW(m, l, LP_FCW), BT, C, F);
+	return par_weight_grad(m, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
+			       PG(m, l, LP_FCB), D(w->dfch), D(la->ln2), BT, C, F);
+}
+
+static void dense_bwd_weight(struct par_model *m, struct gpt_layer_acts *la, int l,
+			     struct par_stash *st)
+{
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+
+	linear_bwd_weight(&m->k, PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), 1, D(st->gfc2),
+			  D(la->fch_gelu), BT, F, C);
+	linear_bwd_weight(&m->k, PG(m, l, LP_FCW), PG(m, l, LP_FCB), 1, D(st->dfc), D(la->ln2), BT,
+			  C, F);
+}
+
+/* The rows of a chunk: (BT + chunks - 1) / chunks, the last one shorter. */
+static int chunk_rows(const struct par_model *m)
+{
+	return (m->B * m->T + m->pc.mlp_chunks - 1) / m->pc.mlp_chunks;
+}
+
+static int chunked_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
+		       float *aux)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl, rows = chunk_rows(m);
+
+	(void)aux;
+	for (int r = 0; r < BT; r += rows) {
+		int n = BT - r < rows ? BT - r : rows;
+
+		linear_fwd(k, D(w->fch_c), par_rows_at(D(la->ln2), (size_t)r, (size_t)C),
+			   PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, n, C, F);
+		gelu_fwd(k, D(w->fchg_c), D(w->fch_c), (size_t)n * F);
+		linear_fwd(k, par_rows_at(D(w->tmp), (size_t)r, (size_t)C), D(w->fchg_c),
+			   PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, n, F, C);
+	}
+	return 0;
+}
+
+/* Per chunk: fc and GeLU again, then the fc2 and fc backward, weights included. */
+static int chunked_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
+		       float scale, int weight, struct par_stash *st)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl, rows = chunk_rows(m);
+
+	(void)scale;
+	(void)weight; /* run_check refuses zero-bubble's split with the chunked MLP */
+	(void)st;
+	for (int r = 0; r < BT; r += rows) {
+		int n = BT - r < rows ? BT - r : rows;
+		const float *ln2 = par_rows_at(D(la->ln2), (size_t)r, (size_t)C);
+		const float *gr = w->g ? w->g + (size_t)r * C : NULL;
+
+		linear_fwd(k, D(w->fch_c), ln2, PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, n, C, F);
+		gelu_fwd(k, D(w->fchg_c), D(w->fch_c), (size_t)n * F);
+		par_zero(&w->dfch_gelu);
+		linear_bwd_input(k, D(w->dfch_gelu), gr, PW(m, l, LP_FC2W), n, F, C);
+		linear_bwd_weight(k, PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), 1, gr, D(w->fchg_c), n,
+				  F, C);
+		par_zero(&w->dfch);
+		gelu_bwd(k, D(w->dfch), D(w->fch_c), D(w->dfch_gelu), (size_t)n * F);
+		linear_bwd_input(k, par_rows_at(D(w->dln), (size_t)r, (size_t)C), D(w->dfch),
+				 PW(m, l, LP_FCW), n, C, F);
+		linear_bwd_weight(k, PG(m, l, LP_FCW), PG(m, l, LP_FCB), 1, D(w->dfch), ln2, n, C,
+				  F);
+	}
+	return 0;
+}
+
+static int moe_fwd_piece(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
+			 float *aux)
+{
+	*aux += moe_fwd(&m->k, &m->moe, &la->moe, D(w->tmp), D(la->ln2), PW(m, l, LP_ROUTER),
+			PW(m, l, LP_FCW), PW(m, l, LP_FCB), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
+	return 0;
+}
+
+/* The router is replicated and sees partial expert outputs: rank 0 alone adds the aux
+ * loss, and this micro-batch's router gradient is summed over the group before it joins
+ * the accumulated one. The experts' weight gradients come with their input backward,
+ * split or not. */
+static int moe_bwd_piece(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
+			 float scale, int weight, struct par_stash *st)
+{
+	float *dr = m->tp == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter);
+	size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
+	int rc;
+
+	(void)weight;
+	(void)st;
+	par_zero(&w->drouter);
+	moe_bwd(&m->k, &m->moe, &la->moe, &w->moe_scratch, D(w->dln), w->g,
+		m->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
+		PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB), PG(m, l, LP_FC2W),
+		PG(m, l, LP_FC2B));
+	if (m->tp > 1) {
+		if ((rc = par_tp_sum(m, dr, nr)))
+			return rc;
+		add_acc(&m->k, PG(m, l, LP_ROUTER), dr, nr);
+	}
+	return 0;
+}
+
+const struct par_mlp par_mlp_dense = {"dense MLP", dense_fwd, dense_bwd, dense_bwd_weight};
+const struct par_mlp par_mlp_chunked = {"chunked MLP", chunked_fwd, chunked_bwd, NULL};
+const struct par_mlp par_mlp_moe = {"MoE", moe_fwd_piece, moe_bwd_piece, NULL};

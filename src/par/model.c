@@ -1,0 +1,285 @@
+/* par/model: a rank's parameters, activations and scratch; see par/model.h. */
+#include "par/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "coll.h"
+#include "internal.h"
+#include "par/recompute.h"
+#include "par/tp.h"
+#include "util.h"
+
+int par_unit_of(const struct par_model *m, int i)
+{
+	if (i < 2)
+		return PAR_UNIT_EMB(m);
+	if (i >= m->np - 2)
+		return PAR_UNIT_LNF(m);
+	return (i - 2) / LP_N;
+}
+
+/* The parameters in the order backward finishes them, each cut by tensor parallelism
+ * (par_tp_describe), placed in the flat buffers and initialised from the serial
+ * model's. */
+static int alloc_params(struct par_model *m, uint64_t seed, size_t pad, int zero)
+{
+	const struct gpt_config *c = &m->cfg;
+	size_t total = 0;
+	int k = 0, rc;
+
+	m->np = gpt_num_tensors(c);
+	m->p = emu_xcalloc((size_t)m->np, sizeof *m->p);
+	m->order = emu_xcalloc((size_t)m->np, sizeof *m->order);
+	/* backward finishes lnf, then the layers last to first, then wpe and wte */
+	m->order[k++] = m->np - 2;
+	m->order[k++] = m->np - 1;
+	for (int l = c->num_layers - 1; l >= 0; l--)
+		for (int w = 0; w < LP_N; w++)
+			m->order[k++] = 2 + l * LP_N + w;
+	m->order[k++] = 1;
+	m->order[k++] = 0;
+	for (int i = 0; i < m->np; i++)
+		par_tp_describe(m, i, &m->p[i]);
+	/* Every parameter starts at a multiple of pad, so that buckets made of whole
+	 * parameters split evenly into pad shards. */
+	for (int k2 = 0; k2 < m->np; k2++) {
+		m->p[m->order[k2]].off = total;
+		total = (total + m->p[m->order[k2]].n + pad - 1) / pad * pad;
+	}
+	m->nflat = total;
+	if ((rc = tensor_alloc_shard(&m->k, &m->weights, MEM_PARAM, m->nflat,
+				     zero >= 3 ? m->nflat / pad : m->nflat, "weights")) ||
+	    (rc = tensor_alloc_shard(&m->k, &m->grads, MEM_GRAD, m->nflat,
+				     zero >= 2 ? m->nflat / pad : m->nflat, "gradients")))
+		return rc;
+	for (int i = 0; i < m->np; i++) {
+		struct par_param *p = &m->p[i];
+
+		if (!m->weights.data)
+			continue;
+		p->w = m->weights.data + p->off;
+		p->g = m->grads.data + p->off;
+		if (p->n) {
+			float *full = emu_xmalloc(gpt_tensor_numel(c, i) * sizeof *full);
+
+			gpt_tensor_init(c, seed, i, full);
+			par_tp_shard_copy(m, i, full, p->w, 0);
+			free(full);
+		}
+	}
+	return 0;
+}
+
+/* The scratch of the micro-batch in flight (par_work's shapes). */
+static int alloc_work(struct par_model *m, struct par_work *w)
+{
+	const struct kctx *k = &m->k;
+	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, f = (size_t)m->Fl;
+	size_t v = (size_t)m->Vl, ml = (size_t)m->Ml;
+	int rc = 0;
+
+#define A(t, n, name)                                                                              \
+	do {                                                                                       \
+		if (!rc)                                                                           \
+			rc = tensor_alloc(k, (t), MEM_WORK, (n), (name));                          \
+	} while (0)
+	A(&w->dres, ml * h, "d residual");
+	if (m->sp) {
+		A(&w->tmpl, ml * h, "branch out rows");
+		A(&w->dlocal, ml * h, "d layernorm rows");
+		A(&w->gfull, bt * h, "d residual gathered");
+	}
+	A(&w->dln, bt * h, "d layernorm");
+	A(&w->tmp, bt * h, "branch out");
+	A(&w->dqkv, 3 * bt * h / (size_t)m->tp, "d qkv");
+	A(&w->datty, bt * h / (size_t)m->tp, "d attention out");
+	if (m->pc.mlp_chunks > 1) { /* the MLP runs chunk by chunk of rows */
+		size_t rows = (bt + (size_t)m->pc.mlp_chunks - 1) / (size_t)m->pc.mlp_chunks;
+
+		A(&w->fch_c, rows * f, "fc chunk");
+		A(&w->fchg_c, rows * f, "fc.gelu chunk");
+		A(&w->dfch, rows * f, "d fc chunk");
+		A(&w->dfch_gelu, rows * f, "d fc.gelu chunk");
+	} else {
+		A(&w->dfch, bt * f, "d fc");
+		A(&w->dfch_gelu, bt * f, "d fc.gelu");
+	}
+	if (m->part.last)
+		A(&w->dlogits, bt * v, "d logits");
+	A(&w->att_scratch,
+	  m->pc.flash ? 2 * (size_t)FLASH_ROWS * (size_t)m->T : (size_t)m->T * m->T,
+	  "attention scratch");
+	if (m->tp > 1 && m->part.last) {
+		A(&w->ce_max, bt, "cross-entropy max");
+		A(&w->ce_sums, 2 * bt, "cross-entropy sums");
+	}
+	if (m->cfg.num_experts > 0)
+		A(&w->drouter, (size_t)m->cfg.num_experts * h, "d router");
+	if (!rc && m->cfg.num_experts > 0)
+		rc = moe_scratch_alloc(k, &w->moe_scratch, &m->moe);
+#undef A
+	return rc;
+}
+
+unsigned par_acts_flags(const struct par_model *m)
+{
+	return (m->pc.flash ? GPT_ACTS_FLASH : 0u) | (m->pc.mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u);
+}
+
+int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1)
+{
+	size_t bt = (size_t)m->B * m->T;
+	int L = m->cfg.num_layers;
+
+	memset(a, 0, sizeof *a);
+	a->l0 = l0;
+	a->l1 = l1;
+	a->la = emu_xcalloc((size_t)L + 1, sizeof *a->la);
+	a->stash = emu_xcalloc((size_t)L + 1, sizeof *a->stash);
+	a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
+	a->targets = emu_xcalloc(bt, sizeof *a->targets);
+	a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
+	return 0;
+}
+
+int par_acts_layer(struct par_model *m, struct par_acts *a, int l, unsigned parts)
+{
+	return gpt_layer_acts_alloc(&m->k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
+				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
+				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, parts);
+}
+
+int par_acts_head(struct par_model *m, struct par_acts *a)
+{
+	const struct kctx *k = &m->k;
+	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, ml = (size_t)m->Ml;
+	int rc;
+
+	if ((rc = tensor_alloc(k, &a->lnf, MEM_ACT, bt * h, "lnf")) ||
+	    (rc = tensor_alloc(k, &a->lnf_mean, MEM_ACT, ml, "lnf.mean")) ||
+	    (rc = tensor_alloc(k, &a->lnf_rstd, MEM_ACT, ml, "lnf.rstd")) ||
+	    (rc = tensor_alloc(k, &a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits")))
+		return rc;
+	return tensor_alloc(k, &a->losses, MEM_ACT, bt, "losses");
+}
+
+int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
+{
+	int rc = par_acts_alloc_empty(m, a, l0, l1);
+
+	if (!rc)
+		rc = tensor_alloc(&m->k, &a->enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
+				  l0 ? "stage input" : "embeddings");
+	for (int l = l0; l < l1 && !rc; l++) {
+		rc = par_acts_layer(m, a, l, GPT_ACTS_ALL | par_acts_flags(m));
+		par_recompute_drop(m, a, l); /* one layer's worth at a time */
+	}
+	if (!rc && l1 == m->cfg.num_layers)
+		rc = par_acts_head(m, a);
+	return rc;
+}
+
+void par_acts_free(struct par_model *m, struct par_acts *a)
+{
+	const struct kctx *k = &m->k;
+	struct tensor *t[] = {&a->enc,    &a->lnf,  &a->lnf_mean, &a->lnf_rstd, &a->probs,
+			      &a->losses, &a->dout, &a->din2,     &a->gout_a,   &a->gout_x};
+
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+		tensor_free(k, t[i]);
+	for (int l = a->l0; a->la && l < a->l1; l++) {
+		gpt_layer_acts_free(k, &a->la[l]);
+		par_stash_free(m, &a->stash[l]);
+	}
+	free(a->la);
+	free(a->stash);
+	free(a->tokens);
+	free(a->targets);
+	free(a->ltargets);
+	memset(a, 0, sizeof *a);
+}
+
+/* Each layer's plan: its attention, its MLP and its region, from the configuration. */
+static void make_plans(struct par_model *m)
+{
+	const struct par_mlp *dense = m->pc.mlp_chunks > 1 ? &par_mlp_chunked : &par_mlp_dense;
+
+	m->plan = emu_xcalloc((size_t)m->cfg.num_layers + 1, sizeof *m->plan);
+	for (int l = 0; l < m->cfg.num_layers; l++)
+		m->plan[l] = (struct par_plan){
+			m->pc.flash ? &par_attn_flash : &par_attn_heads,
+			gpt_layer_is_moe(&m->cfg, l) ? &par_mlp_moe : dense,
+			m->sp ? &par_region_sp : &par_region_tp,
+		};
+	/* the ends (embedding, output layer) use layer 0's region: one past the last
+	 * layer is a copy for models of no layer */
+	m->plan[m->cfg.num_layers] = m->plan[0];
+	if (!m->cfg.num_layers)
+		m->plan[0].region = m->sp ? &par_region_sp : &par_region_tp;
+}
+
+int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct par_groups *g,
+		   const struct par_part *part, const struct par_source *src)
+{
+	const struct gpt_config *c = &cfg->model;
+	int tp = cfg->tp, B = cfg->mbs, rc;
+
+	memset(m, 0, sizeof *m);
+	m->pc = *cfg;
+	m->cfg = *c;
+	kctx_init(&m->k, g->dev, cfg->prec);
+	m->tp = tp;
+	m->r = g->tp_rank;
+	m->g = g->tp;
+	m->B = B;
+	m->T = c->seq_len;
+	m->NHl = c->heads / tp;
+	m->Fl = c->ffn / tp;
+	m->Vl = c->vocab / tp;
+	m->v0 = m->r * m->Vl;
+	m->sp = cfg->sp && tp > 1;
+	m->Ml = m->sp ? B * m->T / tp : B * m->T;
+	m->row0 = m->sp ? m->r * m->Ml : 0;
+	m->layers = emu_xcalloc((size_t)c->num_layers + 1, 1);
+	for (int l = 0; l < c->num_layers; l++)
+		m->layers[l] = part ? part->layers[l] : PAR_PART_PRE | PAR_PART_POST;
+	m->part = (struct par_part){part ? part->first : 1, part ? part->last : 1, m->layers};
+	make_plans(m);
+	if (c->num_experts > 0)
+		m->moe = (struct moe_shape){
+			B * m->T,
+			c->hidden,
+			m->Fl,
+			c->num_experts,
+			c->moe_top_k,
+			moe_capacity(c->capacity_factor, B * m->T, c->moe_top_k, c->num_experts),
+			c->aux_coeff};
+	if ((rc = alloc_params(m, src->seed, cfg->pad ? (size_t)cfg->pad : 1, cfg->zero)))
+		return rc;
+	if (!part && (rc = par_acts_alloc(m, &m->own, 0, c->num_layers)))
+		return rc;
+	return alloc_work(m, &m->work);
+}
+
+void par_model_free(struct par_model *m)
+{
+	if (m->own.la)
+		par_acts_free(m, &m->own);
+	free(m->layers);
+	free(m->plan);
+	free(m->p);
+	free(m->order);
+	memset(m, 0, sizeof *m);
+}
+
+void par_zero_grad(struct par_model *m)
+{
+	par_zero(&m->grads);
+}
+
+int par_sum_tied_embedding(struct par_model *m, struct emu_group *emb)
+{
+	return coll_all_reduce(m->k.d, emb, m->p[0].g, m->p[0].g, m->p[0].n, COLL_SUM);
+}

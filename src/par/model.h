@@ -1,0 +1,217 @@
+/* par/model: what one rank computes. The GPT of models/gpt.h cut for this rank (by the
+ * strategies of par/tp.h, par/sp.h), its parameters in flat buffers that data
+ * parallelism and ZeRO (par/dp.h) reduce and shard, and the activations one micro-batch
+ * keeps for its backward. Not here: which micro-batch runs when (the executors: the plain
+ * one in par/layer.h, pipelines in pipe/), or which rank is which (run/mesh.h).
+ *
+ * The configuration is given once, to par_model_init: a par_cfg that every rank shares,
+ * the groups this rank talks to, the part of the model it holds, and where its weights
+ * come from. Nothing is set before it or changed after it but the hooks, which the
+ * strategy that owns the flat buffers (par/dp.c) installs.
+ *
+ * Per-rank shapes below: B the micro-batch, T the sequence, h the hidden size, f the MLP
+ * width, V the vocabulary, a the heads, E the experts, t the tensor-parallel degree; Ml
+ * the token rows this rank's residual stream holds (B T, or B T / t under sequence
+ * parallelism). */
+#ifndef PEMU_PAR_MODEL_H
+#define PEMU_PAR_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+
+/* Activation recomputation (par/recompute.c). */
+enum par_recompute { PAR_RECOMPUTE_NONE, PAR_RECOMPUTE_SELECTIVE, PAR_RECOMPUTE_FULL };
+
+/* What every rank of a run shares. */
+struct par_cfg {
+	struct gpt_config model;
+	int mbs;                      /* B: sequences a micro-batch */
+	enum prec prec;               /* memory and traffic accounting */
+	int tp;                       /* t: the tensor-parallel degree */
+	int sp;                       /* sequence parallelism (only with t > 1) */
+	int zero;                     /* ZeRO stage (>= 2: gradients sharded, 3: weights) */
+	int pad;                      /* the data-parallel degree: shards of the flat buffers */
+	enum par_recompute recompute; /* what a layer keeps between forward and backward */
+	int flash;                    /* memory-efficient attention */
+	int mlp_chunks;               /* the dense MLP over this many chunks of rows (> 1) */
+};
+
+/* Where this rank runs and whom it talks to. */
+struct par_groups {
+	struct emu_dev *dev;
+	struct emu_group *tp; /* the tensor-parallel group (t members) */
+	int tp_rank;          /* this rank's place in it */
+};
+
+/* Which part of the model a rank holds: the first pipeline stage holds the embeddings,
+ * the last the final LayerNorm and the output layer (the tied wte too), each stage the
+ * parts of the layers its blocks run. */
+struct par_part {
+	int first, last;
+	const unsigned char *layers; /* [L]: the parts of each layer held (PAR_PART_*) */
+};
+/* A layer's parameters before its attention (ln1, qkv) and after it (the rest). */
+enum { PAR_PART_PRE = 1, PAR_PART_POST = 2 };
+
+/* Where the weights come from: cut from the serial model of this seed (gpt_tensor_init),
+ * so that every shard is the reference's. */
+struct par_source {
+	uint64_t seed;
+};
+
+enum par_split { PAR_REPLICATED, PAR_ROWS, PAR_COLS };
+
+struct par_param {
+	int full; /* its index among the serial model's tensors */
+	char name[40];
+	size_t n;             /* local elements */
+	enum par_split split; /* how it is cut */
+	int blocks;           /* row blocks cut separately (3 for qkv: q, k, v) */
+	int experts;          /* leading expert dimension, 1 if none */
+	size_t rows, cols;    /* one expert's full shape */
+	int owner;            /* this rank's copy is part of the model (norm, verify) */
+	int partial;          /* sequence parallelism: each rank holds part of the gradient
+			       * (LayerNorms, positions), summed over tp by par_sp_sum_partials */
+	int frozen;           /* a row-parallel bias on a rank other than 0: stays zero */
+	int decay;            /* weight decay applies */
+	float *w;             /* the local shard: a view into the flat weights */
+	float *g;             /* its gradient: a view into the flat gradients */
+	size_t off;           /* where in both flat buffers */
+};
+
+/* The weight pass's inputs that the input pass of a split backward (zero-bubble) leaves
+ * behind: one layer's output gradients of its four linear layers. */
+struct par_stash {
+	struct tensor gproj; /* (B T, h): d proj out */
+	struct tensor dqkv;  /* (B T, 3h/t): d qkv, this rank's heads */
+	struct tensor gfc2;  /* (B T, h): d fc2 out */
+	struct tensor dfc;   /* (B T, f/t): d fc out, this rank's columns */
+};
+
+/* One micro-batch's activations: what forward keeps for backward, for the layers
+ * [l0, l1) (la[l] exists for those only), and what crosses a pipeline cut. */
+struct par_acts {
+	int l0, l1;
+	struct tensor enc;                /* (Ml, h): the embeddings, or the input received */
+	struct gpt_layer_acts *la;        /* [L] */
+	struct tensor lnf;                /* (B T, h): the final LayerNorm, all rows */
+	struct tensor lnf_mean, lnf_rstd; /* (Ml), (Ml) */
+	struct tensor probs;              /* (B T, V/t): logits, then probabilities */
+	struct tensor losses;             /* (B T) */
+	struct tensor dout;               /* (Ml, h): pipeline: the output's gradient, received */
+	struct tensor din2;               /* helix: the other part of the gradient received */
+	struct tensor gout_a, gout_x;     /* helix: the gradient of the block's input, to send */
+	struct par_stash *stash;          /* [L]: zero-bubble: between B and W */
+	int *tokens, *targets;            /* (B, T) */
+	int *ltargets;                    /* (B, T): targets local to the vocab shard, -1 if not */
+	float aux_loss;                   /* the MoE layers' load-balancing losses */
+};
+
+/* The scratch that travels with one micro-batch in flight: gradients of activations,
+ * reused layer by layer, and the buffers collectives fill. One per micro-batch that can be
+ * in a layer at once (1; Oases's interleaved sub-batches will take 2). */
+struct par_work {
+	struct tensor dres;          /* (Ml, h): the residual stream's gradient */
+	struct tensor tmpl, dlocal;  /* (Ml, h), sp: a branch's rows, a LayerNorm's input grad */
+	struct tensor gfull;         /* (B T, h), sp: the residual gradient gathered */
+	struct tensor dln;           /* (B T, h): a LayerNorm output's gradient */
+	struct tensor tmp;           /* (B T, h): a branch's output, partial sums before g */
+	struct tensor dqkv;          /* (B T, 3h/t): column shard of d q, k, v */
+	struct tensor datty;         /* (B T, h/t): column shard of d attention out */
+	struct tensor fch_c, fchg_c; /* (B T / chunks, f/t): chunked MLP: one chunk's fc */
+	struct tensor dfch;          /* (B T, f/t), or a chunk's: column shard of d fc */
+	struct tensor dfch_gelu;     /* the same for d fc.gelu */
+	struct tensor dlogits;       /* (B T, V/t): vocabulary shard of d logits */
+	struct tensor att_scratch;   /* (T, T), or flash's 2 blocks of rows */
+	struct tensor ce_max;        /* (B T), t > 1: vocab-parallel cross-entropy's max */
+	struct tensor ce_sums;       /* (B T, 2): its sums of exponentials, target logits */
+	struct tensor drouter;       /* (E, h): one micro-batch's router gradient */
+	struct moe_scratch moe_scratch;
+	const float *sum; /* forward: the rows the region's exit summed */
+	const float *g;   /* backward: the rows a row-parallel layer reads */
+};
+
+/* How one layer runs (par/layer.h): its attention, its MLP, the region around its
+ * tensor-parallel parts. One per layer, so that layers may differ. */
+struct par_plan {
+	const struct par_attn *attn;
+	const struct par_mlp *mlp;
+	const struct par_region *region;
+};
+
+/* Told when parameter i's gradient is final for this micro-batch; i = -1 when backward
+ * begins, before any gradient is written. */
+typedef int (*par_grad_hook)(void *ctx, int i);
+/* Told before the weights of unit u are read. A micro-batch reads, in this order:
+ * forward EMB, 0, ..., L-1, LNF, EMB (the tied output layer); backward EMB, LNF, L-1,
+ * ..., 0 (the embeddings' backward reads no weights). ZeRO-3 gathers units here. */
+typedef int (*par_use_hook)(void *ctx, int u);
+
+/* The parameters come in units whose weights are read together: layer l (0 <= l < L),
+ * the final LayerNorm (unit L) and the embeddings wte and wpe (unit L + 1). Each unit is
+ * one contiguous range of the flat buffers. */
+#define PAR_UNIT_LNF(m) ((m)->cfg.num_layers)
+#define PAR_UNIT_EMB(m) ((m)->cfg.num_layers + 1)
+
+struct par_model {
+	struct gpt_config cfg;
+	struct par_cfg pc;     /* as given */
+	struct kctx k;         /* this rank's device, at pc.prec */
+	int tp, r;             /* t, and this rank's place in the group */
+	struct emu_group *g;   /* the tensor-parallel group */
+	int B, T;              /* micro-batch, sequence */
+	int NHl, Fl, Vl, v0;   /* local heads, ffn units, vocabulary rows, first row */
+	int sp;                /* sequence parallelism: the residual stream split by token rows */
+	int Ml, row0;          /* this rank's token rows: [row0, row0 + Ml) of B T */
+	struct par_part part;  /* what this rank holds (the layers copied) */
+	unsigned char *layers; /* [L] part.layers' storage */
+	struct par_plan *plan; /* [L] */
+	int np;
+	struct par_param *p;   /* [np], in the serial model's order; n = 0 if not held */
+	int *order;            /* [np]: parameters in the order backward finishes them */
+	size_t nflat;          /* elements in the flat buffers: the local sizes, padded */
+	struct tensor weights; /* (nflat): every local weight, in that order */
+	struct tensor grads;   /* (nflat): every gradient, in the same order */
+	struct par_acts own;   /* the whole model's activations (part NULL) */
+	struct par_work work;  /* the one micro-batch in flight's scratch */
+	struct moe_shape moe;  /* the MoE layers' shape */
+	par_grad_hook hook;    /* or NULL */
+	par_use_hook use;      /* or NULL */
+	void *hook_ctx;        /* for both */
+};
+
+/* Builds this rank's model: its shard of the serial model's weights (source), cut as
+ * cfg says for its place in groups, holding part (NULL: the whole model, with m->own for
+ * its activations). Every parameter starts at a multiple of cfg->pad elements in the
+ * flat buffers, so that ZeRO's shards are even; with zero >= 2 the device is charged for
+ * 1/pad of the gradient buffer, with zero = 3 for 1/pad of the weights too (par/dp.c
+ * charges the rest while in use). cfg must have passed run_check. 0 or EMU_EOOM; on
+ * either, par_model_free releases what was taken. */
+int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct par_groups *g,
+		   const struct par_part *part, const struct par_source *src);
+void par_model_free(struct par_model *m);
+
+/* The unit parameter i belongs to. */
+int par_unit_of(const struct par_model *m, int i);
+
+void par_zero_grad(struct par_model *m);
+
+/* One micro-batch's activations for the layers [l0, l1) (with the output layer's if
+ * l1 = L), charged as act memory; par_acts_free returns them. 0 or EMU_EOOM. */
+int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1);
+void par_acts_free(struct par_model *m, struct par_acts *a);
+/* The same with nothing on the device yet (the host bookkeeping only), and the parts
+ * (GPT_ACTS_*) of layer l's, and the output layer's: for executors that allocate by
+ * piece (HelixPipe). */
+int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1);
+int par_acts_layer(struct par_model *m, struct par_acts *a, int l, unsigned parts);
+int par_acts_head(struct par_model *m, struct par_acts *a);
+/* The GPT_ACTS_* flags of how this model's attention and MLP keep their activations. */
+unsigned par_acts_flags(const struct par_model *m);
+
+/* Sums the tied embedding's gradient over emb (the first and last pipeline stages). */
+int par_sum_tied_embedding(struct par_model *m, struct emu_group *emb);
+
+#endif

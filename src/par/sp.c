@@ -1,0 +1,46 @@
+/* par/sp: sequence parallelism's region and partial gradients; see par/sp.h. */
+#include "par/sp.h"
+
+#include "coll.h"
+#include "internal.h"
+#include "par/tp.h"
+
+int par_sp_sum_partials(struct par_model *m, size_t lo, size_t hi)
+{
+	int rc;
+
+	for (int i = 0; i < m->np; i++) {
+		const struct par_param *p = &m->p[i];
+		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+
+		if (p->partial && a < b &&
+		    (rc = par_tp_sum(m, p->g ? p->g + (a - p->off) : NULL, b - a)))
+			return rc;
+	}
+	return 0;
+}
+
+/* f: every rank's rows of buf (B T, C), this rank's at row0, gathered into buf. */
+static int sp_enter(struct par_model *m, float *buf, size_t C)
+{
+	return coll_all_gather(m->k.d, m->g, buf ? buf + (size_t)m->row0 * C : NULL, buf,
+			       (size_t)m->Ml * C);
+}
+
+/* g: partial (B T, C) reduce-scattered into local (Ml, C), this rank's rows. */
+static int sp_exit(struct par_model *m, float *partial, float *local, size_t C, const float **out)
+{
+	*out = local;
+	return coll_reduce_scatter(m->k.d, m->g, partial, local, (size_t)m->Ml * C, COLL_SUM);
+}
+
+/* The residual gradient's rows (Ml, h) of every rank gathered into (B T, h). */
+static int sp_rows(struct par_model *m, struct par_work *w)
+{
+	w->g = D(w->gfull);
+	return coll_all_gather(m->k.d, m->g, D(w->dres), D(w->gfull),
+			       (size_t)m->Ml * (size_t)m->cfg.hidden);
+}
+
+const struct par_region par_region_sp = {"sequence-parallel all-gather / reduce-scatter", sp_enter,
+					 sp_exit, sp_rows};

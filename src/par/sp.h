@@ -1,0 +1,24 @@
+/* par/sp: sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2)
+ * over a tensor-parallel group. The residual stream, the LayerNorms and the residual
+ * adds run on this rank's share of the token rows, (Ml, h) with Ml = B T / t; the region
+ * of the layer pieces (par/layer.h) becomes an all-gather of those rows before a
+ * column-parallel layer (f) and a reduce-scatter into them after a row-parallel one (g):
+ * the volume of tensor parallelism's all-reduce, in two halves. The rows are a chunk of
+ * the flattened (B, T) tokens, which for B = 1 is a chunk of the sequence.
+ *
+ * The LayerNorms' and the positions' gradients are then partial on each rank (each saw
+ * its rows only) and are summed over the group once a step, by par_sp_sum_partials. */
+#ifndef PEMU_PAR_SP_H
+#define PEMU_PAR_SP_H
+
+#include <stddef.h>
+
+#include "par/model.h"
+
+/* Sums over the tensor-parallel group the gradients this rank holds only part of
+ * (LayerNorms and positions), within the flat range [lo, hi). Called once the
+ * data-parallel sync has summed them over replicas; the order of the two sums does not
+ * matter. Nothing without sequence parallelism. */
+int par_sp_sum_partials(struct par_model *m, size_t lo, size_t hi);
+
+#endif

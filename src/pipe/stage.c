@@ -1,0 +1,196 @@
+/* pipe/stage: a pipeline stage over a rank's model parts; see pipe/stage.h. */
+#include "pipe/stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "util.h"
+
+void pipe_stage_part(const struct sched *sc, int s, int L, unsigned char *held,
+		     struct par_part *part)
+{
+	int p = sc->p;
+
+	memset(held, 0, (size_t)L);
+	if (sc->kind == SCHED_HELIX) {
+		/* unit c (pre of layer c, post of layer c - 1) on stage c % p; both ends of
+		 * the tied embedding on stage 0 */
+		for (int l = 0; l < L; l++)
+			held[l] = (l % p == s ? PAR_PART_PRE : 0) |
+				  ((l + 1) % p == s ? PAR_PART_POST : 0);
+		*part = (struct par_part){s == 0, s == 0, held};
+		return;
+	}
+	/* chunk c of stage s is block c p + s, of L / (p v) consecutive layers */
+	for (int c = 0, Lb = L / (p * sc->v); c < sc->v; c++)
+		for (int l = 0; l < Lb; l++)
+			held[(c * p + s) * Lb + l] = PAR_PART_PRE | PAR_PART_POST;
+	*part = (struct par_part){s == 0, s == p - 1, held};
+}
+
+void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struct par_model *m,
+		     struct emu_dev *d, const int *dev, int local, int accum,
+		     const struct pipe_io *io)
+{
+	size_t bt = (size_t)m->B * m->T, chunks = (size_t)local * (size_t)sc->v;
+	int helix = sc->kind == SCHED_HELIX;
+
+	memset(ps, 0, sizeof *ps);
+	ps->sc = sc;
+	ps->stage = s;
+	ps->m = m;
+	ps->d = d;
+	ps->dev = dev;
+	ps->local = local;
+	ps->accum = accum;
+	ps->Lb = helix ? 0 : m->cfg.num_layers / (sc->p * sc->v);
+	ps->io = *io;
+	ps->tok = emu_xcalloc(bt, sizeof *ps->tok);
+	ps->tgt = emu_xcalloc(bt, sizeof *ps->tgt);
+	if (helix) {
+		ps->maxreq = 4 * local * sc->nb;
+		ps->reqs = emu_xcalloc((size_t)ps->maxreq, sizeof *ps->reqs);
+	}
+	ps->acts = emu_xcalloc(helix ? (size_t)local * (size_t)sc->nb : chunks, sizeof *ps->acts);
+	ps->act_req = emu_xcalloc(chunks, sizeof *ps->act_req);
+	ps->grad_req = emu_xcalloc(chunks, sizeof *ps->grad_req);
+	ps->din = emu_xcalloc(chunks, sizeof *ps->din);
+}
+
+void pipe_stage_free(struct pipe_stage *ps)
+{
+	int n = ps->local * (ps->sc && ps->sc->kind == SCHED_HELIX ? ps->sc->nb
+			     : ps->sc                              ? ps->sc->v
+								   : 0);
+
+	for (int x = 0; ps->acts && x < n; x++)
+		if (ps->acts[x].la)
+			par_acts_free(ps->m, &ps->acts[x]);
+	free(ps->acts);
+	free(ps->reqs);
+	free(ps->act_req);
+	free(ps->grad_req);
+	free(ps->din);
+	free(ps->tok);
+	free(ps->tgt);
+	memset(ps, 0, sizeof *ps);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Blocks of consecutive layers (every schedule but HelixPipe)                          */
+
+/* The activations of micro-batch mb's chunk holding block j (allocated on first use). */
+static struct par_acts *chunk_acts(struct pipe_stage *ps, int mb, int j, int *rc)
+{
+	struct par_acts *a = &ps->acts[mb * ps->sc->v + j / ps->sc->p];
+	int l0 = j * ps->Lb;
+
+	*rc = a->la ? 0 : par_acts_alloc(ps->m, a, l0, l0 + ps->Lb);
+	return a;
+}
+
+static int chunk_fwd(void *ctx, int mb, int j)
+{
+	struct pipe_stage *ps = ctx;
+	int rc;
+	struct par_acts *a = chunk_acts(ps, mb, j, &rc);
+	uint64_t g = ps->io.batch(ps->io.ctx, mb, a->l0 == 0 || a->l1 == ps->m->cfg.num_layers,
+				  ps->tok, ps->tgt);
+	float l;
+
+	if (rc || (rc = par_forward_part(ps->m, a, ps->tok, ps->tgt, &l)))
+		return rc;
+	ps->loss += (double)l / ps->accum;
+	ps->io.forwarded(ps->io.ctx, g, a);
+	return 0;
+}
+
+static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
+{
+	struct pipe_stage *ps = ctx;
+	int x = mb * ps->sc->v + j / ps->sc->p, rc;
+	struct par_acts *a = &ps->acts[x];
+	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
+
+	if ((rc = par_backward_part(ps->m, a, 1.0f / ps->accum, input, weight)))
+		return rc;
+	if (input && a->l0 > 0) { /* the input's gradient, for the previous stage */
+		if ((rc = tensor_alloc(&ps->m->k, &ps->din[x], MEM_COMM, n,
+				       "pipeline gradient out")))
+			return rc;
+		if (ps->din[x].data)
+			memcpy(ps->din[x].data, ps->m->work.dres.data, n * sizeof(float));
+	}
+	if (!weight)
+		return 0;
+	/* done with this micro-batch: its output went to the next stage, whose gradient
+	 * has come back, so that send is over */
+	if (ps->act_req[x] && (rc = coll_wait(ps->d, ps->act_req[x])))
+		return rc;
+	ps->act_req[x] = NULL;
+	par_acts_free(ps->m, a);
+	return 0;
+}
+
+static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
+{
+	struct pipe_stage *ps = ctx;
+	int x = mb * ps->sc->v + j / ps->sc->p, rc;
+	struct par_acts *a = &ps->acts[x];
+	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
+
+	if (what == SCHED_ACT) /* (Ml, h): the chunk's output */
+		return coll_isend(ps->d, ps->dev[peer], a->la[a->l1 - 1].res3.data, n,
+				  &ps->act_req[x]);
+	/* the send holds its own copy (eager, emu/coll.h): the gradient's buffer can go */
+	rc = coll_isend(ps->d, ps->dev[peer], ps->din[x].data, n, &ps->grad_req[x]);
+	tensor_free(&ps->m->k, &ps->din[x]);
+	return rc;
+}
+
+static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
+{
+	struct pipe_stage *ps = ctx;
+	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
+	int rc;
+	struct par_acts *a = chunk_acts(ps, mb, j, &rc);
+
+	if (rc)
+		return rc;
+	if (what == SCHED_ACT)
+		return coll_recv(ps->d, ps->dev[peer], a->enc.data, n);
+	if ((rc = tensor_alloc(&ps->m->k, &a->dout, MEM_ACT, n, "d stage output")))
+		return rc;
+	return coll_recv(ps->d, ps->dev[peer], a->dout.data, n);
+}
+
+static int chunk_wait(void *ctx)
+{
+	struct pipe_stage *ps = ctx;
+	int rc = 0;
+
+	for (int x = 0; x < ps->local * ps->sc->v; x++) {
+		int rc2 = ps->grad_req[x] ? coll_wait(ps->d, ps->grad_req[x]) : 0;
+
+		rc = rc ? rc : rc2;
+		ps->grad_req[x] = NULL;
+		tensor_free(&ps->m->k, &ps->din[x]);
+	}
+	return rc;
+}
+
+static const struct sched_ops chunk_ops = {chunk_fwd, chunk_bwd, chunk_send, chunk_recv,
+					   chunk_wait};
+
+int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *span)
+{
+	int rc;
+
+	ps->loss = 0;
+	rc = sched_exec(ps->sc, ps->stage, ps->d,
+			ps->sc->kind == SCHED_HELIX ? &helix_ops : &chunk_ops, ps, span);
+	if (!rc && emb)
+		rc = par_sum_tied_embedding(ps->m, emb);
+	return rc;
+}

@@ -1,0 +1,66 @@
+/* pipe/stage: one device's pipeline stage, the model side of sched_exec (pipe/schedule.h):
+ * a list's actions run as a rank's model parts (par/layer.h's plain executor over a
+ * block's layers, or pipe/helix.c's blocks), their activations kept per (micro-batch,
+ * block), what crosses to the neighbouring stages sent and received. What this module
+ * knows of the model is par/layer.h's stage interface; what it knows of the run (where
+ * batches come from, what is recorded) comes through pipe_io. */
+#ifndef PEMU_PIPE_STAGE_H
+#define PEMU_PIPE_STAGE_H
+
+#include <stdint.h>
+
+#include "par/layer.h"
+#include "pipe/schedule.h"
+
+/* What the stage asks of the run. */
+struct pipe_io {
+	/* Micro-batch mb (0 .. local - 1 of this step)'s tokens and targets (B, T) into tok
+	 * and tgt when need (a stage with the embeddings or the loss); returns the
+	 * micro-batch's index among the whole run's. */
+	uint64_t (*batch)(void *ctx, int mb, int need, int *tok, int *tgt);
+	/* Micro-batch g's forward through a->la is done (the run records its routing). */
+	void (*forwarded)(void *ctx, uint64_t g, const struct par_acts *a);
+	void *ctx;
+};
+
+struct pipe_stage {
+	const struct sched *sc;
+	int stage;           /* this stage, 0 .. sc->p - 1 */
+	struct par_model *m; /* this rank's part of the model */
+	struct emu_dev *d;
+	const int *dev;   /* [p]: the device of each stage of this pipeline */
+	int local, accum; /* micro-batches a step here, and in the global batch */
+	int Lb;           /* layers a block (not helix) */
+	struct pipe_io io;
+	double loss;                /* this step's share of the loss, so far */
+	int *tok, *tgt;             /* (B, T): the batch being loaded */
+	struct par_acts *acts;      /* [local nb'] each (micro-batch, block)'s activations */
+	struct coll_req **act_req;  /* [local v]: the send of a chunk's output */
+	struct tensor *din;         /* [local v]: the gradient of its input, until sent */
+	struct coll_req **grad_req; /* [local v]: that send */
+	struct coll_req **reqs;     /* helix: the sends to wait for */
+	int nreq, maxreq;
+};
+
+/* The part of the model stage s of sc holds: the layers of its blocks (pipe_stage_part
+ * fills held[L]) and whether it has the embeddings and the output layer. */
+void pipe_stage_part(const struct sched *sc, int s, int L, unsigned char *held,
+		     struct par_part *part);
+
+/* Sets up stage s of sc on d for m (whose part is pipe_stage_part's). pipe_stage_free
+ * releases it, and every activation still held. */
+void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struct par_model *m,
+		     struct emu_dev *d, const int *dev, int local, int accum,
+		     const struct pipe_io *io);
+void pipe_stage_free(struct pipe_stage *ps);
+
+/* One step's micro-batches through this stage's list; then the tied embedding's gradient
+ * is summed over emb (the first and last stage: Megatron's embedding group), if not
+ * NULL. ps->loss gets this stage's share of the step's loss; span as sched_exec's.
+ * 0 or the first error. */
+int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *span);
+
+/* Activations of (micro-batch mb, block j) in a helix stage: see pipe/helix.c. */
+extern const struct sched_ops helix_ops;
+
+#endif

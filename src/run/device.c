@@ -1,0 +1,246 @@
+/* run/device: one device's share of a parallel run (run_parallel in run/run.h): its
+ * groups from the mesh, its part of the model (par/model.h) with data parallelism and
+ * ZeRO over it (par/dp.h), and the step loop: the micro-batches through the plain
+ * executor, or through the pipeline stage (pipe/stage.h), then the gradient sync and the
+ * optimizer step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "coll.h"
+#include "par/dp.h"
+#include "pipe/stage.h"
+#include "run/run.h"
+#include "util.h"
+
+struct job {
+	const struct run_cfg *cfg;
+	struct run_out *o;
+};
+
+static int logging(const struct run_cfg *cfg, int s)
+{
+	return cfg->log_every && (s == 0 || s == cfg->steps - 1 || (s + 1) % cfg->log_every == 0);
+}
+
+static void progress(const struct run_cfg *cfg, const struct run_out *o, struct emu_dev *d, int s,
+		     double loss, int64_t wall)
+{
+	if (emu_dev_dry_run(d))
+		printf("step %5d/%d | loss     n/a | %9.3f ms/step virtual (compute %.3f) | %8.1f "
+		       "ms wall\n",
+		       s + 1, cfg->steps, (double)o->step_ns[s] / 1e6,
+		       (double)o->compute_ns[s] / 1e6, (double)wall / 1e6);
+	else
+		printf("step %5d/%d | loss %7.4f | %9.3f ms/step virtual (compute %.3f) | %8.1f ms "
+		       "wall\n",
+		       s + 1, cfg->steps, loss, (double)o->step_ns[s] / 1e6,
+		       (double)o->compute_ns[s] / 1e6, (double)wall / 1e6);
+	fflush(stdout);
+}
+
+/* A stage's bubble from its actions' record: the time between its first and last
+ * compute action that is in none. */
+static int64_t stage_bubble(const struct sched *sc, int s, const long long *span)
+{
+	long long first = -1, last = 0, busy = 0;
+
+	for (int i = 0; i < sc->n[s]; i++) {
+		if (sc->a[s][i].op > SCHED_BW)
+			continue;
+		first = first < 0 ? span[2 * i] : first;
+		last = span[2 * i + 1];
+		busy += span[2 * i + 1] - span[2 * i];
+	}
+	return first < 0 ? 0 : last - first - busy;
+}
+
+/* What one device knows of its place in the run. */
+struct rank {
+	const struct run_cfg *cfg;
+	struct run_out *o;
+	int step, tpr, dpr, local, accum;
+};
+
+/* Micro-batch mb of this step on this replica: its index among the run's, and its
+ * tokens and targets when need. */
+static uint64_t rank_batch(void *ctx, int mb, int need, int *tok, int *tgt)
+{
+	struct rank *rk = ctx;
+	const struct run_cfg *cfg = rk->cfg;
+	uint64_t g = (uint64_t)rk->step * rk->accum + (uint64_t)rk->dpr * rk->local + mb;
+
+	if (need && cfg->data)
+		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, tok, tgt);
+	return g;
+}
+
+/* Tensor-parallel rank 0 records the routing (the other ranks route alike). */
+static void rank_forwarded(void *ctx, uint64_t g, const struct par_acts *a)
+{
+	struct rank *rk = ctx;
+
+	if (rk->tpr == 0)
+		run_record_routes(rk->o, rk->cfg, g, a->la);
+}
+
+/* This device's part of the configuration. */
+static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
+{
+	return (struct par_cfg){.model = cfg->model,
+				.mbs = cfg->mbs,
+				.prec = cfg->prec,
+				.tp = cfg->mesh.size[MESH_TP],
+				.sp = cfg->sp,
+				.zero = cfg->zero,
+				.pad = cfg->mesh.size[MESH_DP],
+				.recompute = (enum par_recompute)cfg->recompute,
+				.flash = cfg->flash,
+				.mlp_chunks = cfg->mlp_chunks};
+}
+
+static int par_device(struct emu_dev *d, void *arg)
+{
+	struct job *j = arg;
+	const struct run_cfg *cfg = j->cfg;
+	struct run_out *o = j->o;
+	const struct mesh *me = &cfg->mesh;
+	int id = emu_dev_id(d), tp = me->size[MESH_TP], dp = me->size[MESH_DP];
+	int pp = me->size[MESH_PP], L = cfg->model.num_layers;
+	int ppr = mesh_coord(me, id, MESH_PP), accum = cfg->gbs / cfg->mbs, rc;
+	int *tp_devs = emu_xcalloc((size_t)tp, sizeof *tp_devs);
+	int *dp_devs = emu_xcalloc((size_t)dp, sizeof *dp_devs);
+	int *pp_devs = emu_xcalloc((size_t)pp, sizeof *pp_devs);
+	int *tok = emu_xcalloc((size_t)cfg->mbs * cfg->model.seq_len, sizeof *tok);
+	int *tgt = emu_xcalloc((size_t)cfg->mbs * cfg->model.seq_len, sizeof *tgt);
+	unsigned char *held = emu_xcalloc((size_t)L + 1, 1);
+	struct rank rk = {
+		cfg,        o,    0, mesh_coord(me, id, MESH_TP), mesh_coord(me, id, MESH_DP),
+		accum / dp, accum};
+	const struct pipe_io io = {rank_batch, rank_forwarded, &rk};
+	const struct par_cfg pc = par_cfg_of(cfg);
+	const struct par_source src = {cfg->seed};
+	struct emu_group *gt, *gd, *gp = NULL, *emb = NULL;
+	struct par_part part;
+	struct pipe_stage ps = {0};
+	struct par_groups groups;
+	struct par_model m;
+	struct dp_state s;
+
+	memset(&m, 0, sizeof m);
+	memset(&s, 0, sizeof s);
+	mesh_group(me, id, MESH_TP, tp_devs);
+	mesh_group(me, id, MESH_DP, dp_devs);
+	mesh_group(me, id, MESH_PP, pp_devs);
+	if (!(gt = emu_group_get(d, tp_devs, tp)) || !(gd = emu_group_get(d, dp_devs, dp))) {
+		rc = EMU_EINVAL;
+		goto out;
+	}
+	groups = (struct par_groups){d, gt, rk.tpr};
+	if (pp > 1) {
+		int ends[2] = {pp_devs[0], pp_devs[pp - 1]};
+
+		pipe_stage_part(&o->sched, ppr, L, held, &part);
+		/* Megatron's embedding group: the two ends of the tied embedding, unless one
+		 * stage holds both (HelixPipe) */
+		if (!(gp = emu_group_get(d, pp_devs, pp)) ||
+		    (part.first != part.last && !(emb = emu_group_get(d, ends, 2)))) {
+			rc = EMU_EINVAL;
+			goto out;
+		}
+	}
+	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))
+		goto out;
+	coll_set_wire_bytes(d, m.k.ab);
+	if ((rc = dp_init(&s, &m, gd, dp, rk.dpr, cfg->zero, cfg->bucket_bytes, m.k.ab)))
+		goto out;
+	s.pg = gp;
+	if (pp > 1)
+		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum, &io);
+	for (int step = 0; step < cfg->steps; step++) {
+		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
+		double f0 = emu_flops(d), loss = 0, norm;
+		int keep = pp > 1 && rk.tpr == 0 && rk.dpr == 0 && step == cfg->steps - 1;
+
+		rk.step = step;
+		par_zero_grad(&m);
+		if (pp > 1) {
+			/* buckets go after the pipeline is drained (dp_sync_grads) */
+			if ((rc = pipe_stage_step(&ps, emb, keep ? o->span[ppr] : NULL)))
+				goto out;
+			loss = ps.loss;
+			if (keep)
+				o->bubble_ns[ppr] = stage_bubble(&o->sched, ppr, o->span[ppr]);
+		}
+		for (int a = 0; pp == 1 && a < rk.local; a++) {
+			uint64_t g = rank_batch(&rk, a, 1, tok, tgt);
+			float l;
+
+			s.armed = a == rk.local - 1;
+			if ((rc = par_forward(&m, tok, tgt, &l)))
+				goto out;
+			rank_forwarded(&rk, g, &m.own);
+			if ((rc = par_backward(&m, 1.0f / accum)) || (rc = dp_after_backward(&s)))
+				goto out;
+			loss += (double)l / accum;
+		}
+		if ((rc = dp_sync_grads(&s)))
+			goto out;
+		if (step == 0 && o->snapshot)
+			dp_copy_grads(&s, o->grad0);
+		if ((rc = dp_step(&s, &cfg->opt, step + 1, &norm)))
+			goto out;
+		if (rk.tpr == 0)
+			o->loss_part[(ppr * dp + rk.dpr) * cfg->steps + step] = (float)loss;
+		if (id == 0) {
+			o->step_ns[step] = emu_now(d) - t0;
+			o->compute_ns[step] = emu_compute_ns(d) - c0;
+			o->flops_step = emu_flops(d) - f0;
+		}
+		if (logging(cfg, step)) {
+			/* Every replica's and stage's share is written: a host-side barrier (no
+			 * virtual time) lets device 0 print the global batch's loss. */
+			if ((rc = emu_barrier(d)))
+				goto out;
+			if (id == 0) {
+				double total = 0;
+
+				for (int r2 = 0; r2 < dp * pp; r2++)
+					total += o->loss_part[r2 * cfg->steps + step];
+				progress(cfg, o, d, step, total, emu_wall_ns() - w0);
+			}
+		}
+	}
+	if (o->snapshot)
+		dp_copy_weights(&s, o->params);
+out:
+	if (ps.sc)
+		pipe_stage_free(&ps);
+	dp_free(&s);
+	par_model_free(&m);
+	free(held);
+	free(tok);
+	free(tgt);
+	free(tp_devs);
+	free(dp_devs);
+	free(pp_devs);
+	return rc;
+}
+
+int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o)
+{
+	struct job j = {cfg, o};
+	int pp = cfg->mesh.size[MESH_PP], rc;
+
+	if (pp > 1) {
+		run_cfg_schedule(cfg, &o->sched);
+		o->bubble_ns = emu_xcalloc((size_t)pp, sizeof *o->bubble_ns);
+		o->span = emu_xcalloc((size_t)pp, sizeof *o->span);
+		for (int s = 0; s < pp; s++)
+			o->span[s] = emu_xcalloc(2 * (size_t)o->sched.n[s] + 1, sizeof **o->span);
+	}
+	rc = emu_cluster_run(c, par_device, &j);
+	run_sum_losses(cfg, o);
+	return rc;
+}
