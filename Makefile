@@ -66,6 +66,7 @@ run: deps $(BUILD)/pemu
 
 test: deps $(BUILD)/pemu $(TESTS)
 	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TESTS)
+	@sh tests/layers.sh
 	@PEMU=$(BUILD)/pemu sh tests/golden.sh
 
 # Re-captures the golden outputs, for a change meant to alter numbers (say so in its commit).

@@ -388,6 +388,57 @@ static void test_bad_arguments(void **state)
 	emu_cluster_free(c);
 }
 
+/* ------------------------------------------------------------------------------------ */
+
+/* The fault plan: every device leaves out its second all-reduce (posted, here) and only
+ * that one. out[dev][k] is the k-th all-reduce's result, t[dev] the virtual time. */
+struct fault_job {
+	float out[4][3];
+	int64_t t[4];
+};
+
+static int fault_device(struct emu_dev *d, void *arg)
+{
+	struct fault_job *j = arg;
+	int id = emu_dev_id(d), rc;
+
+	for (int k = 0; k < 3; k++) {
+		struct coll_req *req;
+		float x = (float)(id + 1);
+
+		if ((rc = coll_iall_reduce(d, emu_world(d), &x, &x, 1, COLL_SUM, &req)) ||
+		    (rc = coll_wait(d, req)))
+			return rc;
+		j->out[id][k] = x;
+	}
+	j->t[id] = emu_now(d);
+	return 0;
+}
+
+static void test_fault_plan(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
+	struct fault_job j, clean;
+
+	(void)state;
+	assert_int_equal(emu_cluster_set_fault(c, "all-reduse", 1), -1);
+	assert_int_equal(emu_cluster_set_fault(c, NULL, 0), 0);
+	assert_int_equal(emu_cluster_run(c, fault_device, &clean), 0);
+	assert_int_equal(emu_cluster_set_fault(c, "all-reduce", 1), 0);
+	assert_int_equal(emu_cluster_run(c, fault_device, &j), 0);
+	for (int d = 0; d < 4; d++) {
+		assert_true(j.out[d][0] == 10.0f && j.out[d][2] == 10.0f);
+		assert_true(j.out[d][1] == (float)(d + 1)); /* left out: nothing moved */
+		assert_true(clean.out[d][1] == 10.0f);
+		/* and it took no time: two all-reduces' worth instead of three */
+		assert_int_equal(j.t[d] * 3, clean.t[d] * 2);
+	}
+	/* counted afresh each run */
+	assert_int_equal(emu_cluster_run(c, fault_device, &j), 0);
+	assert_true(j.out[0][1] == 1.0f && j.out[0][2] == 10.0f);
+	emu_cluster_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -403,6 +454,7 @@ int main(void)
 		cmocka_unit_test(test_posted_exchange_is_no_deadlock),
 		cmocka_unit_test(test_device_failure),
 		cmocka_unit_test(test_bad_arguments),
+		cmocka_unit_test(test_fault_plan),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,164 @@
+/* pipe/sched_exec: the interpreter of schedules (sched_exec in pipe/schedule.h), which
+ * walks one stage's list on its device through callbacks and so knows no model, and the
+ * pipeline diagram of a run (sched_draw). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "pipe/schedule.h"
+#include "util.h"
+
+/* Messages between two devices are matched in the order they are posted (emu/coll.h),
+ * while a stage may need them in another order. The schedule says in which order each
+ * peer sends to this stage, so a RECV first takes in, into their own destinations,
+ * whatever the peer sent before the message it wants: an unexpected-message queue. */
+struct inbox {
+	int *n, *cur;                     /* [p]: messages each peer sends here, taken so far */
+	const struct sched_action ***msg; /* [p][n]: the peer's sends to this stage, in order */
+	unsigned char *got;               /* [m nb 2]: taken in */
+};
+
+static void inbox_init(struct inbox *in, const struct sched *sc, int s)
+{
+	in->n = emu_xcalloc((size_t)sc->p, sizeof *in->n);
+	in->cur = emu_xcalloc((size_t)sc->p, sizeof *in->cur);
+	in->msg = emu_xcalloc((size_t)sc->p, sizeof *in->msg);
+	in->got = emu_xcalloc((size_t)sc->m * sc->nb * 2, 1);
+	for (int q = 0; q < sc->p; q++) {
+		in->msg[q] = emu_xcalloc((size_t)sc->n[q] + 1, sizeof **in->msg);
+		for (int i = 0; i < sc->n[q]; i++)
+			if (sc->a[q][i].op == SCHED_SEND && sc->a[q][i].peer == s)
+				in->msg[q][in->n[q]++] = &sc->a[q][i];
+	}
+}
+
+static void inbox_free(struct inbox *in, const struct sched *sc)
+{
+	for (int q = 0; q < sc->p; q++)
+		free(in->msg[q]);
+	free(in->msg);
+	free(in->n);
+	free(in->cur);
+	free(in->got);
+}
+
+static int inbox_recv(struct inbox *in, const struct sched *sc, const struct sched_action *a,
+		      const struct sched_ops *ops, void *ctx)
+{
+	size_t want = ((size_t)a->mb * sc->nb + a->block) * 2 + a->msg;
+	int q = a->peer, rc = 0;
+
+	while (!in->got[want] && in->cur[q] < in->n[q] && !rc) {
+		const struct sched_action *x = in->msg[q][in->cur[q]++];
+		/* the sender's block precedes (activations) or follows (gradients) ours */
+		int j = x->msg == SCHED_ACT ? x->block + 1 : x->block - 1;
+
+		rc = ops->recv(ctx, x->mb, j, x->msg, q);
+		in->got[((size_t)x->mb * sc->nb + j) * 2 + x->msg] = 1;
+	}
+	return rc;
+}
+
+int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,
+	       void *ctx, long long *span)
+{
+	struct inbox in;
+	int rc = 0;
+
+	inbox_init(&in, sc, s);
+
+	for (int i = 0; i < sc->n[s] && !rc; i++) {
+		const struct sched_action *a = &sc->a[s][i];
+		int64_t t0 = emu_now(d);
+
+		switch (a->op) {
+		case SCHED_F:
+			rc = ops->fwd(ctx, a->mb, a->block);
+			break;
+		case SCHED_B:
+			rc = ops->bwd(ctx, a->mb, a->block, 1, 0);
+			break;
+		case SCHED_W:
+			rc = ops->bwd(ctx, a->mb, a->block, 0, 1);
+			break;
+		case SCHED_BW:
+			rc = ops->bwd(ctx, a->mb, a->block, 1, 1);
+			break;
+		case SCHED_SEND:
+			rc = ops->send(ctx, a->mb, a->block, a->msg, a->peer);
+			break;
+		case SCHED_RECV:
+			rc = inbox_recv(&in, sc, a, ops, ctx);
+			t0 = emu_now(d); /* the wait is not the action's */
+			break;
+		}
+		if (span) {
+			span[2 * i] = t0;
+			span[2 * i + 1] = emu_now(d);
+		}
+	}
+	if (!rc && ops->wait_sends)
+		rc = ops->wait_sends(ctx);
+	inbox_free(&in, sc);
+	return rc;
+}
+
+void sched_draw(const struct sched *sc, long long *const *span, int width, void *f)
+{
+	FILE *out = f;
+	long long q = 0, t0 = -1, end = 0;
+	int chunked = sc->v > 1 && sc->kind != SCHED_HELIX;
+	int cells, cw = chunked ? 5 : 4; /* characters a cell */
+
+	/* the cell: the shortest compute action; time from the first action */
+	for (int s = 0; s < sc->p; s++)
+		for (int i = 0; i < sc->n[s]; i++) {
+			long long d = span[s][2 * i + 1] - span[s][2 * i];
+
+			if (sc->a[s][i].op <= SCHED_BW && d > 0 && (!q || d < q))
+				q = d;
+			t0 = t0 < 0 || span[s][2 * i] < t0 ? span[s][2 * i] : t0;
+			end = span[s][2 * i + 1] > end ? span[s][2 * i + 1] : end;
+		}
+	if (!q)
+		return;
+	end -= t0;
+	width = width / cw > 1 ? width / cw : 1;
+	cells = (int)((end + q - 1) / q);
+	if (cells > width) {
+		q = (end + width - 1) / width;
+		cells = (int)((end + q - 1) / q);
+	}
+	fprintf(out,
+		"pipeline (%s, %d stages, %d micro-batches%s): one cell is %.3g ms; F "
+		"forward, B backward, W weight backward,%s . idle\n",
+		sched_name(sc->kind), sc->p, sc->m, chunked ? ", chunk after the colon" : "",
+		(double)q / 1e6,
+		sc->kind == SCHED_HELIX ? " A attention forward, a attention backward," : "");
+	for (int s = 0; s < sc->p; s++) {
+		int i = 0;
+
+		fprintf(out, "stage %-3d|", s);
+		for (int c = 0; c < cells; c++) {
+			long long mid = t0 + (long long)c * q + q / 2;
+			const struct sched_action *a = NULL;
+
+			while (i < sc->n[s] && span[s][2 * i + 1] <= t0 + (long long)c * q)
+				i++;
+			for (int k = i; k < sc->n[s] && span[s][2 * k] <= mid; k++)
+				if (sc->a[s][k].op <= SCHED_BW && span[s][2 * k + 1] > mid)
+					a = &sc->a[s][k];
+			if (!a)
+				fprintf(out, chunked ? "  .  " : "  . ");
+			else if (chunked)
+				fprintf(out, "%c%2d:%d", "FBWB"[a->op], a -> mb,
+					a -> block / sc -> p);
+			else if (sc->kind == SCHED_HELIX && a->block % 2)
+				fprintf(out, "%c%-2d ", a->op == SCHED_F ? 'A' : 'a', a->mb);
+			else
+				fprintf(out, "%c%-2d ", "FBWB"[a->op], a -> mb);
+		}
+		fprintf(out, "|\n");
+	}
+}
