@@ -11,7 +11,7 @@
 #include "util.h"
 
 /* Where this rank's chunk of bucket b starts, and its size. */
-static size_t chunk_of(const struct dp_state *s, const struct dp_bucket *b, size_t *lo)
+static size_t chunk_of(const struct par_dp_state *s, const struct par_dp_bucket *b, size_t *lo)
 {
 	size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
 
@@ -20,7 +20,8 @@ static size_t chunk_of(const struct dp_state *s, const struct dp_bucket *b, size
 }
 
 /* Fills what bucket b's range of buf holds outside this rank's chunk with v. */
-static void fill_others(const struct dp_state *s, const struct dp_bucket *b, float *buf, float v)
+static void fill_others(const struct par_dp_state *s, const struct par_dp_bucket *b, float *buf,
+			float v)
 {
 	size_t lo, chunk = chunk_of(s, b, &lo);
 
@@ -34,7 +35,7 @@ static void fill_others(const struct dp_state *s, const struct dp_bucket *b, flo
 
 /* Stage 0 all-reduces a bucket; stages 1-3 reduce-scatter it in place, each rank keeping
  * the sum of its own chunk (all its optimizer will read). */
-static int post(struct dp_state *s, struct dp_bucket *b)
+static int post(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	float *g = s->m->grads.data;
 	size_t lo, chunk = chunk_of(s, b, &lo);
@@ -58,7 +59,8 @@ static int post(struct dp_state *s, struct dp_bucket *b)
 
 /* Calls fn(ctx, lo, hi) for each flat range whose summed gradient this rank holds:
  * everything in stage 0, its chunk of every bucket in stages 1-3. */
-static void owned_ranges(const struct dp_state *s, void (*fn)(void *, size_t, size_t), void *ctx)
+static void owned_ranges(const struct par_dp_state *s, void (*fn)(void *, size_t, size_t),
+			 void *ctx)
 {
 	if (s->zero == 0) {
 		fn(ctx, 0, s->m->nflat);
@@ -72,7 +74,7 @@ static void owned_ranges(const struct dp_state *s, void (*fn)(void *, size_t, si
 }
 
 /* Stages 2-3: bucket b's gradients become a live buffer as backward starts writing it. */
-static int open_bucket(struct dp_state *s, struct dp_bucket *b)
+static int open_bucket(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	uint64_t bytes = (b->hi - b->lo) * (uint64_t)tensor_elem_bytes(s->m->k.prec, MEM_GRAD);
 
@@ -84,7 +86,7 @@ static int open_bucket(struct dp_state *s, struct dp_bucket *b)
 
 /* Stages 2-3: once bucket b's reduce-scatter is done, this rank's chunk holds the sum so
  * far; the rest is zeroed for the next micro-batch and the buffer goes. */
-static int close_bucket(struct dp_state *s, struct dp_bucket *b)
+static int close_bucket(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	int rc = b->req ? coll_wait(s->m->k.d, b->req) : 0;
 
@@ -100,7 +102,7 @@ static int close_bucket(struct dp_state *s, struct dp_bucket *b)
  * post in every micro-batch and keep the live buckets few (par_dp.h). */
 static int hook(void *ctx, int i)
 {
-	struct dp_state *s = ctx;
+	struct par_dp_state *s = ctx;
 	int rc;
 
 	if (!s->armed && s->zero < 2)
@@ -113,7 +115,7 @@ static int hook(void *ctx, int i)
 		return open_bucket(s, &s->b[s->nb - 1]);
 	}
 	for (int k = 0; k < s->nb; k++) {
-		struct dp_bucket *b = &s->b[k];
+		struct par_dp_bucket *b = &s->b[k];
 
 		if (b->posted || b->last > s->pos[i])
 			continue;
@@ -130,7 +132,7 @@ static int hook(void *ctx, int i)
 
 /* ZeRO-3: posts the all-gather of bucket b's weights into a live buffer, unless they
  * are gathered or on their way. */
-static int gather(struct dp_state *s, struct dp_bucket *b)
+static int gather(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	struct emu_dev *d = s->m->k.d;
 	float *w = s->m->weights.data;
@@ -150,7 +152,7 @@ static int gather(struct dp_state *s, struct dp_bucket *b)
 }
 
 /* ZeRO-3: frees bucket b's gathered weights, leaving NaN where they were. */
-static int release(struct dp_state *s, struct dp_bucket *b)
+static int release(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	int rc = b->gather ? coll_wait(s->m->k.d, b->gather) : 0;
 
@@ -167,8 +169,8 @@ static int release(struct dp_state *s, struct dp_bucket *b)
  * waits for u's gather, and posts the next one's. */
 static int use(void *ctx, int u)
 {
-	struct dp_state *s = ctx;
-	struct dp_bucket *b = &s->b[s->unit_bucket[u]];
+	struct par_dp_state *s = ctx;
+	struct par_dp_bucket *b = &s->b[s->unit_bucket[u]];
 	int i = s->cur++, rc;
 
 	EMU_ASSERT(i < s->nseq && s->seq[i] == u);
@@ -188,7 +190,7 @@ static int use(void *ctx, int u)
 }
 
 /* ZeRO-3: one bucket per unit, and the order a micro-batch reads the units in. */
-static void unit_buckets(struct dp_state *s)
+static void unit_buckets(struct par_dp_state *s)
 {
 	struct par_model *m = s->m;
 	int L = m->cfg.num_layers;
@@ -221,16 +223,18 @@ static void unit_buckets(struct dp_state *s)
 	m->use = use;
 }
 
-int dp_init(struct dp_state *s, struct par_model *m, struct emu_group *g, int dp, int r, int zero,
-	    uint64_t bucket_bytes, int wire_bytes)
+int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_groups *g)
 {
+	int dp = m->pc.pad ? m->pc.pad : 1, zero = m->pc.zero, wire_bytes = m->k.ab;
+	uint64_t bucket_bytes = m->pc.bucket_bytes;
 	size_t lo = 0;
 
 	memset(s, 0, sizeof *s);
 	s->m = m;
-	s->g = g;
+	s->g = g->dp;
+	s->pg = g->pp;
 	s->dp = dp;
-	s->r = r;
+	s->r = g->dp_rank;
 	s->zero = dp == 1 && zero > 1 ? 1 : zero;
 	s->pos = emu_xcalloc((size_t)m->np, sizeof *s->pos);
 	s->b = emu_xcalloc((size_t)m->np, sizeof *s->b);
@@ -239,7 +243,7 @@ int dp_init(struct dp_state *s, struct par_model *m, struct emu_group *g, int dp
 
 		s->pos[m->order[k]] = k;
 		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np) {
-			s->b[s->nb++] = (struct dp_bucket){.lo = lo, .hi = hi, .last = k};
+			s->b[s->nb++] = (struct par_dp_bucket){.lo = lo, .hi = hi, .last = k};
 			lo = hi;
 		}
 	}
@@ -251,7 +255,7 @@ int dp_init(struct dp_state *s, struct par_model *m, struct emu_group *g, int dp
 	return tensor_alloc_optim(&m->k, &s->opt, s->owned, "adam state");
 }
 
-void dp_free(struct dp_state *s)
+void par_dp_free(struct par_dp_state *s)
 {
 	free(s->pos);
 	free(s->b);
@@ -263,7 +267,7 @@ void dp_free(struct dp_state *s)
 	s->seq = NULL;
 }
 
-int dp_after_backward(struct dp_state *s)
+int par_dp_after_backward(struct par_dp_state *s)
 {
 	int rc = 0;
 
@@ -284,17 +288,17 @@ int dp_after_backward(struct dp_state *s)
 	return rc;
 }
 
-int dp_sync_grads(struct dp_state *s)
+int par_dp_sync_grads(struct par_dp_state *s)
 {
 	int rc = 0;
 
-	if (s->zero >= 2) /* dp_after_backward has reduced every micro-batch */
+	if (s->zero >= 2) /* par_dp_after_backward has reduced every micro-batch */
 		goto partials;
 	for (int k = 0; k < s->nb && !rc; k++)
 		if (!s->b[k].posted)
 			rc = post(s, &s->b[k]);
 	for (int k = 0; k < s->nb; k++) {
-		struct dp_bucket *b = &s->b[k];
+		struct par_dp_bucket *b = &s->b[k];
 
 		if (b->req) {
 			int rc2 = coll_wait(s->m->k.d, b->req);
@@ -341,7 +345,7 @@ static void sq_range(void *ctx, size_t lo, size_t hi)
 	}
 }
 
-static int grad_norm(struct dp_state *s, double *norm)
+static int grad_norm(struct par_dp_state *s, double *norm)
 {
 	struct par_model *m = s->m;
 	struct sq_ctx c = {m, 0};
@@ -386,7 +390,7 @@ static void copy_range(void *ctx, size_t lo, size_t hi)
 	}
 }
 
-void dp_copy_grads(const struct dp_state *s, float **full)
+void par_dp_copy_grads(const struct par_dp_state *s, float **full)
 {
 	struct full_copy c = {s->m, full, 0};
 
@@ -394,7 +398,7 @@ void dp_copy_grads(const struct dp_state *s, float **full)
 		owned_ranges(s, copy_range, &c);
 }
 
-void dp_copy_weights(const struct dp_state *s, float **full)
+void par_dp_copy_weights(const struct par_dp_state *s, float **full)
 {
 	struct full_copy c = {s->m, full, 1};
 
@@ -405,7 +409,7 @@ void dp_copy_weights(const struct dp_state *s, float **full)
 }
 
 /* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st. */
-static void update_range(struct dp_state *s, const struct optim_cfg *o, size_t lo, size_t hi,
+static void update_range(struct par_dp_state *s, const struct optim_cfg *o, size_t lo, size_t hi,
 			 size_t st, float lr, float scale, int t)
 {
 	struct par_model *m = s->m;
@@ -423,7 +427,7 @@ static void update_range(struct dp_state *s, const struct optim_cfg *o, size_t l
 	}
 }
 
-int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm)
+int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double *norm)
 {
 	struct par_model *m = s->m;
 	float lr = optim_lr(o, t - 1), scale = 1.0f;
@@ -447,7 +451,7 @@ int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm)
 		st += chunk;
 	}
 	for (int k = 0; k < s->nb && s->dp > 1 && s->zero < 3; k++) {
-		struct dp_bucket *b = &s->b[k];
+		struct par_dp_bucket *b = &s->b[k];
 		size_t lo, chunk = chunk_of(s, b, &lo);
 		float *w = m->weights.data;
 		enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);

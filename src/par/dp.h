@@ -46,7 +46,7 @@
 #include "optim.h"
 #include "par/model.h"
 
-struct dp_bucket {
+struct par_dp_bucket {
 	size_t lo, hi;        /* elements [lo, hi) of the flat buffers */
 	int last;             /* position in m->order of its last parameter */
 	struct coll_req *req; /* its posted all-reduce (reduce-scatter), or NULL */
@@ -56,14 +56,14 @@ struct dp_bucket {
 	struct coll_req *gather; /* ZeRO 3: their posted all-gather, or NULL */
 };
 
-struct dp_state {
+struct par_dp_state {
 	struct par_model *m;
 	struct emu_group *g;  /* the data-parallel group */
 	struct emu_group *pg; /* the pipeline group (the norm sums over it), or NULL */
 	int dp, r;            /* its size, this rank */
 	int zero;             /* ZeRO stage, 0 to 3 (1 when it was more and dp = 1) */
 	int nb;
-	struct dp_bucket *b;
+	struct par_dp_bucket *b;
 	int *pos;          /* [np] position of each parameter in m->order */
 	int armed;         /* post buckets from the backward hook (the last micro-batch) */
 	size_t owned;      /* elements whose Adam state this rank keeps */
@@ -73,32 +73,32 @@ struct dp_state {
 	int cur;           /* ZeRO 3: reads so far in this micro-batch */
 };
 
-/* Sets up buckets of about bucket_bytes (at wire_bytes an element; units in stage 3)
- * and the optimizer state; installs the hooks on m, whose par_model_init had the same zero and
- * pad = dp. 0 or EMU_EOOM. */
-int dp_init(struct dp_state *s, struct par_model *m, struct emu_group *g, int dp, int r, int zero,
-	    uint64_t bucket_bytes, int wire_bytes);
-void dp_free(struct dp_state *s);
+/* Sets up data parallelism over m as m's configuration says (ZeRO stage, pad = the
+ * data-parallel degree, buckets of about bucket_bytes on the wire; units in stage 3)
+ * among g's data-parallel group, with the optimizer state; installs the hooks on m.
+ * 0 or EMU_EOOM. */
+int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_groups *g);
+void par_dp_free(struct par_dp_state *s);
 
 /* After each micro-batch's backward: stages 2 and 3 finish reducing its gradients into
  * the owned chunks (and stage 3 frees the last unit it read); nothing otherwise. */
-int dp_after_backward(struct dp_state *s);
+int par_dp_after_backward(struct par_dp_state *s);
 
 /* After the last micro-batch: posts what is left of the buckets and waits for all of
  * them, so the gradients this rank holds are summed over the data-parallel group. 0 or
  * a negative enum emu_err. */
-int dp_sync_grads(struct dp_state *s);
+int par_dp_sync_grads(struct par_dp_state *s);
 
 /* Writes the summed gradients this rank holds into the full tensors full[np] (through
  * the tensor-parallel shard map): all of them on dp rank 0 in stage 0, its chunks in
  * stage 1. For verify. */
-void dp_copy_grads(const struct dp_state *s, float **full);
+void par_dp_copy_grads(const struct par_dp_state *s, float **full);
 /* The same for the weights: all of them on dp rank 0, its chunks in stage 3. */
-void dp_copy_weights(const struct dp_state *s, float **full);
+void par_dp_copy_weights(const struct par_dp_state *s, float **full);
 
 /* Clips by the global norm, takes an AdamW step (t, 1-based) on what this rank owns,
  * and (stages 1 and 2) all-gathers the updated weights. *norm gets the norm before
  * clipping. */
-int dp_step(struct dp_state *s, const struct optim_cfg *o, int t, double *norm);
+int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double *norm);
 
 #endif

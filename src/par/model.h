@@ -36,6 +36,7 @@ struct par_cfg {
 	enum par_recompute recompute; /* what a layer keeps between forward and backward */
 	int flash;                    /* memory-efficient attention */
 	int mlp_chunks;               /* the dense MLP over this many chunks of rows (> 1) */
+	uint64_t bucket_bytes;        /* data-parallel gradient buckets (par/dp.h) */
 };
 
 /* Where this rank runs and whom it talks to. */
@@ -43,6 +44,9 @@ struct par_groups {
 	struct emu_dev *dev;
 	struct emu_group *tp; /* the tensor-parallel group (t members) */
 	int tp_rank;          /* this rank's place in it */
+	struct emu_group *dp; /* the data-parallel group (pad members; par/dp.h) */
+	int dp_rank;          /* this rank's place in it */
+	struct emu_group *pp; /* the pipeline group, or NULL (the norm sums over it) */
 };
 
 /* Which part of the model a rank holds: the first pipeline stage holds the embeddings,

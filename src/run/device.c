@@ -97,7 +97,8 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.pad = cfg->mesh.size[MESH_DP],
 				.recompute = (enum par_recompute)cfg->recompute,
 				.flash = cfg->flash,
-				.mlp_chunks = cfg->mlp_chunks};
+				.mlp_chunks = cfg->mlp_chunks,
+				.bucket_bytes = cfg->bucket_bytes};
 }
 
 static int par_device(struct emu_dev *d, void *arg)
@@ -126,7 +127,7 @@ static int par_device(struct emu_dev *d, void *arg)
 	struct pipe_stage ps = {0};
 	struct par_groups groups;
 	struct par_model m;
-	struct dp_state s;
+	struct par_dp_state s;
 
 	memset(&m, 0, sizeof m);
 	memset(&s, 0, sizeof s);
@@ -137,7 +138,6 @@ static int par_device(struct emu_dev *d, void *arg)
 		rc = EMU_EINVAL;
 		goto out;
 	}
-	groups = (struct par_groups){d, gt, rk.tpr};
 	if (pp > 1) {
 		int ends[2] = {pp_devs[0], pp_devs[pp - 1]};
 
@@ -150,12 +150,12 @@ static int par_device(struct emu_dev *d, void *arg)
 			goto out;
 		}
 	}
+	groups = (struct par_groups){d, gt, rk.tpr, gd, rk.dpr, gp};
 	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))
 		goto out;
 	coll_set_wire_bytes(d, m.k.ab);
-	if ((rc = dp_init(&s, &m, gd, dp, rk.dpr, cfg->zero, cfg->bucket_bytes, m.k.ab)))
+	if ((rc = par_dp_init(&s, &m, &groups)))
 		goto out;
-	s.pg = gp;
 	if (pp > 1)
 		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum, &io);
 	for (int step = 0; step < cfg->steps; step++) {
@@ -166,7 +166,7 @@ static int par_device(struct emu_dev *d, void *arg)
 		rk.step = step;
 		par_zero_grad(&m);
 		if (pp > 1) {
-			/* buckets go after the pipeline is drained (dp_sync_grads) */
+			/* buckets go after the pipeline is drained (par_dp_sync_grads) */
 			if ((rc = pipe_stage_step(&ps, emb, keep ? o->span[ppr] : NULL)))
 				goto out;
 			loss = ps.loss;
@@ -181,15 +181,16 @@ static int par_device(struct emu_dev *d, void *arg)
 			if ((rc = par_forward(&m, tok, tgt, &l)))
 				goto out;
 			rank_forwarded(&rk, g, &m.own);
-			if ((rc = par_backward(&m, 1.0f / accum)) || (rc = dp_after_backward(&s)))
+			if ((rc = par_backward(&m, 1.0f / accum)) ||
+			    (rc = par_dp_after_backward(&s)))
 				goto out;
 			loss += (double)l / accum;
 		}
-		if ((rc = dp_sync_grads(&s)))
+		if ((rc = par_dp_sync_grads(&s)))
 			goto out;
 		if (step == 0 && o->snapshot)
-			dp_copy_grads(&s, o->grad0);
-		if ((rc = dp_step(&s, &cfg->opt, step + 1, &norm)))
+			par_dp_copy_grads(&s, o->grad0);
+		if ((rc = par_dp_step(&s, &cfg->opt, step + 1, &norm)))
 			goto out;
 		if (rk.tpr == 0)
 			o->loss_part[(ppr * dp + rk.dpr) * cfg->steps + step] = (float)loss;
@@ -213,11 +214,11 @@ static int par_device(struct emu_dev *d, void *arg)
 		}
 	}
 	if (o->snapshot)
-		dp_copy_weights(&s, o->params);
+		par_dp_copy_weights(&s, o->params);
 out:
 	if (ps.sc)
 		pipe_stage_free(&ps);
-	dp_free(&s);
+	par_dp_free(&s);
 	par_model_free(&m);
 	free(held);
 	free(tok);
