@@ -1,4 +1,5 @@
-/* par_dp: buckets, gradient all-reduce and ZeRO 1-3; see par_dp.h. */
+/* par/dp: data parallelism (Li et al. 2020, arXiv 2006.15704) and ZeRO 1-3 (Rajbhandari et
+ * al. 2019, arXiv 1910.02054): buckets, their reduction, sharded state; see par/dp.h. */
 #include "par/dp.h"
 
 #include <math.h>
@@ -99,7 +100,7 @@ static int close_bucket(struct par_dp_state *s, struct par_dp_bucket *b)
 }
 
 /* The backward hook: post every bucket whose last parameter is now final. Stages 2-3
- * post in every micro-batch and keep the live buckets few (par_dp.h). */
+ * post in every micro-batch and keep the live buckets few (par/dp.h). */
 static int hook(void *ctx, int i)
 {
 	struct par_dp_state *s = ctx;

@@ -1,4 +1,4 @@
-/* par_dp: data parallelism and ZeRO's three stages over the flat buffers of a
+/* par/dp: data parallelism and ZeRO's three stages over the flat buffers of a
  * tensor-parallel model (par/model.h).
  *
  * Buckets (PyTorch DDP, Li et al. 2020, arXiv 2006.15704): consecutive parameters, in the
@@ -22,7 +22,7 @@
  * writes first and the embedding last. The reduce-scatter after bucket k is posted waits
  * for bucket k - 1's, as a double-buffered implementation would.
  *
- * ZeRO stage 3 shards the weights too (16 Psi / N in all). Its buckets are par_tp's
+ * ZeRO stage 3 shards the weights too (16 Psi / N in all). Its buckets are par/model.h's
  * units (a layer, the final LayerNorm, the embeddings), so that one cut serves weights,
  * gradients and optimizer state alike, and --bucket-size does not apply. Before a unit
  * is read it is all-gathered into a transient buffer (comm memory); the next unit's

@@ -1,4 +1,5 @@
-/* par/recompute: what a layer keeps between forward and backward; see par/recompute.h. */
+/* par/recompute: activation recomputation (Korthikanti et al. 2022, arXiv 2205.05198):
+ * what a layer keeps between forward and backward; see par/recompute.h. */
 #include "par/recompute.h"
 
 #include "internal.h"

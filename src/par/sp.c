@@ -1,4 +1,5 @@
-/* par/sp: sequence parallelism's region and partial gradients; see par/sp.h. */
+/* par/sp: sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198), its region
+ * and its partial gradients; see par/sp.h. */
 #include "par/sp.h"
 
 #include "coll.h"

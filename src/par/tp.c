@@ -1,4 +1,5 @@
-/* par/tp: Megatron-LM's tensor parallelism; see par/tp.h. */
+/* par/tp: Megatron-LM's tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053): shard
+ * rules, the all-reduce region, the vocabulary-parallel ends; see par/tp.h. */
 #include "par/tp.h"
 
 #include <math.h>
