@@ -12,7 +12,7 @@
 
 #include "cluster.h"
 #include "presets.h"
-#include "run.h"
+#include "run/run.h"
 #include "util.h"
 
 #define ROUNDS 5

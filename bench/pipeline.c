@@ -27,7 +27,7 @@
 #include "cluster.h"
 #include "mem.h"
 #include "presets.h"
-#include "run.h"
+#include "run/run.h"
 #include "util.h"
 
 /* REFERENCES.md's bubble fraction with T_F = T_B = T_W (a step of m (T_F + T_B + T_W)
