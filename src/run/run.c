@@ -67,107 +67,6 @@ void run_free(struct run_out *o)
 	memset(o, 0, sizeof *o);
 }
 
-/* cfg's pipeline schedule. HelixPipe's lists are ordered by the modelled cost of an
- * attention's forward against a parameter unit's: 4 s^2 h FLOPs against the layer's
- * 24 s h^2, that is s / 6h. */
-static void sched_build_for(struct sched *sc, const struct run_cfg *cfg)
-{
-	int pp = cfg->mesh.size[MESH_PP], m = cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP];
-
-	if (cfg->schedule == SCHED_HELIX)
-		sched_build_helix(sc, pp, m, cfg->model.num_layers / pp,
-				  (double)cfg->model.seq_len / (6.0 * cfg->model.hidden));
-	else
-		sched_build(sc, cfg->schedule, pp, m, cfg->vpp);
-}
-
-int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
-{
-	const struct mesh *m = &cfg->mesh;
-	int dp = m->size[MESH_DP], tp = m->size[MESH_TP], pp = m->size[MESH_PP], accum;
-
-	if (m->world != ndev) {
-		snprintf(err, n, "the mesh needs %d devices and the cluster has %d", m->world,
-			 ndev);
-		return -1;
-	}
-	if (gpt_config_check(&cfg->model, err, n) || tp_check(&cfg->model, tp, err, n))
-		return -1;
-	if (cfg->mlp_chunks > 1 && pp > 1 &&
-	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {
-		snprintf(err, n,
-			 "--mlp-chunks with --schedule %s: the chunked MLP computes its weight "
-			 "gradients with its input gradients, which zero-bubble schedules split",
-			 sched_name(cfg->schedule));
-		return -1;
-	}
-	if (cfg->mlp_chunks > cfg->mbs * cfg->model.seq_len) {
-		snprintf(err, n, "--mlp-chunks %d: more chunks than the %d tokens of a micro-batch",
-			 cfg->mlp_chunks, cfg->mbs * cfg->model.seq_len);
-		return -1;
-	}
-	if (cfg->gbs % cfg->mbs) {
-		snprintf(err, n,
-			 "--global-batch-size %d is not a multiple of --micro-batch-size %d",
-			 cfg->gbs, cfg->mbs);
-		return -1;
-	}
-	if (cfg->sp && tp == 1) {
-		snprintf(err, n,
-			 "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel "
-			 "group's work)");
-		return -1;
-	}
-	if (cfg->sp && cfg->mbs * cfg->model.seq_len % tp) {
-		snprintf(err, n,
-			 "--sequence-parallel: --tp %d does not divide the %d tokens of a "
-			 "micro-batch",
-			 tp, cfg->mbs * cfg->model.seq_len);
-		return -1;
-	}
-	accum = cfg->gbs / cfg->mbs;
-	if (accum % dp) {
-		snprintf(err, n,
-			 "--global-batch-size %d is %d micro-batches of %d, which --dp %d does not "
-			 "divide",
-			 cfg->gbs, accum, cfg->mbs, dp);
-		return -1;
-	}
-	if (pp > 1) {
-		struct sched sc;
-		int rc;
-
-		if (cfg->zero > 1) {
-			snprintf(err, n,
-				 "--zero-stage %d with --pp %d: pipelines run with ZeRO stage 0 or "
-				 "1 "
-				 "in this build (stages 2 and 3 reduce every micro-batch)",
-				 cfg->zero, pp);
-			return -1;
-		}
-		if (sched_constraints(cfg->schedule, pp, accum / dp, cfg->vpp,
-				      cfg->model.num_layers, err, n))
-			return -1;
-		if (cfg->schedule == SCHED_HELIX && cfg->recompute == TP_RECOMPUTE_SELECTIVE) {
-			snprintf(
-				err, n,
-				"--recompute selective with --schedule helix: HelixPipe recomputes "
-				"without attention, which is --recompute full (or none)");
-			return -1;
-		}
-		/* the schedule is proven before it runs */
-		sched_build_for(&sc, cfg);
-		rc = sched_check(&sc, err, n);
-		sched_free(&sc);
-		if (rc)
-			return -1;
-	} else if (cfg->vpp > 1) {
-		snprintf(err, n, "virtual pipeline stages need --pp > 1");
-		return -1;
-	}
-	return 0;
-}
-
 /* Keeps the routing decisions of micro-batch mb (in global order) from its layers' la. */
 static void record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
 			  const struct gpt_layer_acts *la)
@@ -698,7 +597,7 @@ int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_ou
 	int pp = cfg->mesh.size[MESH_PP], rc;
 
 	if (pp > 1) {
-		sched_build_for(&o->sched, cfg);
+		run_cfg_schedule(cfg, &o->sched);
 		o->bubble_ns = emu_xcalloc((size_t)pp, sizeof *o->bubble_ns);
 		o->span = emu_xcalloc((size_t)pp, sizeof *o->span);
 		for (int s = 0; s < pp; s++)
