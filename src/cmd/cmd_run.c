@@ -10,6 +10,7 @@
 #include "cmd/cli.h"
 #include "clock.h"
 #include "cmd/cmd.h"
+#include "cmd/report.h"
 #include "coll.h"
 #include "mem.h"
 #include "run/run.h"
@@ -17,165 +18,7 @@
 #include "trace.h"
 #include "units.h"
 
-static const char *const coll_names[] = {"all-reduce", "reduce-scatter", "all-gather",
-					 "all-to-all", "all-to-all-v",   "broadcast",
-					 "reduce",     "send",           "recv"};
-#define NCOLL (int)(sizeof coll_names / sizeof coll_names[0])
-
-static int64_t comm_ns(const struct emu_dev *d)
-{
-	int64_t t = 0;
-
-	for (int k = 0; k < NCOLL; k++) {
-		struct coll_stats st;
-
-		if (!coll_stats_get(d, coll_names[k], &st))
-			t += st.time_ns;
-	}
-	return t;
-}
-
-static void print_memory_table(struct emu_cluster *cl, int ndev)
-{
-	char b[32];
-
-	printf("# memory per device (peak): %-8s", "total");
-	for (int c = 0; c < MEM_NCAT; c++)
-		printf(" %10s", mem_cat_name(c));
-	printf("\n");
-	for (int i = 0; i < ndev; i++) {
-		struct emu_dev *d = emu_cluster_dev(cl, i);
-
-		if (ndev > 16 && i == 8) {
-			printf("#   ... %d more devices\n", ndev - 9);
-			i = ndev - 1;
-			d = emu_cluster_dev(cl, i);
-		}
-		units_fmt_bytes(b, sizeof b, mem_peak_total(d));
-		printf("#   device %-4d %18s", i, b);
-		for (int c = 0; c < MEM_NCAT; c++) {
-			units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
-			printf(" %10s", b);
-		}
-		printf("\n");
-	}
-}
-
-static void json_memory(struct emu_cluster *cl, int ndev)
-{
-	printf("\"memory\":[");
-	for (int i = 0; i < ndev; i++) {
-		struct emu_dev *d = emu_cluster_dev(cl, i);
-
-		printf("%s{\"device\":%d,\"cap\":%" PRIu64 ",\"peak\":%" PRIu64
-		       ",\"by_category\":{",
-		       i ? "," : "", i, mem_cap_bytes(d), mem_peak_total(d));
-		for (int c = 0; c < MEM_NCAT; c++)
-			printf("%s\"%s\":%" PRIu64, c ? "," : "", mem_cat_name(c),
-			       mem_peak_bytes(d, c));
-		printf("}}");
-	}
-	printf("]");
-}
-
-static void json_comm(struct emu_cluster *cl)
-{
-	struct emu_dev *d = emu_cluster_dev(cl, 0);
-	int first = 1;
-
-	printf("\"comm\":{\"device\":0,\"by_collective\":{");
-	for (int k = 0; k < NCOLL; k++) {
-		struct coll_stats st;
-
-		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
-			continue;
-		printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"time_s\":%.9g}",
-		       first ? "" : ",", coll_names[k], st.calls, st.bytes,
-		       (double)st.time_ns / 1e9);
-		first = 0;
-	}
-	printf("},\"by_link\":{\"intra\":%" PRIu64 ",\"inter\":%" PRIu64 ",\"dc\":%" PRIu64 "}}",
-	       coll_link_bytes(d, TOPO_LINK_INTRA), coll_link_bytes(d, TOPO_LINK_INTER),
-	       coll_link_bytes(d, TOPO_LINK_DC));
-}
-
-static void print_comm(struct emu_cluster *cl)
-{
-	struct emu_dev *d = emu_cluster_dev(cl, 0);
-	char b[32], t[32];
-
-	printf("# communication of device 0 over the run:\n");
-	for (int k = 0; k < NCOLL; k++) {
-		struct coll_stats st;
-
-		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
-			continue;
-		units_fmt_bytes(b, sizeof b, st.bytes);
-		units_fmt_time(t, sizeof t, st.time_ns);
-		printf("#   %-15s %6" PRIu64 " calls %12s %12s\n", coll_names[k], st.calls, b, t);
-	}
-	units_fmt_bytes(b, sizeof b, coll_link_bytes(d, TOPO_LINK_INTRA));
-	units_fmt_bytes(t, sizeof t, coll_link_bytes(d, TOPO_LINK_INTER));
-	printf("#   sent over links in a node %s, between nodes %s\n", b, t);
-}
-
 static const char *const recompute_names[] = {"none", "selective", "full"};
-
-/* The device of pipeline stage s with tensor- and data-parallel rank 0. */
-static int stage_dev(const struct run_cfg *cfg, int s)
-{
-	int c[MESH_NDIM] = {0};
-
-	c[MESH_PP] = s;
-	return mesh_rank(&cfg->mesh, c);
-}
-
-/* The largest stage bubble over the step (0 without a pipeline). */
-static double bubble_fraction(const struct run_cfg *cfg, const struct run_out *o, int64_t step)
-{
-	int64_t worst = 0;
-
-	for (int s = 0; s < cfg->mesh.size[MESH_PP] && o->bubble_ns; s++)
-		worst = o->bubble_ns[s] > worst ? o->bubble_ns[s] : worst;
-	return step > 0 ? (double)worst / (double)step : 0;
-}
-
-static void print_pipeline(struct emu_cluster *cl, const struct run_cfg *cfg,
-			   const struct run_out *o, int64_t step)
-{
-	int pp = cfg->mesh.size[MESH_PP];
-	char b[32], t[32];
-
-	printf("# pipeline %s, %d stages", sched_name(cfg->schedule), pp);
-	if (o->sched.v > 1)
-		printf(" x %d chunks", o->sched.v);
-	printf(", %d micro-batches a step: bubble %.1f%% of the step (the largest stage's; "
-	       "idle between its first and last compute)\n",
-	       o->sched.m, 100 * bubble_fraction(cfg, o, step));
-	for (int s = 0; s < pp; s++) {
-		struct emu_dev *d = emu_cluster_dev(cl, stage_dev(cfg, s));
-
-		units_fmt_time(t, sizeof t, o->bubble_ns[s]);
-		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, MEM_ACT));
-		printf("#   stage %-3d bubble %10s   peak activations %10s (device %d)\n", s, t, b,
-		       stage_dev(cfg, s));
-	}
-}
-
-static void json_pipeline(struct emu_cluster *cl, const struct run_cfg *cfg,
-			  const struct run_out *o)
-{
-	printf("\"pipeline\":{\"schedule\":\"%s\",\"chunks\":%d,\"micro_batches\":%d,"
-	       "\"stages\":[",
-	       sched_name(cfg->schedule), o->sched.v, o->sched.m);
-	for (int s = 0; s < cfg->mesh.size[MESH_PP]; s++)
-		printf("%s{\"stage\":%d,\"device\":%d,\"bubble_s\":%.9g,\"peak_activations\":"
-		       "%" PRIu64 ",\"peak_in_flight\":%g}",
-		       s ? "," : "", s, stage_dev(cfg, s), (double)o->bubble_ns[s] / 1e9,
-		       mem_peak_bytes(emu_cluster_dev(cl, stage_dev(cfg, s)), MEM_ACT),
-		       sched_peak_inflight(&o->sched, s));
-	printf("]},");
-}
 
 int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
 	     const char *model_name, const char *trace_path, int timeline, int json)
@@ -197,7 +40,7 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 					     : ", full recomputation",
 		       cfg->mbs, cfg->gbs, cfg->steps);
 		printf("# ");
-		cli_cluster_describe(stdout, ecfg);
+		report_cluster_line(stdout, ecfg);
 		printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
 		       cfg->prec == PREC_BF16 ? "bf16" : "fp32");
 		fflush(stdout);
@@ -209,7 +52,7 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", verify ? "verify" : "run",
 			emu_err_name(rc), emu_cluster_report(cl));
 		if (!json)
-			print_memory_table(cl, ndev);
+			report_memory_table(stdout, cl, ndev);
 		goto out;
 	}
 	if (verify) {
@@ -231,7 +74,7 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 	{
 		struct emu_dev *d0 = emu_cluster_dev(cl, 0);
 		int64_t step = par.step_ns[cfg->steps - 1], comp = par.compute_ns[cfg->steps - 1];
-		int64_t comm = comm_ns(d0) / cfg->steps, exposed = step - comp;
+		int64_t comm = report_comm_ns(d0) / cfg->steps, exposed = step - comp;
 		double mfu = gpt_model_flops(&cfg->model, cfg->gbs) /
 			     ((double)step / 1e9 * ecfg->topo.gpu.peak_flops * ndev);
 
@@ -248,7 +91,7 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 			       recompute_names[cfg->recompute],
 			       cfg->mesh.size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none",
 			       cfg->bucket_bytes);
-			cli_cluster_json(stdout, ecfg);
+			report_cluster_json(stdout, ecfg);
 			printf("},\"steps\":[");
 			for (int s = 0; s < cfg->steps; s++) {
 				printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g",
@@ -272,12 +115,12 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 			printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,"
 			       "\"exposed_comm_s\":%.9g,\"bubble_fraction\":%.6g,\"mfu\":%.6g},",
 			       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
-			       (double)exposed / 1e9, bubble_fraction(cfg, &par, step), mfu);
+			       (double)exposed / 1e9, report_bubble_fraction(cfg, &par, step), mfu);
 			if (cfg->mesh.size[MESH_PP] > 1)
-				json_pipeline(cl, cfg, &par);
-			json_memory(cl, ndev);
+				report_pipeline_json(stdout, cl, cfg, &par);
+			report_memory_json(stdout, cl, ndev);
 			printf(",");
-			json_comm(cl);
+			report_comm_json(stdout, cl);
 			printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
 		} else {
 			printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f "
@@ -287,9 +130,9 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 			       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,
 			       (double)exposed / 1e6, 100 * mfu, ndev);
 			if (cfg->mesh.size[MESH_PP] > 1)
-				print_pipeline(cl, cfg, &par, step);
-			print_memory_table(cl, ndev);
-			print_comm(cl);
+				report_pipeline_table(stdout, cl, cfg, &par, step);
+			report_memory_table(stdout, cl, ndev);
+			report_comm_table(stdout, cl);
 			if (verify) {
 				char gname[48], pname[48];
 

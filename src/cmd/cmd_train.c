@@ -11,6 +11,7 @@
 #include "cmd/cli.h"
 #include "clock.h"
 #include "cmd/cmd.h"
+#include "cmd/report.h"
 #include "data.h"
 #include "gpt.h"
 #include "mem.h"
@@ -281,31 +282,6 @@ static void print_sample(FILE *f, const char *text, int n)
 			fprintf(f, "\\x%02x", c);
 	}
 	fputc('\n', f);
-}
-
-static void print_memory(FILE *f, struct emu_dev *d, int json)
-{
-	char b[32];
-
-	if (json) {
-		fprintf(f,
-			"\"memory\":[{\"device\":0,\"cap\":%" PRIu64 ",\"peak\":%" PRIu64
-			",\"by_category\":{",
-			mem_cap_bytes(d), mem_peak_total(d));
-		for (int c = 0; c < MEM_NCAT; c++)
-			fprintf(f, "%s\"%s\":%" PRIu64, c ? "," : "", mem_cat_name(c),
-				mem_peak_bytes(d, c));
-		fprintf(f, "}}]");
-		return;
-	}
-	units_fmt_bytes(b, sizeof b, mem_peak_total(d));
-	fprintf(f, "memory (peak) %s of ", b);
-	units_fmt_bytes(b, sizeof b, mem_cap_bytes(d));
-	fprintf(f, "%s:", b);
-	for (int c = 0; c < MEM_NCAT; c++) {
-		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
-		fprintf(f, " %s %s%s", mem_cat_name(c), b, c < MEM_NCAT - 1 ? "," : "\n");
-	}
 }
 
 enum cmd_kind { K_TRAIN, K_RUN, K_VERIFY };
@@ -676,7 +652,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_err_name(rc),
 			emu_cluster_report(cl));
 		if (!t.json)
-			print_memory(stderr, emu_cluster_dev(cl, 0), 0);
+			report_memory_line(stderr, emu_cluster_dev(cl, 0));
 	} else {
 		struct emu_dev *d = emu_cluster_dev(cl, 0);
 		int64_t step = t.step_ns[t.steps - 1];
@@ -692,7 +668,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			       t.model_name, t.cfg.num_layers, t.cfg.hidden, t.cfg.heads,
 			       t.cfg.seq_len, t.cfg.ffn, t.cfg.vocab, t.nparams, t.mbs, t.gbs,
 			       t.steps, t.seed, t.prec == PREC_BF16 ? "bf16" : "fp32");
-			cli_cluster_json(stdout, &cc.cfg);
+			report_cluster_json(stdout, &cc.cfg);
 			printf("},\"steps\":[");
 			for (int s = 0; s < t.steps; s++)
 				printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g}",
@@ -703,7 +679,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			       "per_step\":%.6g,\"model_flops_per_step\":%.6g},",
 			       (double)step / 1e9, (double)step / 1e9, mfu, t.flops_step,
 			       gpt_model_flops(&t.cfg, t.gbs));
-			print_memory(stdout, d, 1);
+			report_memory_json(stdout, cl, 1);
 			printf(",\"comm\":{},\"wall_s\":%.6g",
 			       (double)emu_cluster_wall_ns(cl) / 1e9);
 			if (t.sample_text) {
@@ -726,7 +702,7 @@ static int cmd_model(int argc, char **argv, enum cmd_kind kind)
 			       "%.4g), MFU %.1f%%; wall %.2f s in all\n",
 			       (double)step / 1e6, t.flops_step, gpt_model_flops(&t.cfg, t.gbs),
 			       100 * mfu, (double)emu_cluster_wall_ns(cl) / 1e9);
-			print_memory(stdout, d, 0);
+			report_memory_line(stdout, d);
 			if (t.sample_text)
 				print_sample(stdout, t.sample_text, t.sample);
 		}
