@@ -86,9 +86,4 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val);
  * as many nodes as devices needs. Exits with code 2 on a bad value. */
 void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices);
 
-/* One line describing the cluster, for report headers. */
-void cli_cluster_describe(FILE *f, const struct emu_config *cfg);
-/* The same as a JSON object. */
-void cli_cluster_json(FILE *f, const struct emu_config *cfg);
-
 #endif

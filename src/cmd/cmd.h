@@ -9,11 +9,4 @@ int cmd_train(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 
-struct run_cfg;
-struct emu_config;
-/* cmd_run.c: runs cfg on the cluster ecfg (and with verify, the reference) and prints the
- * report; the exit code. */
-int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
-	     const char *model_name, const char *trace_path, int timeline, int json);
-
 #endif

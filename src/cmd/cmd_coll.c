@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "coll.h"
 #include "cmd/cmd.h"
+#include "cmd/report.h"
 #include "mem.h"
 #include "trace.h"
 #include "units.h"
@@ -345,7 +346,7 @@ int cmd_coll(int argc, char **argv)
 		       "\"root\":%d,\"iters\":%d,\"cluster\":",
 		       cops[b->op].name, b->n, b->redop == COLL_SUM ? "sum" : "max", b->root,
 		       b->iters);
-		cli_cluster_json(stdout, &cc.cfg);
+		report_cluster_json(stdout, &cc.cfg);
 		printf(",\"results\":[");
 	} else if (csv) {
 		printf("op,devices,size_bytes,count,time_us,algbw_GBps,busbw_GBps,wrong,wall_us\n");
@@ -353,7 +354,7 @@ int cmd_coll(int argc, char **argv)
 		printf("# pemu coll: %s on %d device%s, %s\n# ", cops[b->op].name, b->n,
 		       b->n == 1 ? "" : "s",
 		       cc.cfg.dry_run ? "dry-run (no data moves)" : "execute mode");
-		cli_cluster_describe(stdout, &cc.cfg);
+		report_cluster_line(stdout, &cc.cfg);
 		printf("\n# %d timed call%s per size after %d warm-up; check %s\n#\n", b->iters,
 		       b->iters == 1 ? "" : "s", b->warmup, b->check ? "on" : "off");
 		printf("# %12s %12s %6s %5s %5s %11s %12s %12s %7s %10s\n", "size(B)", "count",

@@ -1,215 +1,189 @@
 /* pemu run and pemu verify: training on the emulated cluster with a parallel
  * configuration, and the same plus the serial reference, compared as DESIGN.md §4 says.
- * The options are pemu train's (cmd_train.c parses them) with the mesh's. */
+ * The options are cli_model's and cli_par's; run/cfg.h derives the defaults and checks
+ * the configuration before any thread starts. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cmd/cli.h"
-#include "clock.h"
+#include "cmd/cli_model.h"
+#include "cmd/cli_par.h"
 #include "cmd/cmd.h"
-#include "coll.h"
-#include "mem.h"
+#include "cmd/report.h"
 #include "run/run.h"
-#include "topo.h"
 #include "trace.h"
-#include "units.h"
 
-static const char *const coll_names[] = {"all-reduce", "reduce-scatter", "all-gather",
-					 "all-to-all", "all-to-all-v",   "broadcast",
-					 "reduce",     "send",           "recv"};
-#define NCOLL (int)(sizeof coll_names / sizeof coll_names[0])
-
-static int64_t comm_ns(const struct emu_dev *d)
+static void usage(FILE *f)
 {
-	int64_t t = 0;
-
-	for (int k = 0; k < NCOLL; k++) {
-		struct coll_stats st;
-
-		if (!coll_stats_get(d, coll_names[k], &st))
-			t += st.time_ns;
-	}
-	return t;
+	fprintf(f, "usage: pemu run|verify [options]\n\n"
+		   "run trains on the emulated cluster with a parallel configuration and "
+		   "reports\n"
+		   "loss, virtual step time (compute, communication, idle), memory per device "
+		   "and\n"
+		   "bytes per collective; verify also runs the serial reference on the same "
+		   "seed and\n"
+		   "data and compares losses, first-step gradients and final parameters (exit "
+		   "1 on a\n"
+		   "mismatch).\n\n"
+		   "  pemu verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3\n"
+		   "  pemu run --model gpt3-175b --dry-run --tp 8 --dp 16 --zero-stage 1 "
+		   "--nodes 16\n"
+		   "  pemu verify --model tiny --num-layers 4 --pp 2 --schedule zb-h1 "
+		   "--timeline\n"
+		   "  pemu run --model llama-7b-shape --seq-length 32768 --cluster h20 --nodes "
+		   "8 --tp 8 --pp 8\n"
+		   "      --sequence-parallel --use-flash-attn --schedule helix --recompute full "
+		   "--dry-run\n\n"
+		   "Parallel options:\n");
+	cli_print_opts(f, cli_par_opts);
+	fprintf(f, "\nModel and training options (Megatron-LM's names):\n");
+	cli_print_opts(f, cli_model_opts);
+	fprintf(f, "\nCluster options:\n");
+	cli_print_opts(f, cli_cluster_opts);
 }
 
-static void print_memory_table(struct emu_cluster *cl, int ndev)
+static const char *cmd_name(int verify)
 {
-	char b[32];
-
-	printf("# memory per device (peak): %-8s", "total");
-	for (int c = 0; c < MEM_NCAT; c++)
-		printf(" %10s", mem_cat_name(c));
-	printf("\n");
-	for (int i = 0; i < ndev; i++) {
-		struct emu_dev *d = emu_cluster_dev(cl, i);
-
-		if (ndev > 16 && i == 8) {
-			printf("#   ... %d more devices\n", ndev - 9);
-			i = ndev - 1;
-			d = emu_cluster_dev(cl, i);
-		}
-		units_fmt_bytes(b, sizeof b, mem_peak_total(d));
-		printf("#   device %-4d %18s", i, b);
-		for (int c = 0; c < MEM_NCAT; c++) {
-			units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
-			printf(" %10s", b);
-		}
-		printf("\n");
-	}
+	return verify ? "verify" : "run";
 }
 
-static void json_memory(struct emu_cluster *cl, int ndev)
+static void print_header(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
-	printf("\"memory\":[");
-	for (int i = 0; i < ndev; i++) {
-		struct emu_dev *d = emu_cluster_dev(cl, i);
-
-		printf("%s{\"device\":%d,\"cap\":%" PRIu64 ",\"peak\":%" PRIu64
-		       ",\"by_category\":{",
-		       i ? "," : "", i, mem_cap_bytes(d), mem_peak_total(d));
-		for (int c = 0; c < MEM_NCAT; c++)
-			printf("%s\"%s\":%" PRIu64, c ? "," : "", mem_cat_name(c),
-			       mem_peak_bytes(d, c));
-		printf("}}");
-	}
-	printf("]");
-}
-
-static void json_comm(struct emu_cluster *cl)
-{
-	struct emu_dev *d = emu_cluster_dev(cl, 0);
-	int first = 1;
-
-	printf("\"comm\":{\"device\":0,\"by_collective\":{");
-	for (int k = 0; k < NCOLL; k++) {
-		struct coll_stats st;
-
-		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
-			continue;
-		printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"time_s\":%.9g}",
-		       first ? "" : ",", coll_names[k], st.calls, st.bytes,
-		       (double)st.time_ns / 1e9);
-		first = 0;
-	}
-	printf("},\"by_link\":{\"intra\":%" PRIu64 ",\"inter\":%" PRIu64 ",\"dc\":%" PRIu64 "}}",
-	       coll_link_bytes(d, TOPO_LINK_INTRA), coll_link_bytes(d, TOPO_LINK_INTER),
-	       coll_link_bytes(d, TOPO_LINK_DC));
-}
-
-static void print_comm(struct emu_cluster *cl)
-{
-	struct emu_dev *d = emu_cluster_dev(cl, 0);
-	char b[32], t[32];
-
-	printf("# communication of device 0 over the run:\n");
-	for (int k = 0; k < NCOLL; k++) {
-		struct coll_stats st;
-
-		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
-			continue;
-		units_fmt_bytes(b, sizeof b, st.bytes);
-		units_fmt_time(t, sizeof t, st.time_ns);
-		printf("#   %-15s %6" PRIu64 " calls %12s %12s\n", coll_names[k], st.calls, b, t);
-	}
-	units_fmt_bytes(b, sizeof b, coll_link_bytes(d, TOPO_LINK_INTRA));
-	units_fmt_bytes(t, sizeof t, coll_link_bytes(d, TOPO_LINK_INTER));
-	printf("#   sent over links in a node %s, between nodes %s\n", b, t);
-}
-
-static const char *const recompute_names[] = {"none", "selective", "full"};
-
-/* The device of pipeline stage s with tensor- and data-parallel rank 0. */
-static int stage_dev(const struct run_cfg *cfg, int s)
-{
-	int c[MESH_NDIM] = {0};
-
-	c[MESH_PP] = s;
-	return mesh_rank(&cfg->mesh, c);
-}
-
-/* The largest stage bubble over the step (0 without a pipeline). */
-static double bubble_fraction(const struct run_cfg *cfg, const struct run_out *o, int64_t step)
-{
-	int64_t worst = 0;
-
-	for (int s = 0; s < cfg->mesh.size[MESH_PP] && o->bubble_ns; s++)
-		worst = o->bubble_ns[s] > worst ? o->bubble_ns[s] : worst;
-	return step > 0 ? (double)worst / (double)step : 0;
-}
-
-static void print_pipeline(struct emu_cluster *cl, const struct run_cfg *cfg,
-			   const struct run_out *o, int64_t step)
-{
-	int pp = cfg->mesh.size[MESH_PP];
-	char b[32], t[32];
-
-	printf("# pipeline %s, %d stages", sched_name(cfg->schedule), pp);
-	if (o->sched.v > 1)
-		printf(" x %d chunks", o->sched.v);
-	printf(", %d micro-batches a step: bubble %.1f%% of the step (the largest stage's; "
-	       "idle between its first and last compute)\n",
-	       o->sched.m, 100 * bubble_fraction(cfg, o, step));
-	for (int s = 0; s < pp; s++) {
-		struct emu_dev *d = emu_cluster_dev(cl, stage_dev(cfg, s));
-
-		units_fmt_time(t, sizeof t, o->bubble_ns[s]);
-		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, MEM_ACT));
-		printf("#   stage %-3d bubble %10s   peak activations %10s (device %d)\n", s, t, b,
-		       stage_dev(cfg, s));
-	}
-}
-
-static void json_pipeline(struct emu_cluster *cl, const struct run_cfg *cfg,
-			  const struct run_out *o)
-{
-	printf("\"pipeline\":{\"schedule\":\"%s\",\"chunks\":%d,\"micro_batches\":%d,"
-	       "\"stages\":[",
-	       sched_name(cfg->schedule), o->sched.v, o->sched.m);
-	for (int s = 0; s < cfg->mesh.size[MESH_PP]; s++)
-		printf("%s{\"stage\":%d,\"device\":%d,\"bubble_s\":%.9g,\"peak_activations\":"
-		       "%" PRIu64 ",\"peak_in_flight\":%g}",
-		       s ? "," : "", s, stage_dev(cfg, s), (double)o->bubble_ns[s] / 1e9,
-		       mem_peak_bytes(emu_cluster_dev(cl, stage_dev(cfg, s)), MEM_ACT),
-		       sched_peak_inflight(&o->sched, s));
-	printf("]},");
-}
-
-int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
-	     const char *model_name, const char *trace_path, int timeline, int json)
-{
-	struct emu_cluster *cl = emu_cluster_new(ecfg), *one = NULL;
-	struct run_out par, ref;
-	struct verify_result v = {0};
-	int ndev = ecfg->ndev, rc;
 	char mesh[96];
 
 	mesh_describe(&cfg->mesh, mesh, sizeof mesh);
-	if (!json) {
-		printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d%s, micro-batch %d, "
-		       "global batch %d, %d steps\n",
-		       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model), mesh,
-		       cfg->zero,
-		       cfg->recompute == 0   ? ""
-		       : cfg->recompute == 1 ? ", selective recomputation"
-					     : ", full recomputation",
-		       cfg->mbs, cfg->gbs, cfg->steps);
-		printf("# ");
-		cli_cluster_describe(stdout, ecfg);
-		printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
-		       cfg->prec == PREC_BF16 ? "bf16" : "fp32");
-		fflush(stdout);
+	printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d%s, micro-batch %d, global "
+	       "batch %d, %d steps\n",
+	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, cfg->zero,
+	       cfg->recompute == 0   ? ""
+	       : cfg->recompute == 1 ? ", selective recomputation"
+				     : ", full recomputation",
+	       cfg->mbs, cfg->gbs, cfg->steps);
+	printf("# ");
+	report_cluster_line(stdout, ecfg);
+	printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
+	       cfg->prec == PREC_BF16 ? "bf16" : "fp32");
+	fflush(stdout);
+}
+
+/* verify's comparison as "# " lines and the verdict. */
+static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
+			 const struct run_out *ref, const struct verify_result *v)
+{
+	char gname[48], pname[48];
+
+	printf("# verify against the serial reference (1 GPU, same seed and data):\n");
+	for (int s = 0; s < cfg->steps; s++)
+		printf("#   step %3d  loss %.7f  reference %.7f\n", s + 1, (double)par->loss[s],
+		       (double)ref->loss[s]);
+	gpt_tensor_name(&cfg->model, v->grad_tensor, gname, sizeof gname);
+	gpt_tensor_name(&cfg->model, v->param_tensor, pname, sizeof pname);
+	printf("#   worst loss       %.3g (step %d), tolerance %g; largest absolute error %.3g\n",
+	       v->loss_err, v->loss_step + 1, v->loss_tol, v->loss_abs);
+	printf("#   worst gradient   %.3g (%s, first step), tolerance %g; largest absolute error "
+	       "%.3g\n",
+	       v->grad_err, gname, v->grad_tol, v->grad_abs);
+	printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest absolute "
+	       "error %.3g\n",
+	       v->param_err, pname, cfg->steps, v->param_tol, v->param_abs);
+	printf("#   %zu parameter entries with a gradient zero to rounding (the key biases among "
+	       "them) left out of the parameter check\n",
+	       v->noise_params);
+	if (v->routes)
+		printf("#   %zu of %zu MoE routing decisions differ from the reference's\n",
+		       v->route_flips, v->routes);
+	if (v->route_flips)
+		printf("#   routing flip: the first at step %d, layer %d, token %d of its "
+		       "micro-batch. Rounding turned a top-k or capacity decision; differences "
+		       "that follow come from that decision, not from the strategy. Another --seed "
+		       "gives a clean comparison.\n",
+		       v->flip_step + 1, v->flip_layer, v->flip_token);
+	printf("verify: %s\n", v->passed        ? "PASSED"
+			       : v->route_flips ? "FAILED (routing flip)"
+						: "FAILED");
+}
+
+/* The report as text: time, pipeline, memory, communication, and verify's comparison. */
+static void print_report(int verify, const struct run_cfg *cfg, struct emu_cluster *cl,
+			 const struct run_out *par, const struct run_out *ref,
+			 const struct verify_result *v, double mfu)
+{
+	int64_t step = par->step_ns[cfg->steps - 1], comp = par->compute_ns[cfg->steps - 1];
+	int64_t comm = report_comm_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
+	int ndev = cfg->mesh.world;
+
+	printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f ms; compute "
+	       "stream idle %.3f ms (exposed communication and waiting for peers); MFU %.1f%% "
+	       "over %d GPUs\n",
+	       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,
+	       (double)(step - comp) / 1e6, 100 * mfu, ndev);
+	if (cfg->mesh.size[MESH_PP] > 1)
+		report_pipeline_table(stdout, cl, cfg, par, step);
+	report_memory_table(stdout, cl, ndev);
+	report_comm_table(stdout, cl);
+	if (verify)
+		print_verify(cfg, par, ref, v);
+}
+
+/* The report as one JSON object (DESIGN.md §6). */
+static void json_report(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
+			struct emu_cluster *cl, const struct run_out *par,
+			const struct run_out *ref, const struct verify_result *v, double mfu)
+{
+	int64_t step = par->step_ns[cfg->steps - 1], comp = par->compute_ns[cfg->steps - 1];
+	int64_t comm = report_comm_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
+
+	printf("{\"command\":\"%s\",", cmd_name(verify));
+	report_config_json_run(stdout, cfg, ecfg);
+	printf(",\"steps\":[");
+	for (int s = 0; s < cfg->steps; s++) {
+		printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g", s ? "," : "", s + 1,
+		       (double)par->loss[s], (double)par->step_ns[s] / 1e9);
+		if (verify)
+			printf(",\"ref_loss\":%.9g", (double)ref->loss[s]);
+		printf("}");
 	}
+	printf("],");
+	if (verify)
+		printf("\"verify\":{\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,\"param\":%.6g},"
+		       "\"max_abs_err\":{\"loss\":%.6g,\"grad\":%.6g,\"param\":%.6g},\"tolerance\":"
+		       "{\"loss\":%g,\"grad\":%g,\"param\":%g},\"noise_driven_params\":%zu,"
+		       "\"routing_decisions\":%zu,\"routing_flips\":%zu,\"passed\":%s},",
+		       v->loss_err, v->grad_err, v->param_err, v->loss_abs, v->grad_abs,
+		       v->param_abs, v->loss_tol, v->grad_tol, v->param_tol, v->noise_params,
+		       v->routes, v->route_flips, v->passed ? "true" : "false");
+	printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_"
+	       "s\":%.9g,\"bubble_fraction\":%.6g,\"mfu\":%.6g},",
+	       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
+	       (double)(step - comp) / 1e9, report_bubble_fraction(cfg, par, step), mfu);
+	if (cfg->mesh.size[MESH_PP] > 1)
+		report_pipeline_json(stdout, cl, cfg, par);
+	report_memory_json(stdout, cl, cfg->mesh.world);
+	printf(",");
+	report_comm_json(stdout, cl);
+	printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
+}
+
+/* Runs cfg on cc's cluster (and with verify, the reference on one device of it) and
+ * prints the report; the exit code. */
+static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_cluster *cc)
+{
+	const struct emu_config *ecfg = &cc->cfg;
+	struct emu_cluster *cl = emu_cluster_new(ecfg), *one = NULL;
+	struct run_out par, ref;
+	struct verify_result v = {0};
+	int rc;
+
+	if (!cc->json)
+		print_header(verify, cfg, ecfg);
 	run_alloc(&par, cfg, verify);
 	rc = run_parallel(cl, cfg, &par);
 	if (rc) {
 		fflush(stdout);
-		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", verify ? "verify" : "run",
+		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", cmd_name(verify),
 			emu_err_name(rc), emu_cluster_report(cl));
-		if (!json)
-			print_memory_table(cl, ndev);
+		if (!cc->json)
+			report_memory_table(stdout, cl, ecfg->ndev);
 		goto out;
 	}
 	if (verify) {
@@ -229,125 +203,88 @@ int run_exec(int verify, const struct run_cfg *cfg, const struct emu_config *ecf
 		verify_compare(&ref, &par, &cfg->model, &v);
 	}
 	{
-		struct emu_dev *d0 = emu_cluster_dev(cl, 0);
-		int64_t step = par.step_ns[cfg->steps - 1], comp = par.compute_ns[cfg->steps - 1];
-		int64_t comm = comm_ns(d0) / cfg->steps, exposed = step - comp;
+		int64_t step = par.step_ns[cfg->steps - 1];
 		double mfu = gpt_model_flops(&cfg->model, cfg->gbs) /
-			     ((double)step / 1e9 * ecfg->topo.gpu.peak_flops * ndev);
+			     ((double)step / 1e9 * ecfg->topo.gpu.peak_flops * ecfg->ndev);
 
-		if (json) {
-			printf("{\"command\":\"%s\",\"config\":{\"model\":\"%s\",\"parameters\":%"
-			       "zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":1,\"ep\":1,\"zero_stage\":%"
-			       "d,\"micro_batch_size\":%d,\"global_batch_size\":%d,\"steps\":%d,"
-			       "\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
-			       "\"schedule\":\"%s\",\"bucket_size\":%" PRIu64 ",\"cluster\":",
-			       verify ? "verify" : "run", model_name, gpt_num_params(&cfg->model),
-			       cfg->mesh.size[MESH_DP], cfg->mesh.size[MESH_TP],
-			       cfg->mesh.size[MESH_PP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps,
-			       cfg->seed, cfg->prec == PREC_BF16 ? "bf16" : "fp32",
-			       recompute_names[cfg->recompute],
-			       cfg->mesh.size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none",
-			       cfg->bucket_bytes);
-			cli_cluster_json(stdout, ecfg);
-			printf("},\"steps\":[");
-			for (int s = 0; s < cfg->steps; s++) {
-				printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g",
-				       s ? "," : "", s + 1, (double)par.loss[s],
-				       (double)par.step_ns[s] / 1e9);
-				if (verify)
-					printf(",\"ref_loss\":%.9g", (double)ref.loss[s]);
-				printf("}");
-			}
-			printf("],");
-			if (verify)
-				printf("\"verify\":{\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,"
-				       "\"param\":%.6g},\"max_abs_err\":{\"loss\":%.6g,\"grad\":%."
-				       "6g,\"param\":%.6g},\"tolerance\":{\"loss\":%g,\"grad\":%g,"
-				       "\"param\":%g},\"noise_driven_params\":%zu,\"routing_"
-				       "decisions\":%zu,\"routing_flips\":%zu,\"passed\":%s},",
-				       v.loss_err, v.grad_err, v.param_err, v.loss_abs, v.grad_abs,
-				       v.param_abs, v.loss_tol, v.grad_tol, v.param_tol,
-				       v.noise_params, v.routes, v.route_flips,
-				       v.passed ? "true" : "false");
-			printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,"
-			       "\"exposed_comm_s\":%.9g,\"bubble_fraction\":%.6g,\"mfu\":%.6g},",
-			       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
-			       (double)exposed / 1e9, bubble_fraction(cfg, &par, step), mfu);
-			if (cfg->mesh.size[MESH_PP] > 1)
-				json_pipeline(cl, cfg, &par);
-			json_memory(cl, ndev);
-			printf(",");
-			json_comm(cl);
-			printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
-		} else {
-			printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f "
-			       "ms; "
-			       "compute stream idle %.3f ms (exposed communication and waiting for "
-			       "peers); MFU %.1f%% over %d GPUs\n",
-			       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,
-			       (double)exposed / 1e6, 100 * mfu, ndev);
-			if (cfg->mesh.size[MESH_PP] > 1)
-				print_pipeline(cl, cfg, &par, step);
-			print_memory_table(cl, ndev);
-			print_comm(cl);
-			if (verify) {
-				char gname[48], pname[48];
-
-				printf("# verify against the serial reference (1 GPU, same seed "
-				       "and data):\n");
-				for (int s = 0; s < cfg->steps; s++)
-					printf("#   step %3d  loss %.7f  reference %.7f\n", s + 1,
-					       (double)par.loss[s], (double)ref.loss[s]);
-				gpt_tensor_name(&cfg->model, v.grad_tensor, gname, sizeof gname);
-				gpt_tensor_name(&cfg->model, v.param_tensor, pname, sizeof pname);
-				printf("#   worst loss       %.3g (step %d), tolerance %g; largest "
-				       "absolute error %.3g\n",
-				       v.loss_err, v.loss_step + 1, v.loss_tol, v.loss_abs);
-				printf("#   worst gradient   %.3g (%s, first step), tolerance %g; "
-				       "largest absolute error %.3g\n",
-				       v.grad_err, gname, v.grad_tol, v.grad_abs);
-				printf("#   worst parameter  %.3g (%s, after step %d), tolerance "
-				       "%g; largest absolute error %.3g\n",
-				       v.param_err, pname, cfg->steps, v.param_tol, v.param_abs);
-				printf("#   %zu parameter entries with a gradient zero to rounding "
-				       "(the key biases among them) left out of the parameter "
-				       "check\n",
-				       v.noise_params);
-				if (v.routes)
-					printf("#   %zu of %zu MoE routing decisions differ from "
-					       "the "
-					       "reference's\n",
-					       v.route_flips, v.routes);
-				if (v.route_flips)
-					printf("#   routing flip: the first at step %d, layer %d, "
-					       "token "
-					       "%d of its micro-batch. Rounding turned a top-k or "
-					       "capacity decision; differences that follow come "
-					       "from "
-					       "that decision, not from the strategy. Another "
-					       "--seed "
-					       "gives a clean comparison.\n",
-					       v.flip_step + 1, v.flip_layer, v.flip_token);
-				printf("verify: %s\n", v.passed        ? "PASSED"
-						       : v.route_flips ? "FAILED (routing flip)"
-								       : "FAILED");
-			}
-		}
+		if (cc->json)
+			json_report(verify, cfg, ecfg, cl, &par, &ref, &v, mfu);
+		else
+			print_report(verify, cfg, cl, &par, &ref, &v, mfu);
 		if (!v.passed && verify)
 			rc = 1;
 	}
 	if (verify)
 		run_free(&ref);
-	if (trace_path && trace_write_json(cl, trace_path))
-		fprintf(stderr, "pemu: cannot write trace '%s'\n", trace_path);
-	if (timeline)
-		trace_timeline(cl, json ? stderr : stdout, 100, 16);
-	if (timeline && cfg->mesh.size[MESH_PP] > 1)
-		sched_draw(&par.sched, par.span, 100, json ? stderr : stdout);
+	if (cc->trace_path && trace_write_json(cl, cc->trace_path))
+		fprintf(stderr, "pemu: cannot write trace '%s'\n", cc->trace_path);
+	if (cc->timeline)
+		trace_timeline(cl, cc->json ? stderr : stdout, 100, 16);
+	if (cc->timeline && cfg->mesh.size[MESH_PP] > 1)
+		sched_draw(&par.sched, par.span, 100, cc->json ? stderr : stdout);
 out:
 	run_free(&par);
 	emu_cluster_free(cl);
 	if (one)
 		emu_cluster_free(one);
 	return rc ? 1 : 0;
+}
+
+static int run_or_verify(int argc, char **argv, int verify)
+{
+	struct cli c = {.prog = verify ? "pemu verify" : "pemu run",
+			.argc = argc,
+			.argv = argv,
+			.i = 1,
+			.opts = {cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
+	struct run_cfg cfg;
+	struct cli_model mo;
+	struct cli_par po;
+	struct cli_cluster cc;
+	const char *v;
+	char err[512];
+	int id, rc;
+
+	run_cfg_init(&cfg);
+	cli_model_init(&mo);
+	cli_par_init(&po);
+	cli_cluster_init(&cc);
+	while ((id = cli_next(&c, &v))) {
+		if (cli_cluster_opt(&cc, id, v) || cli_model_opt(&mo, &cfg, &c, id, v) ||
+		    cli_par_opt(&po, &cfg, &c, id, v))
+			continue;
+		if (id == CLI_MODEL_HELP) {
+			usage(stdout);
+			return 0;
+		}
+	}
+	cli_model_finish(&mo, &cfg, &c, cc.cfg.dry_run);
+	if (mo.sample)
+		cli_fail(&c, "--sample: only pemu train generates text");
+	cli_par_finish(&po, &cfg);
+	if (verify && !cfg.steps) /* verify compares a few steps (DESIGN.md §4) */
+		cfg.steps = 3;
+	if (cc.json)
+		cfg.log_every = 0;
+	if (run_cfg_finish(&cfg, cfg.mesh.world, err, sizeof err))
+		cli_fail(&c, "%s", err);
+	cli_cluster_finish(&cc, &c, cfg.mesh.world);
+	if (verify && cc.cfg.dry_run)
+		cli_fail(&c, "--dry-run: verify compares numbers, so it runs in execute mode");
+	cli_model_load(&mo, &cfg, &c);
+	if (!cc.json)
+		report_vocab_padding(stdout, &cfg);
+	rc = run_exec(verify, &cfg, &cc);
+	cli_model_free(&mo);
+	return rc;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	return run_or_verify(argc, argv, 0);
+}
+
+int cmd_verify(int argc, char **argv)
+{
+	return run_or_verify(argc, argv, 1);
 }

@@ -95,7 +95,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.sp = cfg->sp,
 				.zero = cfg->zero,
 				.pad = cfg->mesh.size[MESH_DP],
-				.recompute = (enum par_recompute)cfg->recompute,
+				.recompute = cfg->recompute,
 				.flash = cfg->flash,
 				.mlp_chunks = cfg->mlp_chunks,
 				.bucket_bytes = cfg->bucket_bytes};

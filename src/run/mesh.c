@@ -1,5 +1,6 @@
 #include "run/mesh.h"
 
+#include <limits.h>
 #include <stdio.h>
 
 #include "util.h"
@@ -7,13 +8,16 @@
 void mesh_init(struct mesh *m, int tp, int cp, int ep, int dp, int pp)
 {
 	int sizes[MESH_NDIM] = {tp, cp, ep, dp, pp};
+	long long world = 1;
 
-	m->world = 1;
 	for (int d = 0; d < MESH_NDIM; d++) {
 		EMU_ASSERT(sizes[d] >= 1);
 		m->size[d] = sizes[d];
-		m->world *= sizes[d];
+		world *= sizes[d];
+		if (world > INT_MAX) /* a mesh run_check refuses; it must not overflow first */
+			world = INT_MAX;
 	}
+	m->world = (int)world;
 }
 
 /* The stride of dim in the rank: the product of the faster dimensions' sizes. */

@@ -12,7 +12,7 @@ enum mesh_dim { MESH_TP, MESH_CP, MESH_EP, MESH_DP, MESH_PP, MESH_NDIM };
 
 struct mesh {
 	int size[MESH_NDIM]; /* the degree of each dimension, indexed by enum mesh_dim */
-	int world;           /* their product */
+	int world;           /* their product (INT_MAX if larger) */
 };
 
 /* A mesh of these degrees (each >= 1). */

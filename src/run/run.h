@@ -8,27 +8,9 @@
 
 #include "data.h"
 #include "gpt.h"
+#include "run/cfg.h"
 #include "run/mesh.h"
 #include "pipe/schedule.h"
-
-struct run_cfg {
-	struct gpt_config model;
-	int mbs, gbs, steps; /* micro-batch, global batch, optimizer steps */
-	uint64_t seed;
-	enum prec prec;
-	struct optim_cfg opt;
-	struct mesh mesh;         /* tp and dp; the others 1 */
-	int zero;                 /* ZeRO stage: 0 to 3 */
-	int sp;                   /* sequence parallelism (with tp > 1) */
-	enum sched_kind schedule; /* the pipeline schedule (pp > 1) */
-	int vpp;                  /* model chunks a stage (interleaved), else 1 */
-	int recompute;            /* enum tp_recompute: activation recomputation */
-	int flash;                /* memory-efficient attention (no stored scores) */
-	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
-	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
-	const struct data *data;  /* NULL in dry-run */
-	int log_every;            /* print a progress line every this many steps; 0: quiet */
-};
 
 /* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
 struct run_out {
@@ -57,12 +39,6 @@ struct run_out {
 
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
 void run_free(struct run_out *o);
-
-/* cfg's pipeline schedule (pp > 1), built as run_check proves it. */
-void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc);
-
-/* Why cfg cannot run on ndev devices (mesh, heads, batch), one line, or 0. */
-int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
 
 /* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from its
  * layers' activations la; sums each step's loss from its stages' and replicas' shares. */

@@ -1,0 +1,123 @@
+/* cli_par: the parallel options; see cli_par.h. */
+#include "cmd/cli_par.h"
+
+#include <string.h>
+
+#include "par/model.h"
+
+const struct cli_opt cli_par_opts[] = {
+	{"dp", 0, 1, CLI_PAR_DP, "N", "data-parallel size (default 1)"},
+	{"data-parallel-size", 0, 1, CLI_PAR_DP, "N", "the same as --dp"},
+	{"tp", 0, 1, CLI_PAR_TP, "N", "tensor-parallel size (default 1)"},
+	{"tensor-model-parallel-size", 0, 1, CLI_PAR_TP, "N", "the same as --tp"},
+	{"pp", 0, 1, CLI_PAR_PP, "N", "pipeline-parallel size: stages of consecutive layers"},
+	{"pipeline-model-parallel-size", 0, 1, CLI_PAR_PP, "N", "the same as --pp"},
+	{"schedule", 0, 1, CLI_PAR_SCHEDULE, "NAME",
+	 "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1, zb-h2, helix"},
+	{"vpp", 0, 1, CLI_PAR_VPP, "V",
+	 "model chunks a stage, for --schedule interleaved (default 2)"},
+	{"num-layers-per-virtual-pipeline-stage", 0, 1, CLI_PAR_VPP_LAYERS, "N",
+	 "the same given as layers a chunk (Megatron's)"},
+	{"recompute", 0, 1, CLI_PAR_RECOMPUTE, "MODE",
+	 "activation recomputation: none (default), selective (attention scores), full"},
+	{"recompute-granularity", 0, 1, CLI_PAR_RECOMPUTE, "MODE", "the same as --recompute"},
+	{"use-flash-attn", 0, 0, CLI_PAR_FLASH, NULL,
+	 "memory-efficient attention: no (s, s) scores kept, recomputed in backward"},
+	{"mlp-chunks", 0, 1, CLI_PAR_MLP_CHUNKS, "N",
+	 "run the MLP over N chunks of rows, keeping none of it for backward (HelixPipe's)"},
+	{"cp", 0, 1, CLI_PAR_CP, "N", "context-parallel size (only 1 in this build)"},
+	{"context-parallel-size", 0, 1, CLI_PAR_CP, "N", "the same as --cp"},
+	{"ep", 0, 1, CLI_PAR_EP, "N", "expert-parallel size (only 1 in this build)"},
+	{"expert-model-parallel-size", 0, 1, CLI_PAR_EP, "N", "the same as --ep"},
+	{"zero-stage", 0, 1, CLI_PAR_ZERO, "0-3",
+	 "ZeRO over dp: 1 shards Adam's state, 2 also gradients, 3 also weights (default 0)"},
+	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
+	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
+	{"sequence-parallel", 0, 0, CLI_PAR_SP, NULL,
+	 "sequence parallelism: LayerNorm regions split by tokens over tp"},
+	{NULL, 0, 0, 0, NULL, NULL},
+};
+
+void cli_par_init(struct cli_par *p)
+{
+	p->dp = p->tp = p->pp = p->cp = p->ep = 1;
+}
+
+static int recompute_of(const struct cli *c, const char *v)
+{
+	if (!strcmp(v, "none"))
+		return PAR_RECOMPUTE_NONE;
+	if (!strcmp(v, "selective"))
+		return PAR_RECOMPUTE_SELECTIVE;
+	if (!strcmp(v, "full"))
+		return PAR_RECOMPUTE_FULL;
+	cli_fail(c, "--recompute: '%s' is not none, selective or full", v);
+}
+
+int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int id, const char *v)
+{
+	int kind;
+
+	switch (id) {
+	case CLI_PAR_DP:
+		p->dp = (int)cli_int(c, "--dp", v, 1, 4096);
+		break;
+	case CLI_PAR_TP:
+		p->tp = (int)cli_int(c, "--tp", v, 1, 4096);
+		break;
+	case CLI_PAR_PP:
+		p->pp = (int)cli_int(c, "--pp", v, 1, 4096);
+		break;
+	case CLI_PAR_CP:
+		p->cp = (int)cli_int(c, "--cp", v, 1, 4096);
+		break;
+	case CLI_PAR_EP:
+		p->ep = (int)cli_int(c, "--ep", v, 1, 4096);
+		break;
+	case CLI_PAR_SCHEDULE:
+		if ((kind = sched_kind_of(v)) < 0)
+			cli_fail(
+				c,
+				"--schedule: '%s' is not gpipe, 1f1b, interleaved, zb-h1, zb-h2 or "
+				"helix",
+				v);
+		cfg->schedule = (enum sched_kind)kind;
+		cfg->schedule_set = 1;
+		break;
+	case CLI_PAR_VPP:
+		cfg->vpp = (int)cli_int(c, "--vpp", v, 1, 4096);
+		break;
+	case CLI_PAR_VPP_LAYERS:
+		cfg->vpp_layers =
+			(int)cli_int(c, "--num-layers-per-virtual-pipeline-stage", v, 1, 1 << 20);
+		break;
+	case CLI_PAR_RECOMPUTE:
+		cfg->recompute = (enum par_recompute)recompute_of(c, v);
+		break;
+	case CLI_PAR_FLASH:
+		cfg->flash = 1;
+		break;
+	case CLI_PAR_MLP_CHUNKS:
+		cfg->mlp_chunks = (int)cli_int(c, "--mlp-chunks", v, 1, 1 << 20);
+		break;
+	case CLI_PAR_ZERO:
+		cfg->zero = (int)cli_int(c, "--zero-stage", v, 0, 3);
+		break;
+	case CLI_PAR_BUCKET:
+		cfg->bucket_bytes = cli_size(c, "--bucket-size", v);
+		if (!cfg->bucket_bytes)
+			cli_fail(c, "--bucket-size must be more than 0 bytes");
+		break;
+	case CLI_PAR_SP:
+		cfg->sp = 1;
+		break;
+	default:
+		return 0;
+	}
+	return 1;
+}
+
+void cli_par_finish(const struct cli_par *p, struct run_cfg *cfg)
+{
+	mesh_init(&cfg->mesh, p->tp, p->cp, p->ep, p->dp, p->pp);
+}

@@ -1,0 +1,293 @@
+/* report: the report pieces more than one command prints; see report.h. */
+#include "cmd/report.h"
+
+#include <inttypes.h>
+
+#include "coll.h"
+#include "mem.h"
+#include "topo.h"
+#include "units.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* The cluster and the configuration                                                    */
+
+void report_cluster_line(FILE *f, const struct emu_config *cfg)
+{
+	const struct topo *t = &cfg->topo;
+	char cap[32], ib[32], eb[32], il[32], el[32];
+
+	units_fmt_bytes(cap, sizeof cap, cfg->mem_cap ? cfg->mem_cap : t->gpu.hbm_bytes);
+	units_fmt_bw(ib, sizeof ib, t->link[TOPO_LINK_INTRA].bw_bytes);
+	units_fmt_bw(eb, sizeof eb, t->link[TOPO_LINK_INTER].bw_bytes);
+	units_fmt_time(il, sizeof il, t->link[TOPO_LINK_INTRA].lat_ns);
+	units_fmt_time(el, sizeof el, t->link[TOPO_LINK_INTER].lat_ns);
+	fprintf(f,
+		"%s: %d node%s x %d %s (%.0f TFLOP/s, %s cap); in a node %s %s, %s; between nodes "
+		"%s %s, %s",
+		t->name, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, t->gpu.name,
+		t->gpu.peak_flops / 1e12, cap, t->link[TOPO_LINK_INTRA].name, ib, il,
+		t->link[TOPO_LINK_INTER].name, eb, el);
+}
+
+static void json_link(FILE *f, const char *key, const struct topo_link *l)
+{
+	fprintf(f, "\"%s\":{\"name\":\"%s\",\"bw_bytes_per_s\":%llu,\"lat_ns\":%lld}", key, l->name,
+		(unsigned long long)l->bw_bytes, (long long)l->lat_ns);
+}
+
+void report_cluster_json(FILE *f, const struct emu_config *cfg)
+{
+	const struct topo *t = &cfg->topo;
+
+	fprintf(f,
+		"{\"preset\":\"%s\",\"nodes\":%d,\"gpus_per_node\":%d,\"devices\":%d,\"gpu\":\"%"
+		"s\",\"peak_flops\":%.6g,\"efficiency\":%g,\"hbm_bw\":%.6g,\"mem_cap\":%llu,",
+		t->name, t->nodes, t->gpus_per_node, cfg->ndev, t->gpu.name, t->gpu.peak_flops,
+		t->gpu.efficiency, t->gpu.hbm_bw,
+		(unsigned long long)(cfg->mem_cap ? cfg->mem_cap : t->gpu.hbm_bytes));
+	json_link(f, "intra", &t->link[TOPO_LINK_INTRA]);
+	fputc(',', f);
+	json_link(f, "inter", &t->link[TOPO_LINK_INTER]);
+	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g}", t->nodes_per_dc,
+		cfg->dry_run ? "true" : "false", cfg->pace);
+}
+
+void report_vocab_padding(FILE *f, const struct run_cfg *cfg)
+{
+	if (cfg->model.vocab == cfg->vocab_orig)
+		return;
+	fprintf(f,
+		"# vocabulary %d padded to %d, a multiple of %lld (Megatron's "
+		"--make-vocab-size-divisible-by)\n",
+		cfg->vocab_orig, cfg->model.vocab,
+		(long long)cfg->vocab_div * cfg->mesh.size[MESH_TP]);
+}
+
+static const char *model_name(const struct run_cfg *cfg)
+{
+	return cfg->preset ? cfg->preset->name : "custom";
+}
+
+static const char *prec_name(enum prec p)
+{
+	return p == PREC_BF16 ? "bf16" : "fp32";
+}
+
+void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct emu_config *ecfg)
+{
+	const struct gpt_config *m = &cfg->model;
+
+	fprintf(f,
+		"\"config\":{\"model\":\"%s\",\"num_layers\":%d,\"hidden_size\":%d,\"num_"
+		"attention_heads\":%d,\"seq_length\":%d,\"ffn_hidden_size\":%d,\"vocab_size\":%d,"
+		"\"parameters\":%zu,\"micro_batch_size\":%d,\"global_batch_size\":%d,\"steps\":%d,"
+		"\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"cluster\":",
+		model_name(cfg), m->num_layers, m->hidden, m->heads, m->seq_len, m->ffn, m->vocab,
+		gpt_num_params(m), cfg->mbs, cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec));
+	report_cluster_json(f, ecfg);
+	fputc('}', f);
+}
+
+void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu_config *ecfg)
+{
+	static const char *const recompute_names[] = {"none", "selective", "full"};
+	const int *size = cfg->mesh.size;
+
+	fprintf(f,
+		"\"config\":{\"model\":\"%s\",\"parameters\":%zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
+		"\"cp\":1,\"ep\":1,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_size\":"
+		"%d,\"steps\":%d,\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
+		"\"schedule\":\"%s\",\"bucket_size\":%" PRIu64 ",\"cluster\":",
+		model_name(cfg), gpt_num_params(&cfg->model), size[MESH_DP], size[MESH_TP],
+		size[MESH_PP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
+		prec_name(cfg->prec), recompute_names[cfg->recompute],
+		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes);
+	report_cluster_json(f, ecfg);
+	fputc('}', f);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Memory                                                                               */
+
+void report_memory_line(FILE *f, struct emu_dev *d)
+{
+	char b[32];
+
+	units_fmt_bytes(b, sizeof b, mem_peak_total(d));
+	fprintf(f, "memory (peak) %s of ", b);
+	units_fmt_bytes(b, sizeof b, mem_cap_bytes(d));
+	fprintf(f, "%s:", b);
+	for (int c = 0; c < MEM_NCAT; c++) {
+		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
+		fprintf(f, " %s %s%s", mem_cat_name(c), b, c < MEM_NCAT - 1 ? "," : "\n");
+	}
+}
+
+void report_memory_table(FILE *f, struct emu_cluster *cl, int ndev)
+{
+	char b[32];
+
+	fprintf(f, "# memory per device (peak): %-8s", "total");
+	for (int c = 0; c < MEM_NCAT; c++)
+		fprintf(f, " %10s", mem_cat_name(c));
+	fprintf(f, "\n");
+	for (int i = 0; i < ndev; i++) {
+		struct emu_dev *d = emu_cluster_dev(cl, i);
+
+		if (ndev > 16 && i == 8) {
+			fprintf(f, "#   ... %d more devices\n", ndev - 9);
+			i = ndev - 1;
+			d = emu_cluster_dev(cl, i);
+		}
+		units_fmt_bytes(b, sizeof b, mem_peak_total(d));
+		fprintf(f, "#   device %-4d %18s", i, b);
+		for (int c = 0; c < MEM_NCAT; c++) {
+			units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, c));
+			fprintf(f, " %10s", b);
+		}
+		fprintf(f, "\n");
+	}
+}
+
+void report_memory_json(FILE *f, struct emu_cluster *cl, int ndev)
+{
+	fprintf(f, "\"memory\":[");
+	for (int i = 0; i < ndev; i++) {
+		struct emu_dev *d = emu_cluster_dev(cl, i);
+
+		fprintf(f,
+			"%s{\"device\":%d,\"cap\":%" PRIu64 ",\"peak\":%" PRIu64
+			",\"by_category\":{",
+			i ? "," : "", i, mem_cap_bytes(d), mem_peak_total(d));
+		for (int c = 0; c < MEM_NCAT; c++)
+			fprintf(f, "%s\"%s\":%" PRIu64, c ? "," : "", mem_cat_name(c),
+				mem_peak_bytes(d, c));
+		fprintf(f, "}}");
+	}
+	fprintf(f, "]");
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Communication                                                                        */
+
+static const char *const coll_names[] = {"all-reduce", "reduce-scatter", "all-gather",
+					 "all-to-all", "all-to-all-v",   "broadcast",
+					 "reduce",     "send",           "recv"};
+#define NCOLL (int)(sizeof coll_names / sizeof coll_names[0])
+
+int64_t report_comm_ns(const struct emu_dev *d)
+{
+	int64_t t = 0;
+
+	for (int k = 0; k < NCOLL; k++) {
+		struct coll_stats st;
+
+		if (!coll_stats_get(d, coll_names[k], &st))
+			t += st.time_ns;
+	}
+	return t;
+}
+
+void report_comm_table(FILE *f, struct emu_cluster *cl)
+{
+	struct emu_dev *d = emu_cluster_dev(cl, 0);
+	char b[32], t[32];
+
+	fprintf(f, "# communication of device 0 over the run:\n");
+	for (int k = 0; k < NCOLL; k++) {
+		struct coll_stats st;
+
+		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
+			continue;
+		units_fmt_bytes(b, sizeof b, st.bytes);
+		units_fmt_time(t, sizeof t, st.time_ns);
+		fprintf(f, "#   %-15s %6" PRIu64 " calls %12s %12s\n", coll_names[k], st.calls, b,
+			t);
+	}
+	units_fmt_bytes(b, sizeof b, coll_link_bytes(d, TOPO_LINK_INTRA));
+	units_fmt_bytes(t, sizeof t, coll_link_bytes(d, TOPO_LINK_INTER));
+	fprintf(f, "#   sent over links in a node %s, between nodes %s\n", b, t);
+}
+
+void report_comm_json(FILE *f, struct emu_cluster *cl)
+{
+	struct emu_dev *d = emu_cluster_dev(cl, 0);
+	int first = 1;
+
+	fprintf(f, "\"comm\":{\"device\":0,\"by_collective\":{");
+	for (int k = 0; k < NCOLL; k++) {
+		struct coll_stats st;
+
+		if (coll_stats_get(d, coll_names[k], &st) || !st.calls)
+			continue;
+		fprintf(f, "%s\"%s\":{\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"time_s\":%.9g}",
+			first ? "" : ",", coll_names[k], st.calls, st.bytes,
+			(double)st.time_ns / 1e9);
+		first = 0;
+	}
+	fprintf(f,
+		"},\"by_link\":{\"intra\":%" PRIu64 ",\"inter\":%" PRIu64 ",\"dc\":%" PRIu64 "}}",
+		coll_link_bytes(d, TOPO_LINK_INTRA), coll_link_bytes(d, TOPO_LINK_INTER),
+		coll_link_bytes(d, TOPO_LINK_DC));
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The pipeline                                                                         */
+
+/* The device of pipeline stage s with tensor- and data-parallel rank 0. */
+static int stage_dev(const struct run_cfg *cfg, int s)
+{
+	int c[MESH_NDIM] = {0};
+
+	c[MESH_PP] = s;
+	return mesh_rank(&cfg->mesh, c);
+}
+
+double report_bubble_fraction(const struct run_cfg *cfg, const struct run_out *o, int64_t step)
+{
+	int64_t worst = 0;
+
+	for (int s = 0; s < cfg->mesh.size[MESH_PP] && o->bubble_ns; s++)
+		worst = o->bubble_ns[s] > worst ? o->bubble_ns[s] : worst;
+	return step > 0 ? (double)worst / (double)step : 0;
+}
+
+void report_pipeline_table(FILE *f, struct emu_cluster *cl, const struct run_cfg *cfg,
+			   const struct run_out *o, int64_t step)
+{
+	int pp = cfg->mesh.size[MESH_PP];
+	char b[32], t[32];
+
+	fprintf(f, "# pipeline %s, %d stages", sched_name(cfg->schedule), pp);
+	if (o->sched.v > 1)
+		fprintf(f, " x %d chunks", o->sched.v);
+	fprintf(f,
+		", %d micro-batches a step: bubble %.1f%% of the step (the largest stage's; "
+		"idle between its first and last compute)\n",
+		o->sched.m, 100 * report_bubble_fraction(cfg, o, step));
+	for (int s = 0; s < pp; s++) {
+		struct emu_dev *d = emu_cluster_dev(cl, stage_dev(cfg, s));
+
+		units_fmt_time(t, sizeof t, o->bubble_ns[s]);
+		units_fmt_bytes(b, sizeof b, mem_peak_bytes(d, MEM_ACT));
+		fprintf(f, "#   stage %-3d bubble %10s   peak activations %10s (device %d)\n", s, t,
+			b, stage_dev(cfg, s));
+	}
+}
+
+void report_pipeline_json(FILE *f, struct emu_cluster *cl, const struct run_cfg *cfg,
+			  const struct run_out *o)
+{
+	fprintf(f,
+		"\"pipeline\":{\"schedule\":\"%s\",\"chunks\":%d,\"micro_batches\":%d,"
+		"\"stages\":[",
+		sched_name(cfg->schedule), o->sched.v, o->sched.m);
+	for (int s = 0; s < cfg->mesh.size[MESH_PP]; s++)
+		fprintf(f,
+			"%s{\"stage\":%d,\"device\":%d,\"bubble_s\":%.9g,\"peak_activations\":"
+			"%" PRIu64 ",\"peak_in_flight\":%g}",
+			s ? "," : "", s, stage_dev(cfg, s), (double)o->bubble_ns[s] / 1e9,
+			mem_peak_bytes(emu_cluster_dev(cl, stage_dev(cfg, s)), MEM_ACT),
+			sched_peak_inflight(&o->sched, s));
+	fprintf(f, "]},");
+}

@@ -1,0 +1,233 @@
+/* cfg: defaults, derived values and the one checker of a run's configuration; see cfg.h. */
+#include "run/cfg.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "par/tp.h"
+
+/* Devices pemu runs at most; a mesh larger than this is refused before any is made. */
+#define RUN_CFG_MAX_DEVICES 65536
+
+void run_cfg_init(struct run_cfg *cfg)
+{
+	memset(cfg, 0, sizeof *cfg);
+	cfg->preset = model_preset("small");
+	cfg->model = cfg->preset->cfg;
+	cfg->vocab_div = 128;
+	cfg->seed = 1234;
+	cfg->prec = PREC_FP32;
+	optim_defaults(&cfg->opt);
+	cfg->opt.min_lr = -1;     /* unset: lr / 10 */
+	cfg->opt.decay_steps = 0; /* unset: every step */
+	mesh_init(&cfg->mesh, 1, 1, 1, 1, 1);
+	cfg->schedule = SCHED_1F1B;
+	cfg->mlp_chunks = 1;
+	cfg->bucket_bytes = 25000000;
+	cfg->log_every = -1; /* unset: about 30 lines */
+}
+
+/* Megatron's padded vocabulary: a multiple of divisible-by x tp, so that every
+ * tensor-parallel rank holds as many rows of the embedding. */
+static void pad_vocab(struct run_cfg *cfg)
+{
+	long long unit =
+		(long long)(cfg->vocab_div > 0 ? cfg->vocab_div : 1) * cfg->mesh.size[MESH_TP];
+
+	cfg->vocab_orig = cfg->model.vocab;
+	cfg->model.vocab = (int)((cfg->model.vocab + unit - 1) / unit * unit);
+}
+
+/* The schedule and vpp, as Megatron reads --virtual-pipeline-model-parallel-size and
+ * --num-layers-per-virtual-pipeline-stage: layers a chunk give the chunks, and either
+ * asks for the interleaved schedule unless one was chosen. A split that does not work out
+ * is left for run_check to report. */
+static void derive_pipeline(struct run_cfg *cfg)
+{
+	int pp = cfg->mesh.size[MESH_PP];
+	long long chunk = (long long)pp * cfg->vpp_layers; /* layers a round of the stages */
+
+	if (!cfg->schedule_set)
+		cfg->schedule = cfg->vpp > 1 || cfg->vpp_layers ? SCHED_INTERLEAVED : SCHED_1F1B;
+	if (cfg->vpp_layers) {
+		if (cfg->model.num_layers % chunk == 0)
+			cfg->vpp = (int)(cfg->model.num_layers / chunk);
+	} else if (!cfg->vpp) {
+		cfg->vpp = cfg->schedule == SCHED_INTERLEAVED && pp > 1 ? 2 : 1;
+	}
+}
+
+int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n)
+{
+	int dp = cfg->mesh.size[MESH_DP], pp = cfg->mesh.size[MESH_PP];
+
+	pad_vocab(cfg);
+	if (!cfg->mbs)
+		cfg->mbs = cfg->preset ? cfg->preset->micro_batch : 1;
+	if (!cfg->gbs) /* a micro-batch per data-parallel replica; a pipeline gets 2 pp */
+		cfg->gbs = (int)((long long)cfg->mbs * dp * (pp > 1 ? 2LL * pp : 1));
+	derive_pipeline(cfg);
+	if (!cfg->steps) /* dry-run steps repeat themselves: a few say it all */
+		cfg->steps = cfg->data ? 300 : 3;
+	if (!cfg->prec_set)
+		cfg->prec = cfg->data ? PREC_FP32 : PREC_BF16;
+	if (cfg->opt.min_lr < 0)
+		cfg->opt.min_lr = cfg->opt.lr / 10;
+	if (!cfg->opt.decay_steps)
+		cfg->opt.decay_steps = cfg->steps;
+	if (cfg->log_every < 0)
+		cfg->log_every = cfg->steps > 30 ? cfg->steps / 30 : 1;
+	return run_check(cfg, ndev, err, n);
+}
+
+/* cfg's pipeline schedule. HelixPipe's lists are ordered by the modelled cost of an
+ * attention's forward against a parameter unit's: 4 s^2 h FLOPs against the layer's
+ * 24 s h^2, that is s / 6h. */
+void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc)
+{
+	int pp = cfg->mesh.size[MESH_PP], m = cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP];
+
+	if (cfg->schedule == SCHED_HELIX)
+		sched_build_helix(sc, pp, m, cfg->model.num_layers / pp,
+				  (double)cfg->model.seq_len / (6.0 * cfg->model.hidden));
+	else
+		sched_build(sc, cfg->schedule, pp, m, cfg->vpp);
+}
+
+/* The rules about the mesh and the virtual pipeline, before the devices are counted. */
+static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
+{
+	const int *size = cfg->mesh.size;
+	int dp = size[MESH_DP], tp = size[MESH_TP], pp = size[MESH_PP];
+	int cp = size[MESH_CP], ep = size[MESH_EP], L = cfg->model.num_layers;
+
+	if (cp > 1 || ep > 1) {
+		snprintf(err, n,
+			 "--%s %d: %s parallelism is not in this build yet (dp, ZeRO, tp, sp and "
+			 "pp are)",
+			 cp > 1 ? "cp" : "ep", cp > 1 ? cp : ep, cp > 1 ? "context" : "expert");
+		return -1;
+	}
+	if ((long long)dp * tp * pp > RUN_CFG_MAX_DEVICES) {
+		snprintf(err, n, "--dp %d x --tp %d x --pp %d is more devices than pemu runs", dp,
+			 tp, pp);
+		return -1;
+	}
+	if (pp == 1 && (cfg->vpp > 1 || cfg->vpp_layers)) {
+		snprintf(err, n, "--vpp: virtual pipeline stages need --pp > 1");
+		return -1;
+	}
+	if (cfg->vpp_layers && L % ((long long)pp * cfg->vpp_layers)) {
+		snprintf(err, n,
+			 "--num-layers-per-virtual-pipeline-stage %d: pp %d x %d layers a chunk "
+			 "does not divide the %d layers",
+			 cfg->vpp_layers, pp, cfg->vpp_layers, L);
+		return -1;
+	}
+	if (cfg->vpp > 1 && cfg->schedule != SCHED_INTERLEAVED) {
+		snprintf(err, n, "--vpp %d: virtual stages need --schedule interleaved", cfg->vpp);
+		return -1;
+	}
+	if (pp == 1 && ((cfg->schedule_set && cfg->schedule != SCHED_1F1B) || cfg->vpp > 1)) {
+		snprintf(err, n, "--schedule %s: a pipeline schedule needs --pp > 1",
+			 sched_name(cfg->schedule));
+		return -1;
+	}
+	return 0;
+}
+
+/* The rules of the pipeline (pp > 1): its ZeRO stage, the schedule's own constraints, and
+ * the schedule proven valid (dependencies, no deadlock) before it runs. */
+static int check_pipeline(const struct run_cfg *cfg, char *err, size_t n)
+{
+	int pp = cfg->mesh.size[MESH_PP], dp = cfg->mesh.size[MESH_DP];
+	int accum = cfg->gbs / cfg->mbs, rc;
+	struct sched sc;
+
+	if (cfg->zero > 1) {
+		snprintf(err, n,
+			 "--zero-stage %d with --pp %d: pipelines run with ZeRO stage 0 or 1 in "
+			 "this build (stages 2 and 3 reduce every micro-batch)",
+			 cfg->zero, pp);
+		return -1;
+	}
+	if (sched_constraints(cfg->schedule, pp, accum / dp, cfg->vpp, cfg->model.num_layers, err,
+			      n))
+		return -1;
+	if (cfg->schedule == SCHED_HELIX && cfg->recompute == PAR_RECOMPUTE_SELECTIVE) {
+		snprintf(err, n,
+			 "--recompute selective with --schedule helix: HelixPipe recomputes "
+			 "without attention, which is --recompute full (or none)");
+		return -1;
+	}
+	run_cfg_schedule(cfg, &sc);
+	rc = sched_check(&sc, err, n);
+	sched_free(&sc);
+	return rc ? -1 : 0;
+}
+
+int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
+{
+	const struct mesh *m = &cfg->mesh;
+	int dp = m->size[MESH_DP], tp = m->size[MESH_TP], pp = m->size[MESH_PP];
+	int tokens = cfg->mbs * cfg->model.seq_len;
+
+	if (gpt_config_check(&cfg->model, err, n))
+		return -1;
+	if (cfg->gbs % cfg->mbs) {
+		snprintf(err, n,
+			 "--global-batch-size %d is not a multiple of --micro-batch-size %d",
+			 cfg->gbs, cfg->mbs);
+		return -1;
+	}
+	if (check_mesh(cfg, err, n))
+		return -1;
+	if (cfg->data && cfg->model.vocab < 256) {
+		snprintf(err, n,
+			 "--vocab-size %d: the data is bytes, so training needs a vocabulary of at "
+			 "least 256",
+			 cfg->model.vocab);
+		return -1;
+	}
+	if (m->world != ndev) {
+		snprintf(err, n, "the mesh needs %d devices and the cluster has %d", m->world,
+			 ndev);
+		return -1;
+	}
+	if (par_tp_check(&cfg->model, tp, err, n))
+		return -1;
+	if (cfg->mlp_chunks > 1 && pp > 1 &&
+	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {
+		snprintf(err, n,
+			 "--mlp-chunks with --schedule %s: the chunked MLP computes its weight "
+			 "gradients with its input gradients, which zero-bubble schedules split",
+			 sched_name(cfg->schedule));
+		return -1;
+	}
+	if (cfg->mlp_chunks > tokens) {
+		snprintf(err, n, "--mlp-chunks %d: more chunks than the %d tokens of a micro-batch",
+			 cfg->mlp_chunks, tokens);
+		return -1;
+	}
+	if (cfg->sp && tp == 1) {
+		snprintf(err, n,
+			 "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel "
+			 "group's work)");
+		return -1;
+	}
+	if (cfg->sp && tokens % tp) {
+		snprintf(err, n,
+			 "--sequence-parallel: --tp %d does not divide the %d tokens of a "
+			 "micro-batch",
+			 tp, tokens);
+		return -1;
+	}
+	if (cfg->gbs / cfg->mbs % dp) {
+		snprintf(err, n,
+			 "--global-batch-size %d is %d micro-batches of %d, which --dp %d does not "
+			 "divide",
+			 cfg->gbs, cfg->gbs / cfg->mbs, cfg->mbs, dp);
+		return -1;
+	}
+	return pp > 1 ? check_pipeline(cfg, err, n) : 0;
+}

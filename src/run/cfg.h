@@ -1,0 +1,83 @@
+/* cfg: one run's configuration (model, batch, optimizer, mesh, strategies, schedule), its
+ * defaults, the values derived from other fields, and the ONE checker that the CLI, the
+ * benches, the tests and the planner all call. It reads no argv and prints nothing.
+ *
+ * Two ways to fill a run_cfg:
+ *   - as the CLI does: run_cfg_init (every default; a few fields marked "unset"), then the
+ *     user's values, then run_cfg_finish (derives the unset fields and what depends on
+ *     other fields, then calls run_check);
+ *   - by hand, as tests and benches do: zero it, set every field the run reads, and call
+ *     run_check alone. A zeroed field asks for nothing: no padding, no schedule choice.
+ * The caller owns the struct; nothing here allocates. */
+#ifndef PEMU_RUN_CFG_H
+#define PEMU_RUN_CFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "presets.h"
+#include "run/mesh.h"
+#include "par/model.h"
+#include "pipe/schedule.h"
+
+struct run_cfg {
+	const struct model_preset *preset; /* where model came from (its micro-batch is mbs's
+					    * default), or NULL for a model set by hand */
+	struct gpt_config model;
+	int vocab_div;       /* pad the vocabulary to a multiple of vocab_div x tp (Megatron's
+			      * --make-vocab-size-divisible-by); applied by run_cfg_finish */
+	int vocab_orig;      /* run_cfg_finish: the vocabulary before that padding */
+	int mbs, gbs, steps; /* micro-batch, global batch, optimizer steps */
+	uint64_t seed;
+	enum prec prec;
+	int prec_set; /* prec was chosen; else run_cfg_finish takes bf16 in dry-run, else fp32 */
+	struct optim_cfg opt;
+	struct mesh mesh;             /* tp, dp and pp (cp and ep only 1 in this build) */
+	int zero;                     /* ZeRO stage: 0 to 3 */
+	int sp;                       /* sequence parallelism (with tp > 1) */
+	enum sched_kind schedule;     /* the pipeline schedule (pp > 1) */
+	int schedule_set;             /* schedule was chosen (with pp 1 that is refused); else
+				       * run_cfg_finish takes 1f1b, or interleaved with vpp */
+	int vpp;                      /* model chunks a stage (interleaved), else 1 */
+	int vpp_layers;               /* layers a chunk (Megatron's num-layers-per-virtual-pipeline-
+				       * stage): run_cfg_finish derives vpp from it; 0: not given */
+	enum par_recompute recompute; /* activation recomputation */
+	int flash;                    /* memory-efficient attention (no stored scores) */
+	int mlp_chunks;               /* the dense MLP run over this many chunks of rows (> 1) */
+	uint64_t bucket_bytes;        /* data-parallel gradient buckets */
+	const struct data *data;      /* NULL in dry-run */
+	int log_every;                /* print a progress line every this many steps; 0: quiet */
+};
+
+/* Every default, as pemu's --help states them: the small preset, seed 1234, AdamW's
+ * defaults (models/optim.c), a 1 x 1 x 1 mesh, ZeRO 0, no recomputation, one MLP chunk,
+ * 25 MB buckets, vocabulary padded to a multiple of 128 x tp. Marked unset, for
+ * run_cfg_finish to derive after the user's values: mbs, gbs and steps (0), prec and
+ * schedule (prec_set, schedule_set 0), vpp (0), opt.min_lr (-1), opt.decay_steps (0),
+ * log_every (-1). data is NULL: the caller points it at the corpus in execute mode. */
+void run_cfg_init(struct run_cfg *cfg);
+
+/* Derives, in this order: the padded vocabulary (vocab_orig keeps the given one); mbs
+ * (the preset's micro-batch, else 1); gbs (a micro-batch per data-parallel replica, and 2
+ * pp of them with a pipeline); the schedule (interleaved when vpp > 1 or vpp_layers is
+ * given, else 1f1b); vpp (from vpp_layers when the layers split so, else 2 for an
+ * interleaved pipeline, else 1); steps (300, or 3 in dry-run); prec (bf16 in dry-run,
+ * else fp32); opt.min_lr (lr / 10); opt.decay_steps (steps); log_every (about 30 lines).
+ * Dry-run is data == NULL; only whether data is NULL is read, so the corpus may be loaded
+ * later. Then returns run_check(cfg, ndev, err, n). Call it once: it pads model.vocab. */
+int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
+
+/* The ONE checker: why cfg cannot run on ndev devices, as one line in err (the options
+ * named as pemu's command line spells them), and -1; or 0. Checks the model's sizes, the
+ * batches, the mesh (and that only tp, dp and pp are in this build), the virtual
+ * pipeline, the schedule, the vocabulary the byte data needs, the strategies'
+ * divisibility, and proves the pipeline schedule (sched_check) before anything runs.
+ * Rules are tried in a fixed order; the first broken one is reported. */
+int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
+
+/* Builds cfg's pipeline schedule into sc (pp > 1; free it with sched_free). */
+void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc);
+
+#endif
