@@ -206,8 +206,9 @@ static struct run_cfg vcase_flat(const struct run_cfg *cfg)
 
 /* A run that cases share, made once: the serial reference of a configuration, or a flat
  * run (vcase_flat). The 120 strategy cases share 2 references, the pipeline cases 10
- * references and 8 flat runs. */
+ * references and 8 flat runs; each is freed once no case still to run needs it. */
 struct vshared {
+	int live;           /* out holds a result */
 	int flat;           /* 0: the serial reference (one device); 1: a flat run */
 	struct run_cfg cfg; /* what was run */
 	struct run_out out; /* with its snapshot */
@@ -215,9 +216,8 @@ struct vshared {
 };
 
 struct vcache {
-	struct vshared runs[32];
-	int n;              /* runs[0 .. n) hold results */
-	int serial, flat_n; /* of them, serial references and flat runs */
+	struct vshared runs[32]; /* at most this many live at once */
+	int serial, flat_n;      /* serial references and flat runs made */
 };
 
 /* Whether a and b give the same shared run: for the serial reference, what run_reference
@@ -240,46 +240,71 @@ static int vshared_same(const struct run_cfg *a, const struct run_cfg *b, int fl
 	       a->broken == b->broken;
 }
 
-/* The serial reference of cfg (flat 0) or its flat run (flat 1), run now if no earlier case
- * made it. A failed run is kept with its report in err, and every case that needs it fails
- * with that. */
-static const struct vshared *vcache_get(struct vcache *vc, const struct run_cfg *cfg, int flat)
+/* Whether case c is compared with the shared run s. */
+static int vshared_serves(const struct vshared *s, const struct vcase *c)
 {
-	struct run_cfg want = flat ? vcase_flat(cfg) : *cfg;
-	struct emu_cluster *c;
-	struct vshared *s;
+	struct run_cfg f;
 
-	for (int i = 0; i < vc->n; i++)
-		if (vc->runs[i].flat == flat && vshared_same(&vc->runs[i].cfg, &want, flat))
+	if (!s->flat)
+		return vshared_same(&s->cfg, &c->cfg, 0);
+	if (!c->params_vs_flat)
+		return 0;
+	f = vcase_flat(&c->cfg);
+	return vshared_same(&s->cfg, &f, 1);
+}
+
+/* The serial reference of case c (flat 0) or its flat run (flat 1), run now if no earlier
+ * case made it. A failed run is kept with its report in err, and every case that needs it
+ * fails with that. */
+static const struct vshared *vcache_get(struct vcache *vc, const struct vcase *c, int flat)
+{
+	const int nruns = (int)(sizeof vc->runs / sizeof *vc->runs);
+	struct emu_cluster *cl;
+	struct vshared *s = NULL;
+
+	for (int i = 0; i < nruns; i++)
+		if (vc->runs[i].live && vc->runs[i].flat == flat && vshared_serves(&vc->runs[i], c))
 			return &vc->runs[i];
-	assert_true(vc->n < (int)(sizeof vc->runs / sizeof *vc->runs));
-	s = &vc->runs[vc->n++];
+	for (int i = 0; i < nruns && !s; i++)
+		s = vc->runs[i].live ? NULL : &vc->runs[i];
+	assert_non_null(s);
+	s->live = 1;
 	s->flat = flat;
-	s->cfg = want;
+	s->cfg = flat ? vcase_flat(&c->cfg) : c->cfg;
 	s->err[0] = 0;
-	run_alloc(&s->out, &want, 1);
+	run_alloc(&s->out, &s->cfg, 1);
 	if (flat) {
-		c = test_cluster("dgx-a100", 1, want.mesh.world, 0, 0);
-		if (run_parallel(c, &want, &s->out))
+		cl = test_cluster("dgx-a100", 1, s->cfg.mesh.world, 0, 0);
+		if (run_parallel(cl, &s->cfg, &s->out))
 			snprintf(s->err, sizeof s->err, "the run without the pipeline failed: %s",
-				 emu_cluster_report(c));
+				 emu_cluster_report(cl));
 		vc->flat_n++;
 	} else {
-		c = test_cluster("dgx-a100", 1, 1, 0, 0);
-		if (run_reference(c, &want, &s->out))
+		cl = test_cluster("dgx-a100", 1, 1, 0, 0);
+		if (run_reference(cl, &s->cfg, &s->out))
 			snprintf(s->err, sizeof s->err, "the serial reference failed: %s",
-				 emu_cluster_report(c));
+				 emu_cluster_report(cl));
 		vc->serial++;
 	}
-	emu_cluster_free(c);
+	emu_cluster_free(cl);
 	return s;
 }
 
-static void vcache_free(struct vcache *vc)
+/* Frees the shared runs that none of the cases from from on with sel[] set needs
+ * (from = vcases_n: all of them). */
+static void vcache_release(struct vcache *vc, int from, const char *sel)
 {
-	for (int i = 0; i < vc->n; i++)
-		run_free(&vc->runs[i].out);
-	vc->n = 0;
+	for (int i = 0; i < (int)(sizeof vc->runs / sizeof *vc->runs); i++) {
+		struct vshared *s = &vc->runs[i];
+		int needed = 0;
+
+		for (int j = from; s->live && j < vcases_n && !needed; j++)
+			needed = sel[j] && vshared_serves(s, &vcases[j]);
+		if (s->live && !needed) {
+			run_free(&s->out);
+			s->live = 0;
+		}
+	}
 }
 
 /* Runs case c: v against the serial reference, vf against the flat run (params_vs_flat)
@@ -298,9 +323,9 @@ static int vcase_run(const struct vcase *c, struct vcache *vc, struct verify_res
 		snprintf(why, n, "config refused: %s", err);
 		return -1;
 	}
-	ref = vcache_get(vc, cfg, 0);
+	ref = vcache_get(vc, c, 0);
 	if (c->params_vs_flat)
-		flat = vcache_get(vc, cfg, 1);
+		flat = vcache_get(vc, c, 1);
 	if (ref->err[0] || (flat && flat->err[0])) {
 		snprintf(why, n, "%s", ref->err[0] ? ref->err : flat->err);
 		return -1;
@@ -381,30 +406,44 @@ static int vcase_selected(const char *name, const char *filter)
 static void test_verify_table(void **state)
 {
 	const char *filter = getenv("PEMU_TEST_FILTER");
-	int small = test_skip_large(), ran = 0, by_filter = 0, by_scale = 0, failed = 0;
-	struct vcache *vc = calloc(1, sizeof *vc);
+	int small = test_skip_large(), todo = 0, by_filter = 0, by_scale = 0, failed = 0;
+	char sel[VCASES_STRATEGY + VCASES_PIPELINE];
 	const char *first = NULL;
+	struct vcache *vc;
 
 	(void)state;
-	assert_non_null(vc);
 	if (filter && !*filter)
 		filter = NULL;
 	vcases_build();
+	for (int i = 0; i < vcases_n; i++) {
+		sel[i] = 0;
+		if (filter && !vcase_selected(vcases[i].name, filter))
+			by_filter++;
+		else if (small && vcases[i].large)
+			by_scale++;
+		else
+			sel[i] = 1;
+		todo += sel[i];
+	}
+	printf("verify table: %d of %d cases to run, %d skipped (%d by PEMU_TEST_FILTER, %d by "
+	       "PEMU_TEST_SCALE=small)\n",
+	       todo, vcases_n, by_filter + by_scale, by_filter, by_scale);
+	fflush(stdout);
+	if (filter && !todo)
+		fail_msg("PEMU_TEST_FILTER=%s selects none of the %d cases%s", filter, vcases_n,
+			 by_scale ? " that run under PEMU_TEST_SCALE=small" : "");
+	if (!filter)
+		assert_int_equal(todo, vcases_n - (small ? VCASES_LARGE : 0));
+	vc = calloc(1, sizeof *vc);
+	assert_non_null(vc);
 	for (int i = 0; i < vcases_n; i++) {
 		const struct vcase *c = &vcases[i];
 		struct verify_result v, vf;
 		char why[768];
 		int ok;
 
-		if (filter && !vcase_selected(c->name, filter)) {
-			by_filter++;
+		if (!sel[i])
 			continue;
-		}
-		if (small && c->large) {
-			by_scale++;
-			continue;
-		}
-		ran++;
 		if (vcase_run(c, vc, &v, &vf, why, sizeof why)) {
 			ok = 0;
 			printf("FAIL %-36s %s\n", c->name, why);
@@ -418,22 +457,16 @@ static void test_verify_table(void **state)
 		fflush(stdout);
 		if (!ok && !failed++)
 			first = c->name;
+		vcache_release(vc, i + 1, sel);
 	}
-	printf("verify table: %d of %d cases ran, %d skipped (%d by PEMU_TEST_FILTER, %d by "
-	       "PEMU_TEST_SCALE=small), %d failed; %d serial references and %d runs without "
-	       "the pipeline made\n",
-	       ran, vcases_n, by_filter + by_scale, by_filter, by_scale, failed, vc->serial,
-	       vc->flat_n);
+	printf("verify table: %d cases ran, %d failed; %d serial references and %d runs "
+	       "without the pipeline made\n",
+	       todo, failed, vc->serial, vc->flat_n);
 	fflush(stdout);
-	vcache_free(vc);
+	vcache_release(vc, vcases_n, sel);
 	free(vc);
-	if (filter && !ran)
-		fail_msg("PEMU_TEST_FILTER=%s selects none of the %d cases%s", filter, vcases_n,
-			 by_scale ? " that run under PEMU_TEST_SCALE=small" : "");
-	if (!filter)
-		assert_int_equal(ran, vcases_n - (small ? VCASES_LARGE : 0));
 	if (failed)
-		fail_msg("%d of the %d cases run failed, the first %s", failed, ran, first);
+		fail_msg("%d of the %d cases run failed, the first %s", failed, todo, first);
 }
 
 /* Dropping one all-reduce, of the tensor-parallel MLP output in layer 0 or of the first
