@@ -120,6 +120,7 @@ static void vcase_strategy(const char *preset, int dp, int tp, int zero, int sp)
 {
 	struct vcase *c = vcase_new();
 	char dps[16] = "", tps[16] = "";
+	int n;
 
 	make_cfg(&c->cfg, preset, dp, tp, zero);
 	c->cfg.sp = sp;
@@ -128,8 +129,9 @@ static void vcase_strategy(const char *preset, int dp, int tp, int zero, int sp)
 		snprintf(dps, sizeof dps, "/dp%d", dp);
 	if (tp > 1)
 		snprintf(tps, sizeof tps, "/tp%d", tp);
-	snprintf(c->name, sizeof c->name, "%s%s%s/zero%d%s", preset, dps, tps, zero,
-		 sp ? "/sp" : "");
+	n = snprintf(c->name, sizeof c->name, "%s%s%s/zero%d%s", preset, dps, tps, zero,
+		     sp ? "/sp" : "");
+	assert_true(n > 0 && n < (int)sizeof c->name);
 }
 
 /* Pipelines: schedule kind on pp stages with m micro-batches of 1 sequence a step (per
@@ -145,7 +147,7 @@ static void vcase_strategy(const char *preset, int dp, int tp, int zero, int sp)
 static void vcase_pipeline(const char *preset, int pp, int m, int both, enum sched_kind kind)
 {
 	struct vcase *c = vcase_new();
-	int dp = both ? 2 : 1, tp = both ? 2 : 1;
+	int dp = both ? 2 : 1, tp = both ? 2 : 1, n;
 
 	make_cfg(&c->cfg, preset, dp, tp, both); /* ZeRO-1 with dp 2 x tp 2 */
 	c->cfg.model.num_layers = 8;
@@ -157,8 +159,9 @@ static void vcase_pipeline(const char *preset, int pp, int m, int both, enum sch
 	c->cfg.vpp = kind == SCHED_INTERLEAVED ? 2 : 1;
 	c->params_vs_flat = both;
 	c->large = m == 4 * pp;
-	snprintf(c->name, sizeof c->name, "%s/pp%d/%s/m%d%s", preset, pp, sched_name(kind), m,
-		 both ? "/dp2tp2" : "");
+	n = snprintf(c->name, sizeof c->name, "%s/pp%d/%s/m%d%s", preset, pp, sched_name(kind), m,
+		     both ? "/dp2tp2" : "");
+	assert_true(n > 0 && n < (int)sizeof c->name);
 }
 
 /* Fills vcases: the strategies, then the pipelines. */
