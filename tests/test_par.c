@@ -1,8 +1,23 @@
-/* pemu's strategies against the serial reference (DESIGN.md §4): for every combination of
- * dp in {1, 2, 4}, tp in {1, 2, 4}, ZeRO stage in {0, 1, 2, 3} and sequence parallelism
- * on and off where tp > 1, on tiny and moe-tiny, the loss of every step, every gradient
- * of the first step and every parameter after 3 steps agree within the design's
- * tolerances; a strategy that drops one all-reduce, bucket or ZeRO-3 gather does not. */
+/* pemu's strategies against the serial reference (DESIGN.md §4). The verify matrix is one
+ * table of cases, in the manner of ggml's test-backend-ops (test_verify_table): every
+ * combination of dp in {1, 2, 4}, tp in {1, 2, 4}, ZeRO stage 0 to 3 and sequence
+ * parallelism on and off where tp > 1, and every pipeline schedule with pp in {2, 4} and
+ * m in {pp, 2 pp, 4 pp} micro-batches, alone and with dp 2 x tp 2, on tiny and moe-tiny.
+ * The loss of every step, every gradient of the first step and every parameter after 3
+ * steps agree within the design's tolerances; a strategy that drops one all-reduce,
+ * bucket or ZeRO-3 gather does not (test_broken_strategies_fail).
+ *
+ * A case is named by its preset and what it changes, degrees of 1 and sp off left out:
+ * "tiny/zero0", "tiny/dp2/tp4/zero3/sp", "moe-tiny/pp4/zb-h2/m8" (pp, schedule, m),
+ * "moe-tiny/pp4/zb-h2/m8/dp2tp2". Each case run prints one line: its name, the three
+ * errors, ok or FAIL (and why); then how many cases ran and were skipped.
+ *
+ *   PEMU_TEST_FILTER=tiny/tp4 build/tests/test_par            names containing tiny/tp4
+ *   PEMU_TEST_FILTER=moe-tiny/dp2,pp4/helix build/tests/test_par   containing either
+ *
+ * A substring ("tiny/tp4" also selects moe-tiny/tp4/...); a filter that selects no case
+ * fails. The filter picks cases of the table only: the other tests always run.
+ * PEMU_TEST_SCALE=small leaves out the pipeline cases with m = 4 pp. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,140 +88,394 @@ static struct verify_result verify(const struct run_cfg *cfg)
 	return v;
 }
 
-static void test_matrix(void **state)
+/* ------------------------------------------------------------------------------------ */
+/* The verify table                                                                     */
+
+/* One case: a configuration run on the emulated cluster (2 nodes of 8 A100s) and compared
+ * with runs it shares with other cases (struct vshared). */
+struct vcase {
+	char name[48];      /* "tiny/dp2/tp4/zero3/sp", "moe-tiny/pp4/zb-h2/m8/dp2tp2" */
+	struct run_cfg cfg; /* the configuration checked */
+	int params_vs_flat; /* the parameters against vcase_flat(cfg), the same dp x tp run
+			     * without the pipeline, and not against the serial reference */
+	int need_routes;    /* the routing decisions must have been compared (MoE) */
+	int large;          /* left out under PEMU_TEST_SCALE=small */
+};
+
+#define VCASES_STRATEGY 120 /* 2 presets x 3 dp x (tp 1: 4 ZeRO; tp 2, 4: 4 ZeRO x sp 2) */
+#define VCASES_PIPELINE 144 /* 2 presets x 2 pp x 3 m x (alone, dp 2 x tp 2) x 6 schedules */
+#define VCASES_LARGE    48  /* of them, those with m = 4 pp */
+
+static struct vcase vcases[VCASES_STRATEGY + VCASES_PIPELINE];
+static int vcases_n;
+
+static struct vcase *vcase_new(void)
+{
+	struct vcase *c;
+
+	assert_true(vcases_n < (int)(sizeof vcases / sizeof *vcases));
+	c = &vcases[vcases_n++];
+	memset(c, 0, sizeof *c);
+	return c;
+}
+
+/* Strategies: make_cfg's batch (4 micro-batches of 2 sequences, 3 steps) on dp x tp
+ * devices with ZeRO stage zero and sequence parallelism sp, against the serial reference in
+ * everything. On moe-tiny the routing decisions are compared too, and none may differ. */
+static void vcase_strategy(const char *preset, int dp, int tp, int zero, int sp)
+{
+	struct vcase *c = vcase_new();
+	char dps[16] = "", tps[16] = "";
+	int n;
+
+	make_cfg(&c->cfg, preset, dp, tp, zero);
+	c->cfg.sp = sp;
+	c->need_routes = c->cfg.model.num_experts > 0;
+	if (dp > 1)
+		snprintf(dps, sizeof dps, "/dp%d", dp);
+	if (tp > 1)
+		snprintf(tps, sizeof tps, "/tp%d", tp);
+	n = snprintf(c->name, sizeof c->name, "%s%s%s/zero%d%s", preset, dps, tps, zero,
+		     sp ? "/sp" : "");
+	assert_true(n > 0 && n < (int)sizeof c->name);
+}
+
+/* Pipelines: schedule kind on pp stages with m micro-batches of 1 sequence a step (per
+ * replica), alone or (both) with dp 2 x tp 2 and ZeRO-1, on the preset with 8 layers (so
+ * that 4 stages of 2 chunks each hold one). Against the serial reference: the loss of every
+ * step and every first-step gradient, and alone every parameter after 3 steps. With dp 2 x
+ * tp 2 the parameters of these 8-layer models drift from the serial ones by 1-3e-4 after 3
+ * steps (tensor parallelism's rounding, which Adam amplifies where an update nearly
+ * cancels: the same error for every schedule and pp, and for pp = 1), so there they are
+ * compared with the same dp x tp run without a pipeline, within the same 1e-4; the losses
+ * and gradients then agree with that run too. No routing decision may differ from the
+ * serial reference's. */
+static void vcase_pipeline(const char *preset, int pp, int m, int both, enum sched_kind kind)
+{
+	struct vcase *c = vcase_new();
+	int dp = both ? 2 : 1, tp = both ? 2 : 1, n;
+
+	make_cfg(&c->cfg, preset, dp, tp, both); /* ZeRO-1 with dp 2 x tp 2 */
+	c->cfg.model.num_layers = 8;
+	c->cfg.mbs = 1;
+	c->cfg.gbs = m * dp;
+	c->cfg.opt.warmup = 10; /* pemu's default */
+	mesh_init(&c->cfg.mesh, tp, 1, 1, dp, pp);
+	c->cfg.schedule = kind;
+	c->cfg.vpp = kind == SCHED_INTERLEAVED ? 2 : 1;
+	c->params_vs_flat = both;
+	c->large = m == 4 * pp;
+	n = snprintf(c->name, sizeof c->name, "%s/pp%d/%s/m%d%s", preset, pp, sched_name(kind), m,
+		     both ? "/dp2tp2" : "");
+	assert_true(n > 0 && n < (int)sizeof c->name);
+}
+
+/* Fills vcases: the strategies, then the pipelines. */
+static void vcases_build(void)
 {
 	static const char *const presets[] = {"tiny", "moe-tiny"};
 	static const int degrees[] = {1, 2, 4};
-	int runs = 0;
+	static const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED,
+						SCHED_ZBH1,  SCHED_ZBH2, SCHED_HELIX};
+	int large = 0;
 
-	(void)state;
+	vcases_n = 0;
 	for (int p = 0; p < 2; p++)
 		for (int d = 0; d < 3; d++)
 			for (int t = 0; t < 3; t++)
 				for (int z = 0; z <= 3; z++)
-					for (int sp = 0; sp <= (degrees[t] > 1); sp++) {
-						struct run_cfg cfg;
-						struct verify_result v;
-
-						make_cfg(&cfg, presets[p], degrees[d], degrees[t],
-							 z);
-						cfg.sp = sp;
-						v = verify(&cfg);
-						runs++;
-						if (p == 1 && (v.route_flips || !v.routes))
-							fail_msg("%s dp %d tp %d zero %d sp %d: "
-								 "%zu of %zu routing decisions "
-								 "differ",
-								 presets[p], degrees[d], degrees[t],
-								 z, sp, v.route_flips, v.routes);
-						if (!v.passed)
-							fail_msg("%s dp %d tp %d zero %d sp %d: "
-								 "loss %.2g (step %d), grad "
-								 "%.2g (tensor %d), param %.2g "
-								 "(tensor %d)",
-								 presets[p], degrees[d], degrees[t],
-								 z, sp, v.loss_err, v.loss_step,
-								 v.grad_err, v.grad_tensor,
-								 v.param_err, v.param_tensor);
-					}
-	assert_int_equal(runs, 120);
+					for (int sp = 0; sp <= (degrees[t] > 1); sp++)
+						vcase_strategy(presets[p], degrees[d], degrees[t],
+							       z, sp);
+	assert_int_equal(vcases_n, VCASES_STRATEGY);
+	for (int p = 0; p < 2; p++)
+		for (int pp = 2; pp <= 4; pp += 2)
+			for (int f = 1; f <= 4; f *= 2)
+				for (int both = 0; both <= 1; both++)
+					for (int k = 0; k < 6; k++)
+						vcase_pipeline(presets[p], pp, f * pp, both,
+							       kinds[k]);
+	assert_int_equal(vcases_n, VCASES_STRATEGY + VCASES_PIPELINE);
+	for (int i = 0; i < vcases_n; i++)
+		large += vcases[i].large;
+	assert_int_equal(large, VCASES_LARGE);
 }
-/* Pipelines: every schedule with pp in {2, 4} and m in {pp, 2 pp, 4 pp} micro-batches
- * (pp and 2 pp under the sanitizers), alone and with dp 2 x tp 2 and ZeRO-1, on tiny and
- * moe-tiny
- * with 8 layers (so that 4 stages of 2 chunks each hold one), micro-batches of 1
- * sequence. Against the serial reference: the loss of every step and every first-step
- * gradient, and alone every parameter after 3 steps. With dp 2 x tp 2 the parameters of
- * these 8-layer models drift from the serial ones by 1-3e-4 after 3 steps (tensor
- * parallelism's rounding, which Adam amplifies where an update nearly cancels: the same
- * error for every schedule and pp, and for pp = 1), so there they are compared with the
- * same dp x tp run without a pipeline, within the same 1e-4. The reference and that run
- * depend on the preset and the batch only, so each is run once for all schedules. */
-static void test_pipeline_matrix(void **state)
+
+/* The run a params_vs_flat case is compared with: its configuration without the pipeline
+ * (pp 1, and schedule and vpp as make_cfg leaves them), on dp x tp devices. */
+static struct run_cfg vcase_flat(const struct run_cfg *cfg)
 {
-	static const char *const presets[] = {"tiny", "moe-tiny"};
-	static const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED,
-						SCHED_ZBH1,  SCHED_ZBH2, SCHED_HELIX};
-	int runs = 0, fmax = test_skip_large() ? 2 : 4;
+	struct run_cfg f = *cfg;
+
+	mesh_init(&f.mesh, cfg->mesh.size[MESH_TP], 1, 1, cfg->mesh.size[MESH_DP], 1);
+	f.schedule = SCHED_GPIPE;
+	f.vpp = 0;
+	return f;
+}
+
+/* A run that cases share, made once: the serial reference of a configuration, or a flat
+ * run (vcase_flat). The 120 strategy cases share 2 references, the pipeline cases 10
+ * references and 8 flat runs; each is freed once no case still to run needs it. */
+struct vshared {
+	int live;           /* out holds a result */
+	int flat;           /* 0: the serial reference (one device); 1: a flat run */
+	struct run_cfg cfg; /* what was run */
+	struct run_out out; /* with its snapshot */
+	char err[512];      /* why the run failed, or "" */
+};
+
+struct vcache {
+	struct vshared runs[32]; /* at most this many live at once */
+	int serial, flat_n;      /* serial references and flat runs made */
+};
+
+/* Whether a and b give the same shared run: for the serial reference, what run_reference
+ * reads (the model, the batch, the optimizer, steps, seed, precision and data); for a flat
+ * run, also the mesh and every strategy setting. The structs compared whole hold ints and
+ * floats; equal bytes mean equal values, so a match is never wrong (at worst a run is made
+ * twice). */
+static int vshared_same(const struct run_cfg *a, const struct run_cfg *b, int flat)
+{
+	if (memcmp(&a->model, &b->model, sizeof a->model) ||
+	    memcmp(&a->opt, &b->opt, sizeof a->opt) || a->mbs != b->mbs || a->gbs != b->gbs ||
+	    a->steps != b->steps || a->seed != b->seed || a->prec != b->prec || a->data != b->data)
+		return 0;
+	if (!flat)
+		return 1;
+	return !memcmp(&a->mesh, &b->mesh, sizeof a->mesh) && a->zero == b->zero &&
+	       a->sp == b->sp && a->schedule == b->schedule && a->vpp == b->vpp &&
+	       a->recompute == b->recompute && a->flash == b->flash &&
+	       a->mlp_chunks == b->mlp_chunks && a->bucket_bytes == b->bucket_bytes &&
+	       a->broken == b->broken;
+}
+
+/* Whether case c is compared with the shared run s. */
+static int vshared_serves(const struct vshared *s, const struct vcase *c)
+{
+	struct run_cfg f;
+
+	if (!s->flat)
+		return vshared_same(&s->cfg, &c->cfg, 0);
+	if (!c->params_vs_flat)
+		return 0;
+	f = vcase_flat(&c->cfg);
+	return vshared_same(&s->cfg, &f, 1);
+}
+
+/* The serial reference of case c (flat 0) or its flat run (flat 1), run now if no earlier
+ * case made it. A failed run is kept with its report in err, and every case that needs it
+ * fails with that. */
+static const struct vshared *vcache_get(struct vcache *vc, const struct vcase *c, int flat)
+{
+	const int nruns = (int)(sizeof vc->runs / sizeof *vc->runs);
+	struct emu_cluster *cl;
+	struct vshared *s = NULL;
+
+	for (int i = 0; i < nruns; i++)
+		if (vc->runs[i].live && vc->runs[i].flat == flat && vshared_serves(&vc->runs[i], c))
+			return &vc->runs[i];
+	for (int i = 0; i < nruns && !s; i++)
+		s = vc->runs[i].live ? NULL : &vc->runs[i];
+	assert_non_null(s);
+	s->live = 1;
+	s->flat = flat;
+	s->cfg = flat ? vcase_flat(&c->cfg) : c->cfg;
+	s->err[0] = 0;
+	run_alloc(&s->out, &s->cfg, 1);
+	if (flat) {
+		cl = test_cluster("dgx-a100", 1, s->cfg.mesh.world, 0, 0);
+		if (run_parallel(cl, &s->cfg, &s->out))
+			snprintf(s->err, sizeof s->err, "the run without the pipeline failed: %s",
+				 emu_cluster_report(cl));
+		vc->flat_n++;
+	} else {
+		cl = test_cluster("dgx-a100", 1, 1, 0, 0);
+		if (run_reference(cl, &s->cfg, &s->out))
+			snprintf(s->err, sizeof s->err, "the serial reference failed: %s",
+				 emu_cluster_report(cl));
+		vc->serial++;
+	}
+	emu_cluster_free(cl);
+	return s;
+}
+
+/* Frees the shared runs that none of the cases from from on with sel[] set needs
+ * (from = vcases_n: all of them). */
+static void vcache_release(struct vcache *vc, int from, const char *sel)
+{
+	for (int i = 0; i < (int)(sizeof vc->runs / sizeof *vc->runs); i++) {
+		struct vshared *s = &vc->runs[i];
+		int needed = 0;
+
+		for (int j = from; s->live && j < vcases_n && !needed; j++)
+			needed = sel[j] && vshared_serves(s, &vcases[j]);
+		if (s->live && !needed) {
+			run_free(&s->out);
+			s->live = 0;
+		}
+	}
+}
+
+/* Runs case c: v against the serial reference, vf against the flat run (params_vs_flat)
+ * or a copy of v. 0, or -1 with why it could not be compared in why[n]. */
+static int vcase_run(const struct vcase *c, struct vcache *vc, struct verify_result *v,
+		     struct verify_result *vf, char *why, size_t n)
+{
+	const struct run_cfg *cfg = &c->cfg;
+	const struct vshared *ref, *flat = NULL;
+	struct emu_cluster *cl;
+	struct run_out par;
+	char err[256];
+	int rc = 0;
+
+	if (run_check(cfg, cfg->mesh.world, err, sizeof err)) {
+		snprintf(why, n, "config refused: %s", err);
+		return -1;
+	}
+	ref = vcache_get(vc, c, 0);
+	if (c->params_vs_flat)
+		flat = vcache_get(vc, c, 1);
+	if (ref->err[0] || (flat && flat->err[0])) {
+		snprintf(why, n, "%s", ref->err[0] ? ref->err : flat->err);
+		return -1;
+	}
+	cl = test_cluster("dgx-a100", 2, cfg->mesh.world, 0, 0);
+	run_alloc(&par, cfg, 1);
+	if (run_parallel(cl, cfg, &par)) {
+		snprintf(why, n, "the run failed: %s", emu_cluster_report(cl));
+		rc = -1;
+	} else {
+		verify_compare(&ref->out, &par, &cfg->model, v);
+		*vf = *v;
+		if (flat)
+			verify_compare(&flat->out, &par, &cfg->model, vf);
+	}
+	run_free(&par);
+	emu_cluster_free(cl);
+	return rc;
+}
+
+/* The checks of a case run: 1 if it passes, else 0 with the first thing wrong in why[n].
+ * Against the serial reference the loss of every step, every first-step gradient and no
+ * routing flip; the parameters after the last step against it, or with params_vs_flat all
+ * three against the flat run; with need_routes, routing decisions compared at all. Each
+ * within verify's tolerances, and NaN fails. */
+static int vcase_passes(const struct vcase *c, const struct verify_result *v,
+			const struct verify_result *vf, char *why, size_t n)
+{
+	why[0] = 0;
+	if (!(v->loss_err <= v->loss_tol))
+		snprintf(why, n, "the loss of step %d", v->loss_step);
+	else if (!(v->grad_err <= v->grad_tol))
+		snprintf(why, n, "the gradient of tensor %d", v->grad_tensor);
+	else if (c->params_vs_flat && !vf->passed)
+		snprintf(why, n,
+			 "against the run without the pipeline: loss %.2g (step %d), grad %.2g "
+			 "(tensor %d), param %.2g (tensor %d)",
+			 vf->loss_err, vf->loss_step, vf->grad_err, vf->grad_tensor, vf->param_err,
+			 vf->param_tensor);
+	else if (!c->params_vs_flat && !(v->param_err <= v->param_tol))
+		snprintf(why, n, "the parameters of tensor %d", v->param_tensor);
+	else if (v->route_flips)
+		snprintf(why, n,
+			 "%zu of %zu routing decisions differ, the first at step %d, layer %d, "
+			 "token %d",
+			 v->route_flips, v->routes, v->flip_step, v->flip_layer, v->flip_token);
+	else if (c->need_routes && !v->routes)
+		snprintf(why, n, "no routing decisions compared");
+	return !why[0];
+}
+
+/* Whether name contains one of the comma-separated substrings of filter (blanks around
+ * each ignored; an empty one selects nothing). */
+static int vcase_selected(const char *name, const char *filter)
+{
+	while (*filter) {
+		size_t n = strcspn(filter, ",");
+		const char *s = filter, *e = filter + n;
+		char piece[64];
+
+		while (s < e && *s == ' ')
+			s++;
+		while (e > s && e[-1] == ' ')
+			e--;
+		if (e > s && (size_t)(e - s) < sizeof piece) {
+			memcpy(piece, s, (size_t)(e - s));
+			piece[e - s] = 0;
+			if (strstr(name, piece))
+				return 1;
+		}
+		filter += n + (filter[n] == ',');
+	}
+	return 0;
+}
+
+/* Every case of the table that PEMU_TEST_FILTER and PEMU_TEST_SCALE select, one line each;
+ * fails at the end, naming the first failed case, if any failed. */
+static void test_verify_table(void **state)
+{
+	const char *filter = getenv("PEMU_TEST_FILTER");
+	int small = test_skip_large(), todo = 0, by_filter = 0, by_scale = 0, failed = 0;
+	char sel[VCASES_STRATEGY + VCASES_PIPELINE];
+	const char *first = NULL;
+	struct vcache *vc;
 
 	(void)state;
-	for (int pr = 0; pr < 2; pr++)
-		for (int p = 2; p <= 4; p += 2)
-			for (int f = 1; f <= fmax; f *= 2)
-				for (int both = 0; both <= 1; both++) {
-					int dp = both ? 2 : 1, tp = both ? 2 : 1;
-					struct emu_cluster *one =
-						test_cluster("dgx-a100", 1, 1, 0, 0);
-					struct emu_cluster *c =
-						test_cluster("dgx-a100", 2, 16, 0, 0);
-					struct run_cfg cfg, flat;
-					struct run_out ref, base;
+	if (filter && !*filter)
+		filter = NULL;
+	vcases_build();
+	for (int i = 0; i < vcases_n; i++) {
+		sel[i] = 0;
+		if (filter && !vcase_selected(vcases[i].name, filter))
+			by_filter++;
+		else if (small && vcases[i].large)
+			by_scale++;
+		else
+			sel[i] = 1;
+		todo += sel[i];
+	}
+	printf("verify table: %d of %d cases to run, %d skipped (%d by PEMU_TEST_FILTER, %d by "
+	       "PEMU_TEST_SCALE=small)\n",
+	       todo, vcases_n, by_filter + by_scale, by_filter, by_scale);
+	fflush(stdout);
+	if (filter && !todo)
+		fail_msg("PEMU_TEST_FILTER=%s selects none of the %d cases%s", filter, vcases_n,
+			 by_scale ? " that run under PEMU_TEST_SCALE=small" : "");
+	if (!filter)
+		assert_int_equal(todo, vcases_n - (small ? VCASES_LARGE : 0));
+	vc = calloc(1, sizeof *vc);
+	assert_non_null(vc);
+	for (int i = 0; i < vcases_n; i++) {
+		const struct vcase *c = &vcases[i];
+		struct verify_result v, vf;
+		char why[768];
+		int ok;
 
-					make_cfg(&cfg, presets[pr], dp, tp, both); /* ZeRO-1 */
-					cfg.model.num_layers = 8;
-					cfg.mbs = 1;
-					cfg.gbs = f * p * dp;
-					cfg.opt.warmup = 10; /* pemu's default */
-					flat = cfg;
-					run_alloc(&ref, &cfg, 1);
-					run_alloc(&base, &flat, 1);
-					if (run_reference(one, &cfg, &ref))
-						fail_msg("reference failed: %s",
-							 emu_cluster_report(one));
-					if (both) {
-						emu_cluster_free(c);
-						c = test_cluster("dgx-a100", 1, dp * tp, 0, 0);
-						if (run_parallel(c, &flat, &base))
-							fail_msg("run without the pipeline failed: "
-								 "%s",
-								 emu_cluster_report(c));
-					}
-					emu_cluster_free(c);
-					for (int k = 0; k < 6; k++) {
-						struct verify_result v, vb;
-						struct run_out par;
-						char err[256];
-
-						mesh_init(&cfg.mesh, tp, 1, 1, dp, p);
-						cfg.schedule = kinds[k];
-						cfg.vpp = kinds[k] == SCHED_INTERLEAVED ? 2 : 1;
-						if (run_check(&cfg, cfg.mesh.world, err,
-							      sizeof err))
-							fail_msg("config refused: %s", err);
-						c = test_cluster("dgx-a100", 2, cfg.mesh.world, 0,
-								 0);
-						run_alloc(&par, &cfg, 1);
-						if (run_parallel(c, &cfg, &par))
-							fail_msg("pipeline run failed: %s",
-								 emu_cluster_report(c));
-						verify_compare(&ref, &par, &cfg.model, &v);
-						vb = v;
-						if (both)
-							verify_compare(&base, &par, &cfg.model,
-								       &vb);
-						run_free(&par);
-						emu_cluster_free(c);
-						runs++;
-						if (v.loss_err > v.loss_tol ||
-						    v.grad_err > v.grad_tol || !vb.passed ||
-						    v.route_flips)
-							fail_msg(
-								"%s %s pp %d m %d dp %d tp %d: "
-								"loss "
-								"%.2g (step %d), grad %.2g (tensor "
-								"%d), param %.2g (tensor %d), %zu "
-								"routing flips",
-								presets[pr], sched_name(kinds[k]),
-								p, f * p, dp, tp, v.loss_err,
-								v.loss_step, v.grad_err,
-								v.grad_tensor, vb.param_err,
-								vb.param_tensor, v.route_flips);
-					}
-					run_free(&ref);
-					run_free(&base);
-					emu_cluster_free(one);
-				}
-	assert_int_equal(runs, 2 * 6 * 2 * (fmax == 4 ? 3 : 2) * 2);
+		if (!sel[i])
+			continue;
+		if (vcase_run(c, vc, &v, &vf, why, sizeof why)) {
+			ok = 0;
+			printf("FAIL %-36s %s\n", c->name, why);
+		} else {
+			ok = vcase_passes(c, &v, &vf, why, sizeof why);
+			printf("%-4s %-36s loss %.2e  grad %.2e  param %.2e%s%s%s\n",
+			       ok ? "ok" : "FAIL", c->name, v.loss_err, v.grad_err,
+			       c->params_vs_flat ? vf.param_err : v.param_err,
+			       c->params_vs_flat ? " (vs no pipeline)" : "", ok ? "" : ": ", why);
+		}
+		fflush(stdout);
+		if (!ok && !failed++)
+			first = c->name;
+		vcache_release(vc, i + 1, sel);
+	}
+	printf("verify table: %d cases ran, %d failed; %d serial references and %d runs "
+	       "without the pipeline made\n",
+	       todo, failed, vc->serial, vc->flat_n);
+	fflush(stdout);
+	vcache_release(vc, vcases_n, sel);
+	free(vc);
+	if (failed)
+		fail_msg("%d of the %d cases run failed, the first %s", failed, todo, first);
 }
 
 /* Leaving out one collective, the tensor-parallel all-reduce of layer 0's MLP output or
@@ -670,9 +939,8 @@ static void test_buckets_overlap(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_matrix),
+		cmocka_unit_test(test_verify_table),
 		cmocka_unit_test(test_broken_strategies_fail),
-		cmocka_unit_test(test_pipeline_matrix),
 		cmocka_unit_test(test_routing_flip_detected),
 		cmocka_unit_test(test_recompute),
 		cmocka_unit_test(test_mlp_chunks),
