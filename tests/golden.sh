@@ -6,7 +6,7 @@
 #
 #   sh tests/golden.sh --capture      (PEMU=build/pemu by default)
 #
-# PEMU_TEST_FILTER=substring runs only the cases whose name contains it.
+# PEMU_GOLDEN_FILTER=substring runs only the cases whose name contains it.
 # Exit 0 when every case matches, 1 otherwise (each mismatch named).
 set -u
 here=$(dirname "$0")/golden
@@ -21,8 +21,8 @@ pass=0; fail=0
 strip() { sed -e 's/"wall_s":[-+.eE0-9]*/"wall_s":0/g' -e 's/"wall_ns":[-+.eE0-9]*/"wall_ns":0/g' "$1"; }
 while read -r name args; do
 	case "$name" in ''|'#'*) continue ;; esac
-	if [ -n "${PEMU_TEST_FILTER:-}" ]; then
-		case "$name" in *"$PEMU_TEST_FILTER"*) ;; *) continue ;; esac
+	if [ -n "${PEMU_GOLDEN_FILTER:-}" ]; then
+		case "$name" in *"$PEMU_GOLDEN_FILTER"*) ;; *) continue ;; esac
 	fi
 	# shellcheck disable=SC2086
 	OPENBLAS_NUM_THREADS=1 "$pemu" $args --json --trace "$tmp/$name.trace.json" \

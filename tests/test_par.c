@@ -245,8 +245,7 @@ static int vshared_same(const struct run_cfg *a, const struct run_cfg *b, int fl
 	return !memcmp(&a->mesh, &b->mesh, sizeof a->mesh) && a->zero == b->zero &&
 	       a->sp == b->sp && a->schedule == b->schedule && a->vpp == b->vpp &&
 	       a->recompute == b->recompute && a->flash == b->flash &&
-	       a->mlp_chunks == b->mlp_chunks && a->bucket_bytes == b->bucket_bytes &&
-	       a->broken == b->broken;
+	       a->mlp_chunks == b->mlp_chunks && a->bucket_bytes == b->bucket_bytes;
 }
 
 /* Whether case c is compared with the shared run s. */
