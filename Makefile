@@ -1,11 +1,14 @@
 # pemu: a GPU training cluster inside one process.
 #   make            build build/pemu, the tests and the benchmarks
 #   make run        the default demo
-#   make test       the test suite (installs missing packages first, see `make deps`)
+#   make test       the test suite
 #   make asan/tsan  the test suite under ASan+UBSan / ThreadSanitizer
 #   make bench      benchmarks (CSV + summary into build/bench/)
-#   make plots      PNG plots from the benchmark CSV (gnuplot)
+#   make plots      PNG plots from the benchmark CSV (gnuplot, installed if missing)
 #   make format     clang-format every source; make format-check only checks
+#   make deps       install the Debian packages: OpenBLAS, cmocka, pkg-config and gnuplot
+#                   (every build first installs what it needs itself, gnuplot aside, so
+#                   make run and make test work on the first try on a fresh machine)
 
 CC      ?= cc
 BUILD   ?= build
@@ -14,13 +17,23 @@ Q       := $(if $(filter 1,$(V)),,@)
 OPT     ?= -O3
 PREFIX  ?= /usr/local
 SANFLAGS ?=
-DEBS    := libopenblas-dev libcmocka-dev gnuplot-nox pkg-config
+# The Debian packages the build needs (OpenBLAS and cmocka, found by pkg-config), and all
+# that `make deps` installs: those and gnuplot, which only `make plots` needs.
+BUILD_DEBS := libopenblas-dev libcmocka-dev pkg-config
+DEBS       := libopenblas-dev libcmocka-dev gnuplot-nox pkg-config
 
 WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
         -Wformat=2 -Werror
-PKG_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
-CMOCKA     := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+# PKG_CFLAGS, PKG_LIBS (OpenBLAS) and CMOCKA come from pkg-config, through $(BUILD)/pkg.mk:
+# its rule (below) first installs what is missing, and make reads the file again once it
+# has written it (make restarts when an included makefile was remade, before it builds
+# anything), so the flags are right on the first try on a fresh machine, -j or not. Goals
+# that compile nothing (or only call make again) leave the packages alone.
+NOPKG_GOALS := deps build-deps format format-check clean asan tsan
+ifneq ($(filter-out $(NOPKG_GOALS),$(or $(MAKECMDGOALS),all)),)
+include $(BUILD)/pkg.mk
+endif
 CFLAGS_ALL := -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) -g $(WARN) -pthread -Iemu -Imodels -Isrc \
               $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(SANFLAGS) $(LDFLAGS)
@@ -33,12 +46,13 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:%.c=$(BUILD)/%)
 FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch])
 
-.PHONY: all run test golden-capture asan tsan bench plots deps format format-check install clean
+.PHONY: all run test golden-capture asan tsan bench plots deps build-deps format format-check \
+        install clean
 .SECONDARY:
 
 all: $(BUILD)/pemu $(TESTS) $(BENCHES)
 
-$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*/*.h) | check-pkgs
+$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
@@ -60,12 +74,16 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpemu.a
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 # The default demo: train the small GPT on the built-in arithmetic corpus on one virtual
-# A100, then let it write.
-run: deps $(BUILD)/pemu
-	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu train --model small --steps 300 --sample 200
+# A100, then let it write (RUN_STEPS=N trains for fewer steps).
+RUN_STEPS ?= 300
+run: $(BUILD)/pemu
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu train --model small --steps $(RUN_STEPS) --sample 200
 
-test: deps $(BUILD)/pemu $(TESTS)
-	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TESTS)
+# Every test program, then the golden check. All are built either way; TEST_RUN="..." runs
+# only the programs it names, and PEMU_GOLDEN_FILTER=name only the golden cases with name.
+TEST_RUN ?= $(TESTS)
+test: $(BUILD)/pemu $(TESTS)
+	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TEST_RUN)
 	@sh tests/layers.sh
 	@PEMU=$(BUILD)/pemu sh tests/golden.sh
 
@@ -80,7 +98,7 @@ asan:
 tsan:
 	PEMU_TEST_SCALE=small $(MAKE) BUILD=build/tsan OPT=-O1 SANFLAGS="-fsanitize=thread" test
 
-bench: deps $(BUILD)/pemu $(BENCHES)
+bench: $(BUILD)/pemu $(BENCHES)
 	@mkdir -p $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/coll $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/train $(BUILD)/bench/out
@@ -91,21 +109,21 @@ bench: deps $(BUILD)/pemu $(BENCHES)
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 1K -e 256M -f 4 \
 	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_1node.csv
 
-plots: bench
+plots: deps bench
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/coll.gp
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/bubbles.gp
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/pipeline.gp
 	@echo "wrote coll_busbw.png, bubbles.png, pipeline.png and pipeline_memory.png in $(BUILD)/bench/out"
 
-# Installs what the build needs from Debian's packages (as root, or through sudo), or says
-# exactly what to install.
-deps:
-	@if pkg-config --exists openblas cmocka 2>/dev/null && command -v gnuplot >/dev/null 2>&1; then \
-	  exit 0; fi; \
+# $(call install-debs,CHECK,PACKAGES,WHAT): unless the shell command CHECK succeeds,
+# installs those of the Debian PACKAGES that dpkg says are missing (as root, or through
+# sudo), or says exactly what to install; WHAT names them for a machine without dpkg.
+define install-debs
+@if $(1); then exit 0; fi; \
 	if ! command -v dpkg >/dev/null 2>&1; then \
-	  echo "pemu needs OpenBLAS and cmocka (found by pkg-config as openblas, cmocka) and gnuplot;" \
-	       "on Debian/Ubuntu: apt-get install --no-install-recommends $(DEBS)" >&2; exit 1; fi; \
-	missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  echo "pemu needs $(3);" \
+	       "on Debian/Ubuntu: apt-get install --no-install-recommends $(2)" >&2; exit 1; fi; \
+	missing=""; for p in $(2); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	[ -z "$$missing" ] && exit 0; \
 	echo "pemu needs:$$missing"; \
 	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
@@ -113,11 +131,27 @@ deps:
 	elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && \
 	  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "install them with: apt-get install --no-install-recommends$$missing" >&2; exit 1; fi
+endef
+HAVE_BUILD := pkg-config --exists openblas cmocka 2>/dev/null
+HAVE_ALL   := $(HAVE_BUILD) && command -v gnuplot >/dev/null 2>&1
+NEED_BUILD := OpenBLAS and cmocka (found by pkg-config as openblas and cmocka)
 
-check-pkgs:
-	@pkg-config --exists openblas cmocka 2>/dev/null || { \
+# Installs everything: what the build needs, and gnuplot for `make plots`.
+deps:
+	$(call install-debs,$(HAVE_ALL),$(DEBS),$(NEED_BUILD) and gnuplot)
+
+# Installs what the build needs (not gnuplot); every build runs it first, through pkg.mk.
+build-deps:
+	$(call install-debs,$(HAVE_BUILD),$(BUILD_DEBS),$(NEED_BUILD))
+
+# The flags, from pkg-config once build-deps has run; rewritten when the Makefile changes.
+$(BUILD)/pkg.mk: Makefile | build-deps
+	@mkdir -p $(dir $@)
+	@cflags=$$(pkg-config --cflags openblas) && libs=$$(pkg-config --libs openblas) && \
+	  cmocka=$$(pkg-config --libs cmocka) || { \
 	  echo "openblas or cmocka not found by pkg-config: run 'make deps'" \
-	       "(apt-get install --no-install-recommends $(DEBS))" >&2; exit 1; }
+	       "(apt-get install --no-install-recommends $(BUILD_DEBS))" >&2; exit 1; }; \
+	printf 'PKG_CFLAGS := %s\nPKG_LIBS := %s\nCMOCKA := %s\n' "$$cflags" "$$libs" "$$cmocka" >$@
 
 format:
 	clang-format -i $(FORMAT_SRC)
