@@ -60,7 +60,7 @@ void pipe_stage_free(struct pipe_stage *ps);
  * 0 or the first error. */
 int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *span);
 
-/* Activations of (micro-batch mb, block j) in a helix stage: see pipe/helix.c. */
+/* HelixPipe's callbacks (pipe/helix.c), which pipe_stage_step runs for its schedule. */
 extern const struct sched_ops helix_ops;
 
 #endif
