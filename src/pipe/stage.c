@@ -60,9 +60,7 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 
 void pipe_stage_free(struct pipe_stage *ps)
 {
-	int n = ps->local * (ps->sc && ps->sc->kind == SCHED_HELIX ? ps->sc->nb
-			     : ps->sc                              ? ps->sc->v
-								   : 0);
+	int n = !ps->sc ? 0 : ps->local * (ps->sc->kind == SCHED_HELIX ? ps->sc->nb : ps->sc->v);
 
 	for (int x = 0; ps->acts && x < n; x++)
 		if (ps->acts[x].la)
