@@ -13,7 +13,7 @@
  * 4 stages of a dgx-a100 in dry-run, micro-batches of 1 sequence, memory uncapped (the
  * bubble, not the fit, is measured here), for m = 4 to 64; for each schedule
  * and m, the step time and the largest stage bubble as a fraction of the step, next to
- * REFERENCES.md's fraction for equal forward, input-backward and weight-backward times:
+ * docs/formulas.md's fraction for equal forward, input-backward and weight-backward times:
  * (p-1)/(m+p-1) for GPipe and 1F1B, divided by v interleaved, and the ZB bubbles over a
  * step of m (F + B + W). A real model's stages are not equal (the first holds the
  * embeddings, the last the output layer and the loss), and its backward costs about
@@ -30,7 +30,7 @@
 #include "run/run.h"
 #include "util.h"
 
-/* REFERENCES.md's bubble fraction with T_F = T_B = T_W (a step of m (T_F + T_B + T_W)
+/* docs/formulas.md's bubble fraction with T_F = T_B = T_W (a step of m (T_F + T_B + T_W)
  * plus the bubble). */
 static double formula(enum sched_kind k, int p, int m, int v)
 {

@@ -4,7 +4,7 @@
  * waits for) and lasts its modelled duration, so overlap of compute and communication is
  * exact and deterministic whatever the host threads do.
  *
- * Compute is charged by the roofline of the device preset (DESIGN.md §2):
+ * Compute is charged by the roofline of the device preset (docs/architecture.md):
  *     launch + max(flops / (peak * efficiency), bytes / hbm_bw), rounded up to 1 ns. */
 #ifndef EMU_CLOCK_H
 #define EMU_CLOCK_H

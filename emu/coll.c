@@ -1,6 +1,6 @@
 /* coll: the collectives. Calls become op_args that cluster.c matches into ops; the last
  * member to arrive times the op here (coll_op_resolve) by the ring formulas of
- * ../shared/REFERENCES.md (nccl-tests doc/PERFORMANCE.md), and the op's data movement is
+ * docs/formulas.md (nccl-tests doc/PERFORMANCE.md), and the op's data movement is
  * cut into tasks (coll_op_run_task) that add in the ring algorithm's order: see coll.h
  * for the order and the formulas. */
 #include <stdint.h>

@@ -20,7 +20,7 @@
  *   Every member gets the same bits.
  *
  * Time. An op starts when the last member arrives (the latest issue time) and lasts
- * the ring formula of ../shared/REFERENCES.md for the group's slowest link (alpha, beta)
+ * the ring formula of docs/formulas.md for the group's slowest link (alpha, beta)
  * and message size S = count * wire bytes (4 by default), each bandwidth term rounded up
  * to whole nanoseconds:
  *   all-reduce           2(n-1) alpha + 2(n-1)/n S/beta

@@ -70,7 +70,7 @@ struct op {
 	atomic_int ready;     /* 1 once all arrived and the times below are set */
 	int64_t t_start;      /* virtual start: the last member's issue time */
 	int64_t t_end;        /* t_start + modelled duration */
-	uint64_t bytes;       /* S of REFERENCES.md: the message size the time is for */
+	uint64_t bytes;       /* S of docs/formulas.md: the message size the time is for */
 	int link;             /* enum topo_link_class the time was charged at */
 	int hier;             /* 1 if run as the hierarchical (node-aware) algorithm */
 	int ntasks;           /* data-movement tasks (0 in dry-run) */

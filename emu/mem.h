@@ -3,7 +3,7 @@
  * dry-run it holds none (data is NULL) but is accounted exactly the same, so caps, OOM
  * and peaks do not depend on the mode. Going over the cap is a device OOM: mem_alloc
  * returns NULL and the device is failed with a report naming the device, the
- * allocation, the cap and the bytes in use by category (DESIGN.md §5).
+ * allocation, the cap and the bytes in use by category (docs/architecture.md, Errors).
  *
  * Ownership: a block belongs to its device; mem_free returns it, and whatever is still
  * allocated when the device function returns is released by the cluster. */

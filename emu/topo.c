@@ -1,5 +1,5 @@
 /* Hardware presets. Peak FLOP/s, HBM and link figures are the data sheets' as collected
- * in ../shared/REFERENCES.md. Latencies are the middle of the ranges given there
+ * in docs/formulas.md. Latencies are the middle of the ranges given there
  * (NVLink 2-5 us, PCIe 5-10 us, InfiniBand ~5 us, Ethernet 20-50 us).
  *
  * Efficiency: the data sheet's dense peak is not what a GEMM reaches. Megatron-LM reports

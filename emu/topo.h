@@ -1,7 +1,7 @@
 /* topo: what the emulated cluster is made of. A GPU model (peak FLOP/s, HBM size and
  * bandwidth), nodes x GPUs per node, and the links between two GPUs: intra-node
  * (NVLink, PCIe), inter-node (InfiniBand, Ethernet) and, optionally, between datacenters.
- * Presets come from vendor data sheets (../shared/REFERENCES.md); every figure can be
+ * Presets come from vendor data sheets (docs/formulas.md); every figure can be
  * overridden. This module only describes hardware: timing lives in clock.c and coll.c. */
 #ifndef EMU_TOPO_H
 #define EMU_TOPO_H

@@ -9,7 +9,7 @@
  *   att (B, h1-h0, Tq, Tk)  softmax(Q K^T / sqrt(hs)) with the causal mask
  *   out                     att V for heads [h0, h1)
  * The scores use full Tq x Tk GEMMs (as Megatron does), so the FLOPs charged are
- * 4 B Tq Tk hs per head forward, the figure of REFERENCES.md. Backward accumulates into
+ * 4 B Tq Tk hs per head forward, the figure of docs/formulas.md. Backward accumulates into
  * dq, dk, dv (same layout as q, k, v); scratch holds Tq * Tk floats. */
 #ifndef MODELS_ATTENTION_H
 #define MODELS_ATTENTION_H

@@ -107,7 +107,7 @@ int gpt_tensor_decays(const struct gpt_config *cfg, int i);
 void gpt_tensor_init(const struct gpt_config *cfg, uint64_t seed, int i, float *out);
 
 /* Megatron's model FLOPs of one training step on batch sequences, without recomputation
- * (Narayanan et al. 2021; REFERENCES.md): 72 B s L h^2 (1 + s/(6h) + V/(12 L h)). For MFU. */
+ * (Narayanan et al. 2021; docs/formulas.md): 72 B s L h^2 (1 + s/(6h) + V/(12 L h)). For MFU. */
 double gpt_model_flops(const struct gpt_config *cfg, int batch);
 
 /* 1 if layer l of cfg is a MoE layer. */

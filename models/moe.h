@@ -16,7 +16,8 @@
  *             the mean router probability of e; its gradient flows through P_e.
  *
  * The routing decisions are kept (choice, slot) so that a parallel run can compare them
- * with the reference's and tell a routing flip from a strategy error (DESIGN.md §4). */
+ * with the reference's and tell a routing flip from a strategy error (docs/formulas.md
+ * (Verification)). */
 #ifndef MODELS_MOE_H
 #define MODELS_MOE_H
 

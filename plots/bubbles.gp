@@ -1,5 +1,5 @@
 # Pipeline bubble against micro-batches a step, for each schedule: measured by the
-# emulator (solid) and REFERENCES.md's formula for equal F, B and W times (dashed).
+# emulator (solid) and docs/formulas.md's formula for equal F, B and W times (dashed).
 # Written by `make bench` (bench/pipeline).
 # usage: gnuplot -e "dir='build/bench/out'" plots/bubbles.gp
 if (!exists("dir")) dir = 'build/bench/out'

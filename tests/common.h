@@ -1,5 +1,5 @@
 /* Helpers shared by the test programs: a cluster for a preset, deterministic test data,
- * and a check that only the main thread asserts on (STYLE.md: device threads record,
+ * and a check that only the main thread asserts on (the project's rule: device threads record,
  * the main thread checks). */
 #ifndef TESTS_COMMON_H
 #define TESTS_COMMON_H

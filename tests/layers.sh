@@ -1,5 +1,5 @@
 #!/bin/sh
-# The floors of DESIGN.md section 2, checked on the sources' #include lines:
+# The floors of docs/architecture.md, checked on the sources' #include lines:
 #   cmd -> run -> pipe -> par -> models -> emu
 # each folder includes only its own and the floors below; pipe/ sees par/ only through
 # its stage interface (par/model.h, par/layer.h), and the schedule, its checker and its

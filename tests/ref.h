@@ -242,7 +242,7 @@ static inline double ref_gpt_loss(const struct ref_gpt *r)
 	return loss;
 }
 
-/* Norm-wise relative error of DESIGN.md §4: max |a - b| / max |b|. */
+/* Norm-wise relative error of docs/formulas.md, Verification: max |a - b| / max |b|. */
 static inline double ref_rel_err(const float *a, const double *b, size_t n)
 {
 	double num = 0, den = 0;

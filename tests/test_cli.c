@@ -280,7 +280,7 @@ static void test_train_json(void **state)
 }
 
 /* verify from the command line: a passing configuration exits 0 and says so, with the
- * report of DESIGN.md section 6 in --json. */
+ * JSON report of docs/architecture.md in --json. */
 static void test_verify(void **state)
 {
 	char out[65536];

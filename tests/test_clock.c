@@ -1,4 +1,4 @@
-/* Virtual time: the roofline of DESIGN.md to the nanosecond, events ordering one stream
+/* Virtual time: the roofline of docs/formulas.md to the nanosecond, events ordering one stream
  * after another, ops on one stream running back to back, and the posted forms of every
  * collective keeping the same data and time as the blocking ones. */
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Every collective, on groups of 1, 2, 3, 4, 5, 8 and 16 devices and counts 1, 7, 1000 and
  * 2^20+3, against a serial computation in the order coll.h documents (bitwise), and its
- * virtual time against the formulas of ../shared/REFERENCES.md (to the nanosecond).
+ * virtual time against the formulas of docs/formulas.md (to the nanosecond).
  *
  * The cluster is 2 nodes of 8 A100s, so some groups stay in a node (ring over NVLink),
  * some span the nodes unevenly (ring over InfiniBand) and some evenly (hierarchical). */
@@ -253,7 +253,7 @@ static void expected(const struct run *r, const struct topo *t, int m, float *ou
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* The formulas of REFERENCES.md.                                                       */
+/* The formulas of docs/formulas.md.                                                       */
 
 __extension__ typedef unsigned __int128 u128;
 

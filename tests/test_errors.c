@@ -1,5 +1,5 @@
-/* The outcomes the emulator exists to report (DESIGN.md §5): a device OOM, collective
- * mismatches and deadlocks each come back from emu_cluster_run as an error whose report
+/* The outcomes the emulator exists to report (docs/architecture.md, Errors): a device OOM,
+ * collective mismatches and deadlocks each come back from emu_cluster_run as an error whose report
  * names what it must, with every device's memory released and within a second of wall
  * time (found when no device can progress, not by a timeout). */
 #include <setjmp.h>

@@ -1,7 +1,7 @@
 /* The serial reference as a whole: the tiny GPT's gradients against finite differences of
  * an independent double-precision GPT (tests/ref.h), its loss falling, bitwise
  * determinism, dry-run agreeing with execute to the byte and the nanosecond, and the
- * parameter and FLOP counts against Megatron's formulas (REFERENCES.md). */
+ * parameter and FLOP counts against Megatron's formulas (docs/formulas.md). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -269,7 +269,7 @@ static void test_tiny_gradients(void **state)
 /* moe-tiny: layer 2 is a MoE block (4 experts, top-2, capacity 1.25); the router, every
  * expert and the aux loss are in the gradient. The seed is one where no routing decision
  * sits within the difference step of a tie (a flip there would make the difference
- * quotient meaningless, DESIGN.md §4). */
+ * quotient meaningless, docs/formulas.md, Verification). */
 static void test_moe_tiny_gradients(void **state)
 {
 	(void)state;
@@ -358,7 +358,7 @@ static void test_dry_run_matches_execute(void **state)
 }
 
 /* Parameters: the tensors a model allocates add up to Megatron's formula (Narayanan et
- * al. 2021, REFERENCES.md) 12 L h^2 (1 + 13/(12h) + (V+s)/(12 L h)) = 12 L h^2 + 13 L h +
+ * al. 2021, docs/formulas.md) 12 L h^2 (1 + 13/(12h) + (V+s)/(12 L h)) = 12 L h^2 + 13 L h +
  * (V+s) h, plus 2h. The formula and the model disagree by the final LayerNorm's weight and
  * bias (2h): the formula counts per-layer parameters and the embeddings only, and a
  * pre-LN GPT has one more LayerNorm after the last layer. The model is right; the test

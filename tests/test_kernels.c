@@ -4,7 +4,7 @@
  * random R (for cross-entropy, the mean loss itself), so the analytic gradient is the
  * kernel's backward with dout = R.
  *
- * Thresholds (norm-wise relative error, DESIGN.md §4), stated per check below:
+ * Thresholds (norm-wise relative error, docs/formulas.md, Verification), stated per check below:
  *   forward 1e-5: float32 against double, a few roundings per element;
  *   gradient 1e-4: float32 backward against a double central difference with step 1e-6
  *   (truncation error ~1e-12, so the float rounding of the analytic side dominates). */

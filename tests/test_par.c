@@ -1,5 +1,5 @@
-/* pemu's strategies against the serial reference (DESIGN.md §4). The verify matrix is one
- * table of cases, in the manner of ggml's test-backend-ops (test_verify_table): every
+/* pemu's strategies against the serial reference (docs/formulas.md, Verification). The verify
+ * matrix is one table of cases, in the manner of ggml's test-backend-ops (test_verify_table): every
  * combination of dp in {1, 2, 4}, tp in {1, 2, 4}, ZeRO stage 0 to 3 and sequence
  * parallelism on and off where tp > 1, and every pipeline schedule with pp in {2, 4} and
  * m in {pp, 2 pp, 4 pp} micro-batches, alone and with dp 2 x tp 2, on tiny and moe-tiny.
@@ -694,8 +694,8 @@ static void test_mlp_chunks(void **state)
 	}
 }
 
-/* Determinism (DESIGN.md §3) with pipelines: the same config twice gives bitwise the
- * same losses, weights, virtual step times and Chrome trace, for HelixPipe's crossing
+/* Determinism (docs/architecture.md, Determinism) with pipelines: the same config twice gives
+ * bitwise the same losses, weights, virtual step times and Chrome trace, for HelixPipe's crossing
  * messages and ZB-H2 with tp 2 and sp. */
 static char *slurp(const char *path, size_t *n)
 {
@@ -783,7 +783,7 @@ static double numel(const struct gpt_config *m, int i0, int i1)
 	return n;
 }
 
-/* ZeRO's memory (REFERENCES.md, bf16 model: 2 + 2 + 12 bytes a parameter): stage 0 keeps
+/* ZeRO's memory (docs/formulas.md, bf16 model: 2 + 2 + 12 bytes a parameter): stage 0 keeps
  * 16 Psi on every device, stage 1 4 Psi + 12 Psi / N, stage 2 2 Psi + 14 Psi / N, stage
  * 3 16 Psi / N, in the param, grad and optim categories. Stages 0-2 move 2 Psi per
  * device each step (all-reduce, or reduce-scatter + all-gather: 2 (N-1)/N Psi 2-byte

@@ -2,8 +2,8 @@
  * parallelism's shard rules cut every tensor into disjoint shards that cover it exactly
  * once over the group (a replicated one is whole on every rank); a shard copied out and
  * back is unchanged; and a model with nothing parallel, walked piece by piece by the
- * plain executor, is the serial model bitwise (DESIGN.md §4: a strategy that splits no
- * reduction must match bitwise). */
+ * plain executor, is the serial model bitwise (docs/formulas.md, Verification: a strategy that
+ * splits no reduction must match bitwise). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

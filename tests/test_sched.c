@@ -1,7 +1,7 @@
 /* Pipeline schedules (src/pipe/schedule.h): every generator's lists pass the checker; hand-made
  * invalid lists are rejected with the violation named; and run on the virtual cluster
  * with equal unit costs (F = B = W = T, free transfers), each schedule's measured bubble
- * and peak in-flight micro-batches equal REFERENCES.md's table, and HelixPipe's bubble
+ * and peak in-flight micro-batches equal docs/formulas.md's table, and HelixPipe's bubble
  * does not grow with the attention's cost. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,7 +287,7 @@ static long long run_unit(const struct sched *sc, struct unit_job *j, int draw)
 	return step;
 }
 
-/* REFERENCES.md: bubble time (p-1)(T_F + T_B) for GPipe and 1F1B, where T_B is the whole
+/* docs/formulas.md: bubble time (p-1)(T_F + T_B) for GPipe and 1F1B, where T_B is the whole
  * backward (2T here); divided by v interleaved; (p-1)(T_F + T_B - T_W) for ZB-H1 and
  * (p-1)(T_F + T_B - 2 T_W) for ZB-H2, where T_B is the input backward alone (T). A
  * stage's bubble is its idle time between its first and last action (schedule.h); the
@@ -353,7 +353,7 @@ static void test_bubbles_and_memory_match_the_table(void **state)
 			}
 }
 
-/* HelixPipe takes the attention out of the bubble (REFERENCES.md): with 4 stages of 2
+/* HelixPipe takes the attention out of the bubble (docs/formulas.md): with 4 stages of 2
  * layers and 8 micro-batches, a parameter unit costing T forward and 2T backward and an
  * attention r T and 2 r T, the largest stage bubble is the same for r = 1, 4 and 16, and
  * within 20% of (p-1)(T_F + T_B) of the units alone, 3 x 6 T = 18 T (1F1B's grows with

@@ -1,4 +1,4 @@
-/* Units the command line reads, and the hardware presets against REFERENCES.md. */
+/* Units the command line reads, and the hardware presets against docs/formulas.md. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,7 +60,7 @@ static void test_bandwidths_and_times(void **state)
 	assert_int_equal(units_parse_int("0", 1, 100, &v), -1);
 }
 
-/* The data sheet figures of REFERENCES.md. */
+/* The data sheet figures of docs/formulas.md. */
 static void test_presets(void **state)
 {
 	struct topo t;

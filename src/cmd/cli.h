@@ -1,7 +1,8 @@
 /* cli: the option parsing every pemu subcommand shares: a table of options, Megatron-style
  * long names with short forms, "--name value" and "--name=value", and the cluster options
  * (--cluster, --nodes, link and GPU overrides, --mem-cap, --pace, --dry-run, --trace,
- * --timeline, --json). Bad input is one line on stderr and exit code 2 (DESIGN.md §5). */
+ * --timeline, --json). Bad input is one line on stderr and exit code 2 (docs/architecture.md
+ * (Errors)). */
 #ifndef PEMU_CLI_H
 #define PEMU_CLI_H
 

@@ -1,7 +1,7 @@
 /* pemu run and pemu verify: training on the emulated cluster with a parallel
- * configuration, and the same plus the serial reference, compared as DESIGN.md §4 says.
- * The options are cli_model's and cli_par's; run/cfg.h derives the defaults and checks
- * the configuration before any thread starts. */
+ * configuration, and the same plus the serial reference, compared as docs/formulas.md
+ * (Verification) says. The options are cli_model's and cli_par's; run/cfg.h derives the defaults
+ * and checks the configuration before any thread starts. */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -125,7 +125,7 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 		print_verify(cfg, par, ref, v);
 }
 
-/* The report as one JSON object (DESIGN.md §6). */
+/* The report as one JSON object (docs/architecture.md, The JSON report). */
 static void json_report(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
 			struct emu_cluster *cl, const struct run_out *par,
 			const struct run_out *ref, const struct verify_result *v, double mfu)
@@ -262,7 +262,7 @@ static int run_or_verify(int argc, char **argv, int verify)
 	if (mo.sample)
 		cli_fail(&c, "--sample: only pemu train generates text");
 	cli_par_finish(&po, &cfg);
-	if (verify && !cfg.steps) /* verify compares a few steps (DESIGN.md §4) */
+	if (verify && !cfg.steps) /* verify compares a few steps (docs/formulas.md, Verification) */
 		cfg.steps = 3;
 	if (cc.json)
 		cfg.log_every = 0;

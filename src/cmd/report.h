@@ -1,8 +1,8 @@
 /* report: the pieces of pemu's reports that more than one command prints: the cluster,
  * the configuration, memory per device, communication, the pipeline, each as text ("# "
- * lines) and as JSON fields (DESIGN.md §6). Not a command's own lines (its header, its
- * per-step progress, verify's comparison): those stay in the command's file.
- * Each function writes to the FILE it is given and keeps nothing. */
+ * lines) and as JSON fields (docs/architecture.md, The JSON report). Not a command's own lines (its
+ * header, its per-step progress, verify's comparison): those stay in the command's file. Each
+ * function writes to the FILE it is given and keeps nothing. */
 #ifndef PEMU_REPORT_H
 #define PEMU_REPORT_H
 

@@ -1,4 +1,4 @@
-/* schedule: pipeline schedules as data (DESIGN.md §2). A schedule is, for each of p stages,
+/* schedule: pipeline schedules as data (docs/architecture.md). A schedule is, for each of p stages,
  * the ordered list of what that stage does in one optimizer step; generators build the
  * lists of the classic schedules, sched_check proves a list valid before anything runs,
  * and sched_exec walks one stage's list on its device through callbacks, so one executor

@@ -1,6 +1,6 @@
 /* run: training steps on the emulated cluster, and on one device as the reference, with
- * what verify compares (DESIGN.md §4): the loss of every step, every gradient of the first
- * step, every parameter after the last. Used by pemu train, run and verify. */
+ * what verify compares (docs/formulas.md, Verification): the loss of every step, every gradient of
+ * the first step, every parameter after the last. Used by pemu train, run and verify. */
 #ifndef PEMU_RUN_H
 #define PEMU_RUN_H
 
@@ -55,7 +55,7 @@ int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_o
 /* verify's comparison: per-step loss, first-step gradients, final parameters, each by the
  * norm-wise relative error max|a - b| / max|b| per tensor.
  *
- * One exception, like DESIGN.md's routing flips: a parameter whose reference gradient is
+ * One exception, like verify's routing flips: a parameter whose reference gradient is
  * zero to rounding (below 1e-6 of its tensor's largest, or within 8 times the largest
  * difference the strategy's own rounding made in that tensor's gradient) is moved by Adam
  * on noise alone, since Adam divides the gradient by its own magnitude. The key bias is
@@ -68,8 +68,8 @@ struct verify_result {
 	int loss_step, grad_tensor, param_tensor;
 	double loss_tol, grad_tol, param_tol;
 	size_t noise_params; /* entries left out: gradient zero to rounding */
-	/* routing decisions that differ from the reference's (DESIGN.md §4: a flip is
-	 * rounding amplified by a discrete choice, not a strategy error), of routes; the
+	/* routing decisions that differ from the reference's (docs/formulas.md, Verification: a
+	 * flip is rounding amplified by a discrete choice, not a strategy error), of routes; the
 	 * first one's step, layer and token */
 	size_t route_flips, routes;
 	int flip_step, flip_layer, flip_token;

@@ -1,7 +1,7 @@
-/* run/verify: verify's comparison of a parallel run with the serial reference (DESIGN.md
- * section 4; verify_compare in run/run.h): the loss of every step, every gradient of the
- * first step and every parameter after the last, each by the norm-wise relative error
- * max |a - b| / max |b| per tensor, and the MoE routing decisions one by one. */
+/* run/verify: verify's comparison of a parallel run with the serial reference
+ * (verify_compare in run/run.h; docs/formulas.md, Verification): the loss of every step, every
+ * gradient of the first step and every parameter after the last, each by the norm-wise relative
+ * error max |a - b| / max |b| per tensor, and the MoE routing decisions one by one. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
