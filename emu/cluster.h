@@ -84,7 +84,9 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg);
  * its groups, posted or blocking) of the group collective named op ("all-reduce",
  * "all-gather", ... as coll.h and the reports name them): nothing moves and no time
  * passes, as if the strategy had forgotten the call; a posted one gives a NULL request,
- * which coll_wait takes. op NULL clears the plan. 0, or -1 if op names no collective. */
+ * which coll_wait takes. Set it between runs, never during one; a fault that a group's
+ * members must agree on needs them to make the same calls. op NULL clears the plan. 0, or
+ * -1 if op names no collective or nth < 0. */
 int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth);
 
 /* The last run's error report ("" if none). Owned by the cluster. */

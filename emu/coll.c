@@ -50,6 +50,8 @@ int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
 	c->fault_kind = -1;
 	if (!op)
 		return 0;
+	if (nth < 0)
+		return -1;
 	for (int k = OP_BROADCAST; k < OP_NKIND; k++)
 		if (!strcmp(kinds[k].name, op)) {
 			c->fault_kind = k;

@@ -422,6 +422,8 @@ static void test_fault_plan(void **state)
 
 	(void)state;
 	assert_int_equal(emu_cluster_set_fault(c, "all-reduse", 1), -1);
+	assert_int_equal(emu_cluster_set_fault(c, "all-reduce", -1), -1);
+	assert_int_equal(emu_cluster_set_fault(c, "send", 0), -1); /* not a group collective */
 	assert_int_equal(emu_cluster_set_fault(c, NULL, 0), 0);
 	assert_int_equal(emu_cluster_run(c, fault_device, &clean), 0);
 	assert_int_equal(emu_cluster_set_fault(c, "all-reduce", 1), 0);

@@ -791,7 +791,7 @@ static double numel(const struct gpt_config *m, int i0, int i1)
  * Flat buffers pad each parameter to a multiple of N elements, so the figures hold within
  * that padding (at most N elements a tensor). What stages 2-3 hold only while in use
  * (gradient buckets, gathered units) is charged as comm memory, within the working set
- * par_dp.h describes. */
+ * par/dp.h describes. */
 static void test_zero_memory_and_volume(void **state)
 {
 	(void)state;

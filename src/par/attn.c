@@ -6,7 +6,7 @@
  * Tensor parallelism cuts attention by heads, which needs no communication: qkv
  * (B T, 3h/t) holds the q, k, v of this rank's a/t heads, atty (B T, h/t) their output. */
 #include "attention.h"
-#include "internal.h"
+#include "par/internal.h"
 
 static void heads_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la)
 {

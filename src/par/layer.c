@@ -2,7 +2,7 @@
  * par/layer.h. */
 #include "par/layer.h"
 
-#include "internal.h"
+#include "par/internal.h"
 #include "linear.h"
 #include "ops.h"
 #include "par/recompute.h"
@@ -207,8 +207,7 @@ int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 		return rc;
 	layernorm_fwd(k, par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf_mean),
 		      D(a->lnf_rstd), x, m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
-	if ((rc = m->plan[0].region->enter(m, D(a->lnf), (size_t)C)) ||
-	    (rc = par_use(m, PAR_UNIT_EMB(m))))
+	if ((rc = m->ends->enter(m, D(a->lnf), (size_t)C)) || (rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
 	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */
 	linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
@@ -230,7 +229,7 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 	par_zero(&w->dln);
 	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
 	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
-	if ((rc = m->plan[0].region->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
+	if ((rc = m->ends->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
 	    (rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
 	par_zero(&w->dres);

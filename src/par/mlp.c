@@ -5,9 +5,12 @@
  *   chunked  HelixPipe's chunked MLP (Zhang et al. 2025, arXiv 2507.00394, section 4.3):
  *            the same over chunks of rows, only one chunk's fc and fc.gelu alive (work
  *            memory) and none of it kept: backward computes each chunk's fc again
- *   moe      the MoE block of models/moe.h (softmax router, top-k, capacity), each
- *            expert's MLP cut like the dense one, the router replicated */
-#include "internal.h"
+ *   moe      the MoE block of models/moe.h (Shazeer et al. 2017, arXiv 1701.06538: a
+ *            softmax router sending each token to its top-k experts; the Switch
+ *            Transformer, Fedus et al. 2021, arXiv 2101.03961: the capacity factor and
+ *            the load-balancing loss), each expert's MLP cut like the dense one, the
+ *            router replicated */
+#include "par/internal.h"
 #include "linear.h"
 #include "moe.h"
 #include "ops.h"

@@ -6,7 +6,7 @@
 
 #include "attention.h"
 #include "coll.h"
-#include "internal.h"
+#include "par/internal.h"
 #include "par/recompute.h"
 #include "par/tp.h"
 #include "util.h"
@@ -165,6 +165,27 @@ int par_acts_head(struct par_model *m, struct par_acts *a)
 	return tensor_alloc(k, &a->losses, MEM_ACT, bt, "losses");
 }
 
+void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what)
+{
+	const struct kctx *k = &m->k;
+	struct gpt_layer_acts *la = &a->la[l];
+
+	if (what & PAR_DROP_POST) {
+		struct tensor *t[] = {&la->res2,  &la->ln2,      &la->ln2_mean, &la->ln2_rstd,
+				      &la->fch,   &la->fch_gelu, &la->res3,     &la->moe.probs,
+				      &la->moe.x, &la->moe.pre,  &la->moe.h,    &la->moe.y};
+
+		for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+			tensor_free(k, t[i]);
+	}
+	if (what & PAR_DROP_PRE) {
+		tensor_free(k, &la->ln1);
+		tensor_free(k, &la->ln1_mean);
+		tensor_free(k, &la->ln1_rstd);
+		tensor_free(k, &la->qkv);
+	}
+}
+
 int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 {
 	int rc = par_acts_alloc_empty(m, a, l0, l1);
@@ -201,23 +222,20 @@ void par_acts_free(struct par_model *m, struct par_acts *a)
 	memset(a, 0, sizeof *a);
 }
 
-/* Each layer's plan: its attention, its MLP and its region, from the configuration. */
+/* Each layer's plan: its attention, its MLP and its region, from the configuration; and
+ * the region of the model's ends. */
 static void make_plans(struct par_model *m)
 {
 	const struct par_mlp *dense = m->pc.mlp_chunks > 1 ? &par_mlp_chunked : &par_mlp_dense;
 
+	m->ends = m->sp ? &par_region_sp : &par_region_tp;
 	m->plan = emu_xcalloc((size_t)m->cfg.num_layers + 1, sizeof *m->plan);
 	for (int l = 0; l < m->cfg.num_layers; l++)
 		m->plan[l] = (struct par_plan){
 			m->pc.flash ? &par_attn_flash : &par_attn_heads,
 			gpt_layer_is_moe(&m->cfg, l) ? &par_mlp_moe : dense,
-			m->sp ? &par_region_sp : &par_region_tp,
+			m->ends,
 		};
-	/* the ends (embedding, output layer) use layer 0's region: one past the last
-	 * layer is a copy for models of no layer */
-	m->plan[m->cfg.num_layers] = m->plan[0];
-	if (!m->cfg.num_layers)
-		m->plan[0].region = m->sp ? &par_region_sp : &par_region_tp;
 }
 
 int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct par_groups *g,

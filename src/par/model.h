@@ -172,6 +172,7 @@ struct par_model {
 	struct par_part part;  /* what this rank holds (the layers copied) */
 	unsigned char *layers; /* [L] part.layers' storage */
 	struct par_plan *plan; /* [L] */
+	const struct par_region *ends; /* the region of the embedding and the output layer */
 	int np;
 	struct par_param *p;   /* [np], in the serial model's order; n = 0 if not held */
 	int *order;            /* [np]: parameters in the order backward finishes them */
@@ -212,6 +213,12 @@ void par_acts_free(struct par_model *m, struct par_acts *a);
 int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1);
 int par_acts_layer(struct par_model *m, struct par_acts *a, int l, unsigned parts);
 int par_acts_head(struct par_model *m, struct par_acts *a);
+/* Gives back part of layer l's activations in a, for an executor that recomputes by
+ * piece (HelixPipe): PAR_DROP_POST what follows the attention output (res2, ln2 and its
+ * statistics, the MLP's, res3), keeping the attention output, that part's input;
+ * PAR_DROP_PRE the part before the attention (ln1 and its statistics, qkv). */
+enum { PAR_DROP_PRE = 1, PAR_DROP_POST = 2 };
+void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what);
 /* The GPT_ACTS_* flags of how this model's attention and MLP keep their activations. */
 unsigned par_acts_flags(const struct par_model *m);
 

@@ -2,7 +2,7 @@
  * what a layer keeps between forward and backward; see par/recompute.h. */
 #include "par/recompute.h"
 
-#include "internal.h"
+#include "par/internal.h"
 
 void par_recompute_drop(struct par_model *m, struct par_acts *a, int l)
 {

@@ -3,8 +3,19 @@
 #include "par/sp.h"
 
 #include "coll.h"
-#include "internal.h"
+#include "par/internal.h"
 #include "par/tp.h"
+
+int par_sp_partial(const struct par_model *m, int i)
+{
+	int np = gpt_num_tensors(&m->cfg), w = (i - 2) % LP_N;
+
+	if (!m->sp)
+		return 0;
+	if (i == 1 || i >= np - 2) /* wpe, lnf */
+		return 1;
+	return i >= 2 && (w == LP_LN1W || w == LP_LN1B || w == LP_LN2W || w == LP_LN2B);
+}
 
 int par_sp_sum_partials(struct par_model *m, size_t lo, size_t hi)
 {

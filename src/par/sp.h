@@ -15,6 +15,11 @@
 
 #include "par/model.h"
 
+/* Whether the serial model's tensor i has a partial gradient on each rank under m's
+ * sequence parallelism: the LayerNorms and the positions, which see this rank's rows only.
+ * 0 without sequence parallelism. */
+int par_sp_partial(const struct par_model *m, int i);
+
 /* Sums over the tensor-parallel group the gradients this rank holds only part of
  * (LayerNorms and positions), within the flat range [lo, hi). Called once the
  * data-parallel sync has summed them over replicas; the order of the two sums does not

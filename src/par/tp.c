@@ -8,7 +8,8 @@
 
 #include "clock.h"
 #include "coll.h"
-#include "internal.h"
+#include "par/internal.h"
+#include "par/sp.h"
 #include "linear.h"
 #include "ops.h"
 
@@ -94,11 +95,7 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 		p->owner = 1;
 	p->n = p->split == PAR_REPLICATED ? gpt_tensor_numel(c, i)
 					  : (size_t)p->experts * p->rows * p->cols / (size_t)m->tp;
-	/* Under sequence parallelism the LayerNorms and the positions see this rank's rows
-	 * only: their gradients are partial sums (par/sp.h). */
-	p->partial = m->sp &&
-		     (i == 1 || i >= np - 2 ||
-		      (layer && (w == LP_LN1W || w == LP_LN1B || w == LP_LN2W || w == LP_LN2B)));
+	p->partial = par_sp_partial(m, i);
 	/* A pipeline stage holds its part only. The last stage's copy of the tied wte is
 	 * kept equal to the first stage's, which is the model's (norm, verify). */
 	if (!(i == 0   ? m->part.first || m->part.last
@@ -204,7 +201,7 @@ int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a
 {
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, C = m->cfg.hidden, rc;
-	const struct par_region *rg = m->plan[0].region;
+	const struct par_region *rg = m->ends;
 	const float *branch;
 	float *part;
 
@@ -231,7 +228,7 @@ int par_tp_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a
 		return 0;
 	}
 	/* every token's gradient reaches the rank that holds its vocabulary row */
-	if ((rc = m->plan[0].region->rows(m, w)))
+	if ((rc = m->ends->rows(m, w)))
 		return rc;
 	embedding_range_bwd(k, m->p[0].g, w->g, a->tokens, m->v0, m->v0 + m->Vl, B, T, C);
 	position_bwd(k, m->p[1].g, D(w->dres), m->Ml, m->row0, T, C);

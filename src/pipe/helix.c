@@ -301,19 +301,9 @@ static void block_drop(struct par_model *m, struct par_acts *a, int j)
 	}
 	if (c == m->cfg.num_layers)
 		return; /* the output layer's backward needs its activations */
-	if (c > 0) {    /* the rest of layer c - 1, but its input, the attention output */
-		struct gpt_layer_acts *la = &a->la[c - 1];
-		struct tensor *t[] = {&la->res2,  &la->ln2,      &la->ln2_mean, &la->ln2_rstd,
-				      &la->fch,   &la->fch_gelu, &la->res3,     &la->moe.probs,
-				      &la->moe.x, &la->moe.pre,  &la->moe.h,    &la->moe.y};
-
-		for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-			tensor_free(k, t[i]);
-	}
-	tensor_free(k, &a->la[c].ln1);
-	tensor_free(k, &a->la[c].ln1_mean);
-	tensor_free(k, &a->la[c].ln1_rstd);
-	tensor_free(k, &a->la[c].qkv);
+	if (c > 0)      /* the rest of layer c - 1, but its input, the attention output */
+		par_acts_drop(m, a, c - 1, PAR_DROP_POST);
+	par_acts_drop(m, a, c, PAR_DROP_PRE);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -439,4 +429,4 @@ static int hx_wait(void *ctx)
 	return rc;
 }
 
-const struct sched_ops helix_ops = {hx_fwd, hx_bwd, hx_send, hx_recv, hx_wait};
+const struct sched_ops pipe_helix_ops = {hx_fwd, hx_bwd, hx_send, hx_recv, hx_wait};

@@ -187,7 +187,7 @@ int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *spa
 
 	ps->loss = 0;
 	rc = sched_exec(ps->sc, ps->stage, ps->d,
-			ps->sc->kind == SCHED_HELIX ? &helix_ops : &chunk_ops, ps, span);
+			ps->sc->kind == SCHED_HELIX ? &pipe_helix_ops : &chunk_ops, ps, span);
 	if (!rc && emb)
 		rc = par_sum_tied_embedding(ps->m, emb);
 	return rc;

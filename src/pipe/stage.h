@@ -61,6 +61,6 @@ void pipe_stage_free(struct pipe_stage *ps);
 int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *span);
 
 /* HelixPipe's callbacks (pipe/helix.c), which pipe_stage_step runs for its schedule. */
-extern const struct sched_ops helix_ops;
+extern const struct sched_ops pipe_helix_ops;
 
 #endif

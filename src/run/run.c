@@ -1,14 +1,11 @@
-/* run: the training loops of run.h. */
+/* run/run: what a run gives back (run_out), and the bookkeeping run/device.c and
+ * run/ref.c share; see run/run.h. */
 #include "run/run.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "coll.h"
-#include "par/tp.h"
 #include "util.h"
 
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
