@@ -279,6 +279,32 @@ static void test_train_json(void **state)
 	assert_true(first > 5.3 && last < first - 0.5);
 }
 
+/* pemu train's one device uses OPENBLAS_NUM_THREADS threads for its GEMMs: the report
+ * (losses, virtual times, memory, the sample) is the same byte for byte with 1 and 2, but
+ * for the wall time. */
+static void test_train_blas_threads(void **state)
+{
+	static char out[2][65536];
+
+	(void)state;
+	for (int t = 0; t < 2; t++) {
+		char *w;
+
+		setenv("OPENBLAS_NUM_THREADS", t ? "2" : "1", 1);
+		assert_int_equal(run("train --model small --steps 3 --json --sample 30", 0, out[t],
+				     sizeof out[t]),
+				 0);
+		w = strstr(out[t], "\"wall_s\":");
+		assert_non_null(w);
+		*w = '\0'; /* the wall time and what follows it: the sample, compared below */
+		assert_non_null(strstr(w + 1, "\"sample\":"));
+	}
+	setenv("OPENBLAS_NUM_THREADS", "1", 1);
+	assert_string_equal(out[0], out[1]);
+	assert_string_equal(strstr(out[0] + strlen(out[0]) + 1, "\"sample\":"),
+			    strstr(out[1] + strlen(out[1]) + 1, "\"sample\":"));
+}
+
 /* verify from the command line: a passing configuration exits 0 and says so, with the
  * JSON report of docs/architecture.md in --json. */
 static void test_verify(void **state)
@@ -330,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_coll_oom_is_a_report),
 		cmocka_unit_test(test_train_gpt3_dry_run),
 		cmocka_unit_test(test_train_json),
+		cmocka_unit_test(test_train_blas_threads),
 		cmocka_unit_test(test_verify),
 	};
 

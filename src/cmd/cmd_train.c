@@ -3,10 +3,12 @@
  * --sample N the text the model writes after training. --dry-run does the same
  * accounting with no data, for any model size. The options are cli_model's; the
  * configuration is checked by run/cfg.h like every other command's. */
+#include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "cmd/cli.h"
@@ -214,6 +216,18 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	printf("}\n");
 }
 
+/* The BLAS threads of the one device: OPENBLAS_NUM_THREADS if set, else the host's online
+ * cores. OpenBLAS cuts a GEMM by rows and columns of its output, never along the inner
+ * dimension, so every element is summed in the same order whatever the count: the
+ * numbers do not change (tests/golden.sh's train-tiny runs it). */
+static int blas_threads(void)
+{
+	const char *env = getenv("OPENBLAS_NUM_THREADS");
+	long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
 /* Trains cfg on one device of cc's cluster and prints the report; the exit code. */
 static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sample)
 {
@@ -229,7 +243,11 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 	if (!t.json)
 		print_header(cfg, &cc->cfg);
 	cl = emu_cluster_new(&cc->cfg);
+	/* One device: its GEMMs may use the host's cores (pemu.c keeps OpenBLAS to one thread
+	 * for the many-device commands, whose device threads take the cores). */
+	openblas_set_num_threads(blas_threads());
 	rc = emu_cluster_run(cl, train_device, &t);
+	openblas_set_num_threads(1);
 	if (rc) {
 		fflush(stdout);
 		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_err_name(rc),
