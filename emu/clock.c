@@ -28,7 +28,7 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 		struct trace_ev ev = {
 			.t0 = st->t, .t1 = st->t + dur, .stream = EMU_STREAM_COMPUTE, .sym = '#'};
 
-		snprintf(ev.name, sizeof ev.name, "%s", name);
+		emu_strcpy_cut(ev.name, name, sizeof ev.name);
 		trace_add_op(d, &ev);
 	}
 	st->t += dur;

@@ -636,7 +636,7 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 				      .stream = (uint8_t)r->stream,
 				      .sym = kinds[a->kind].sym};
 
-		snprintf(ev.name, sizeof ev.name, "%s", kinds[a->kind].name);
+		emu_strcpy_cut(ev.name, kinds[a->kind].name, sizeof ev.name);
 		if (op->ch->kind == CHAN_P2P) {
 			/* Unique per (src, dst, call): the same number on both ends. */
 			ev.flow = ((uint64_t)op->ch->devs[0] * (uint64_t)d->c->cfg.ndev +
@@ -715,7 +715,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 				      .stream = (uint8_t)r->stream,
 				      .sym = kinds[OP_SEND].sym};
 
-		snprintf(ev.name, sizeof ev.name, "%s", kinds[OP_SEND].name);
+		emu_strcpy_cut(ev.name, kinds[OP_SEND].name, sizeof ev.name);
 		ev.flow = ((uint64_t)op->ch->devs[0] * (uint64_t)d->c->cfg.ndev +
 			   (uint64_t)op->ch->devs[1]) *
 				  (1ULL << 20) +

@@ -69,7 +69,7 @@ struct mem_block *mem_alloc_host(struct emu_dev *d, enum mem_cat cat, uint64_t b
 	}
 	b->bytes = bytes;
 	b->cat = cat;
-	snprintf(b->name, sizeof b->name, "%s", name);
+	emu_strcpy_cut(b->name, name, sizeof b->name);
 	b->next = m->live;
 	if (m->live)
 		m->live->prev = b;

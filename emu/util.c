@@ -89,3 +89,11 @@ uint64_t emu_muldiv_ceil(uint64_t a, uint64_t b, uint64_t c)
 	EMU_ASSERT(c > 0);
 	return (uint64_t)((num + c - 1) / c);
 }
+
+void emu_strcpy_cut(char *dst, const char *src, size_t n)
+{
+	size_t len = strnlen(src, n - 1);
+
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}

@@ -68,8 +68,7 @@ struct par_source {
 enum par_split { PAR_REPLICATED, PAR_ROWS, PAR_COLS };
 
 struct par_param {
-	int full; /* its index among the serial model's tensors */
-	char name[40];
+	int full;             /* its index among the serial model's tensors */
 	size_t n;             /* local elements */
 	enum par_split split; /* how it is cut */
 	int blocks;           /* row blocks cut separately (3 for qkv: q, k, v) */

@@ -43,7 +43,6 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
 
 	p->full = i;
-	gpt_tensor_name(c, i, p->name, sizeof p->name);
 	p->decay = gpt_tensor_decays(c, i);
 	p->split = PAR_REPLICATED;
 	p->blocks = 1;
