@@ -124,6 +124,7 @@ struct mem_state {
 	uint64_t cur_total;      /* sum of cur */
 	uint64_t peak_total;     /* highest cur_total so far */
 	struct mem_block *live;  /* live blocks, newest first */
+	struct mem_block *spare; /* freed block records, for reuse (not under ASan) */
 };
 
 /* One op on one stream, in virtual time. */
