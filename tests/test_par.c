@@ -414,7 +414,7 @@ static int vcase_selected(const char *name, const char *filter)
 static void test_verify_table(void **state)
 {
 	const char *filter = getenv("PEMU_TEST_FILTER");
-	int small = test_skip_large(), todo = 0, by_filter = 0, by_scale = 0, failed = 0;
+	int small = test_skip_large(), selected = 0, by_filter = 0, by_scale = 0, failed = 0;
 	char sel[VCASES_STRATEGY + VCASES_PIPELINE];
 	const char *first = NULL;
 	struct vcache *vc;
@@ -431,17 +431,17 @@ static void test_verify_table(void **state)
 			by_scale++;
 		else
 			sel[i] = 1;
-		todo += sel[i];
+		selected += sel[i];
 	}
 	printf("verify table: %d of %d cases to run, %d skipped (%d by PEMU_TEST_FILTER, %d by "
 	       "PEMU_TEST_SCALE=small)\n",
-	       todo, vcases_n, by_filter + by_scale, by_filter, by_scale);
+	       selected, vcases_n, by_filter + by_scale, by_filter, by_scale);
 	fflush(stdout);
-	if (filter && !todo)
+	if (filter && !selected)
 		fail_msg("PEMU_TEST_FILTER=%s selects none of the %d cases%s", filter, vcases_n,
 			 by_scale ? " that run under PEMU_TEST_SCALE=small" : "");
 	if (!filter)
-		assert_int_equal(todo, vcases_n - (small ? VCASES_LARGE : 0));
+		assert_int_equal(selected, vcases_n - (small ? VCASES_LARGE : 0));
 	vc = calloc(1, sizeof *vc);
 	assert_non_null(vc);
 	for (int i = 0; i < vcases_n; i++) {
@@ -469,12 +469,12 @@ static void test_verify_table(void **state)
 	}
 	printf("verify table: %d cases ran, %d failed; %d serial references and %d runs "
 	       "without the pipeline made\n",
-	       todo, failed, vc->serial, vc->flat_n);
+	       selected, failed, vc->serial, vc->flat_n);
 	fflush(stdout);
 	vcache_release(vc, vcases_n, sel);
 	free(vc);
 	if (failed)
-		fail_msg("%d of the %d cases run failed, the first %s", failed, todo, first);
+		fail_msg("%d of the %d cases run failed, the first %s", failed, selected, first);
 }
 
 /* Leaving out one collective, the tensor-parallel all-reduce of layer 0's MLP output or
