@@ -90,6 +90,7 @@ test: $(BUILD)/pemu $(TESTS)
 	@OPENBLAS_NUM_THREADS=1 PEMU=$(BUILD)/pemu sh tests/run.sh $(TEST_RUN)
 	@sh tests/layers.sh
 	@PEMU=$(BUILD)/pemu sh tests/golden.sh
+	@PEMU=$(BUILD)/pemu sh tests/fold.sh
 
 # Re-captures the golden outputs, for a change meant to alter numbers (say so in its commit).
 golden-capture: $(BUILD)/pemu

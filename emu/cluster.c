@@ -96,6 +96,7 @@ struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
 			emu_die("pthread_cond_init failed");
 	}
 	c->fault_kind = -1;
+	c->nrun = cfg->ndev;
 	c->chan_nbuckets = CHAN_BUCKETS;
 	c->chan_tab = emu_xcalloc(c->chan_nbuckets, sizeof *c->chan_tab);
 	return c;
@@ -158,6 +159,7 @@ void emu_cluster_free(struct emu_cluster *c)
 			free(ch->devs);
 			free(ch->seq);
 			free(ch->hier_order);
+			free(ch->rep_member);
 			free(ch);
 			ch = next;
 		}
@@ -170,6 +172,7 @@ void emu_cluster_free(struct emu_cluster *c)
 	}
 	pthread_mutex_destroy(&c->lock);
 	free(c->chan_tab);
+	free(c->rep);
 	free(c->devs);
 	free(c->err_report);
 	free(c);
@@ -323,40 +326,51 @@ static uint64_t chan_hash(enum chan_kind kind, const int *devs, int n)
 }
 
 /* The node-aware layout of a group, if it spans nodes evenly with more than one member
- * on each (see coll.h for the algorithm). */
+ * on each (see coll.h for the algorithm): members node by node, in the order the nodes
+ * first appear, each node's in group order. */
+struct hier_key {
+	int node, first, i; /* a member's node, that node's first member, the member */
+};
+
+static int cmp_hier(const void *a, const void *b)
+{
+	const struct hier_key *x = a, *y = b;
+
+	if (x->first != y->first)
+		return (x->first > y->first) - (x->first < y->first);
+	return (x->i > y->i) - (x->i < y->i);
+}
+
+static int cmp_node(const void *a, const void *b)
+{
+	const struct hier_key *x = a, *y = b;
+
+	if (x->node != y->node)
+		return (x->node > y->node) - (x->node < y->node);
+	return (x->i > y->i) - (x->i < y->i);
+}
+
 static void chan_find_hier(const struct topo *t, struct emu_group *ch)
 {
-	int *node_of = emu_xmalloc((size_t)ch->n * sizeof *node_of); /* node slot per member */
-	int *first = emu_xmalloc((size_t)ch->n * sizeof *first);     /* node id per slot */
-	int *cnt = emu_xcalloc((size_t)ch->n, sizeof *cnt);
-	int k = 0, ok = 1;
+	int local, k = topo_group_nodes(t, ch->devs, ch->n, &local);
+	struct hier_key *key;
 
-	for (int i = 0; i < ch->n; i++) {
-		int node = topo_node(t, ch->devs[i]), s;
-
-		for (s = 0; s < k && first[s] != node; s++)
-			;
-		if (s == k)
-			first[k++] = node;
-		node_of[i] = s;
-		cnt[s]++;
-	}
-	for (int s = 0; s < k; s++)
-		ok &= cnt[s] == cnt[0];
-	if (k > 1 && ok && cnt[0] > 1) {
-		int pos = 0;
-
-		ch->hier_nodes = k;
-		ch->hier_local = cnt[0];
-		ch->hier_order = emu_xmalloc((size_t)ch->n * sizeof *ch->hier_order);
-		for (int s = 0; s < k; s++)
-			for (int i = 0; i < ch->n; i++)
-				if (node_of[i] == s)
-					ch->hier_order[pos++] = i;
-	}
-	free(node_of);
-	free(first);
-	free(cnt);
+	if (k < 2 || local < 2)
+		return;
+	ch->hier_nodes = k;
+	ch->hier_local = local;
+	ch->hier_order = emu_xmalloc((size_t)ch->n * sizeof *ch->hier_order);
+	key = emu_xmalloc((size_t)ch->n * sizeof *key);
+	for (int i = 0; i < ch->n; i++)
+		key[i] = (struct hier_key){topo_node(t, ch->devs[i]), 0, i};
+	/* by node: each node's members together, its first member leading */
+	qsort(key, (size_t)ch->n, sizeof *key, cmp_node);
+	for (int i = 0; i < ch->n; i++)
+		key[i].first = i && key[i - 1].node == key[i].node ? key[i - 1].first : key[i].i;
+	qsort(key, (size_t)ch->n, sizeof *key, cmp_hier);
+	for (int i = 0; i < ch->n; i++)
+		ch->hier_order[i] = key[i].i;
+	free(key);
 }
 
 /* The channel of kind over devs, created on first use. Under c->lock. */
@@ -380,6 +394,7 @@ static struct emu_group *chan_get_locked(struct emu_cluster *c, enum chan_kind k
 	ch->link = topo_group_link_class(&c->cfg.topo, devs, n);
 	if (kind == CHAN_GROUP)
 		chan_find_hier(&c->cfg.topo, ch);
+	fold_chan_init(c, ch);
 	ch->hash = h;
 	ch->hnext = c->chan_tab[b];
 	c->chan_tab[b] = ch;
@@ -515,6 +530,19 @@ int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct
 		pthread_mutex_unlock(&c->lock);
 		return EMU_EABORTED;
 	}
+	if (ch->fold_bad >= 0) {
+		struct emu_str s = {0};
+
+		emu_str_addf(&s, "device %d: a call on group ", d->id);
+		chan_describe(&s, ch);
+		emu_str_addf(&s,
+			     " of devices that run and devices folded onto them (dry-run "
+			     "folding), but device %d's representative %d is not in it",
+			     ch->devs[ch->fold_bad], c->rep[ch->devs[ch->fold_bad]]);
+		cluster_fail_locked(c, EMU_EINVAL, d->id, s.s);
+		pthread_mutex_unlock(&c->lock);
+		return EMU_EINVAL;
+	}
 	k = ch->seq[member]++;
 	for (tail = &ch->pending; *tail && (*tail)->seq != k; tail = &(*tail)->next)
 		;
@@ -537,9 +565,10 @@ int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct
 	op->has[member] = 1;
 	op->arrived++;
 	op->refs++;
-	if (op->arrived == ch->n) {
+	if (op->arrived == ch->nlive) {
 		*tail = op->next; /* no one else will look for this seq */
 		op->next = NULL;
+		fold_fill_mirrors(op);
 		op->mismatch |= coll_op_resolve(c, op);
 		if (op->mismatch) {
 			cluster_fail_locked(c, EMU_EMISMATCH, -1, mismatch_report(op));
@@ -577,7 +606,7 @@ static void describe_wait(struct emu_str *s, struct emu_cluster *c, const struct
 	for (int i = 0; i < op->ch->n; i++) {
 		const struct emu_dev *p;
 
-		if (op->has[i])
+		if (op->has[i] || (op->ch->rep_member && op->ch->rep_member[i] >= 0))
 			continue;
 		p = &c->devs[op->ch->devs[i]];
 		emu_str_addf(s, "%s device %d", first ? "" : ",", p->id);
@@ -751,6 +780,10 @@ static void *dev_main(void *p)
 			rc = coll_wait(d, r);
 		} else {
 			d->reqs = r->next;
+			if (d->reqs)
+				d->reqs->prev = NULL;
+			else
+				d->reqs_tail = NULL;
 			rdv_release(d, r->op);
 			free(r);
 		}
@@ -785,7 +818,7 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 	c->err_dev = -1;
 	atomic_store(&c->failed, 0);
 	c->nblocked = 0;
-	c->nlive = n;
+	c->nlive = c->nrun;
 	c->fn = fn;
 	c->fn_arg = arg;
 	for (int i = 0; i < n; i++) {
@@ -811,16 +844,18 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 		emu_die("pthread_attr_init failed");
 	t0 = emu_wall_ns();
 	for (int i = 0; i < n; i++)
-		if (pthread_create(&c->devs[i].thread, &attr, dev_main, &c->devs[i]))
+		if ((!c->rep || c->rep[i] == i) &&
+		    pthread_create(&c->devs[i].thread, &attr, dev_main, &c->devs[i]))
 			emu_die("pthread_create failed for device %d of %d", i, n);
 	for (int i = 0; i < n; i++)
-		if (pthread_join(c->devs[i].thread, NULL))
+		if ((!c->rep || c->rep[i] == i) && pthread_join(c->devs[i].thread, NULL))
 			emu_die("pthread_join failed");
 	c->wall_ns = emu_wall_ns() - t0;
 	pthread_attr_destroy(&attr);
 
 	for (int i = 0; i < n; i++)
 		mem_release_all(&c->devs[i]);
+	fold_copy_results(c);
 	chans_reset(c);
 
 	/* Of several devices that failed on their own, report the lowest one, so that the

@@ -89,6 +89,23 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg);
  * -1 if op names no collective or nth < 0. */
 int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth);
 
+/* Dry-run folding: devices that would do exactly what another device does are not run.
+ * rep[i] is the device whose run stands for device i (rep[i] == i: device i runs; a
+ * representative represents itself). In a collective on a group some of whose members
+ * run, a member that does not makes its representative's call on that group at the same
+ * virtual time, so its representative must be a member too (else the call fails with
+ * EMU_EINVAL); groups none of whose members run are never called. When the run ends, a
+ * device that did not run takes its representative's statistics, stream times, FLOPs,
+ * memory peaks and trace (with point-to-point flows shifted by the difference of their
+ * ids, the two ends alike, as a mesh fold shifts them). That is exact only when the
+ * devices are symmetric: the same calls on the same shapes, over groups of the same
+ * topology; proving it is the caller's part. Set it between runs; rep NULL clears it.
+ * 0, or -1 in execute mode or if rep is not a plan (an id out of range, or a
+ * representative that does not represent itself). */
+int emu_cluster_set_fold(struct emu_cluster *c, const int *rep);
+/* The devices whose function runs under the plan: every device without one. */
+int emu_cluster_devices_run(const struct emu_cluster *c);
+
 /* The last run's error report ("" if none). Owned by the cluster. */
 const char *emu_cluster_report(const struct emu_cluster *c);
 int64_t emu_cluster_wall_ns(const struct emu_cluster *c);

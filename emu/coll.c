@@ -679,6 +679,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	} else {
 		st->pending = r;
 	}
+	r->prev = d->reqs_tail;
 	if (d->reqs_tail)
 		d->reqs_tail->next = r;
 	else
@@ -727,7 +728,6 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 
 int coll_wait(struct emu_dev *d, struct coll_req *req)
 {
-	struct coll_req **pp;
 	int rc = 0;
 
 	if (!req)
@@ -741,14 +741,9 @@ int coll_wait(struct emu_dev *d, struct coll_req *req)
 		dev_wait_tasks(d, req->op);
 		emu_stream_advance(d, EMU_STREAM_COMPUTE, req->op->t_end);
 	}
-	for (pp = &d->reqs; *pp != req; pp = &(*pp)->next)
-		EMU_ASSERT(*pp);
-	*pp = req->next;
-	if (d->reqs_tail == req) {
-		d->reqs_tail = NULL;
-		for (struct coll_req *r = d->reqs; r; r = r->next)
-			d->reqs_tail = r;
-	}
+	EMU_ASSERT(req->prev ? req->prev->next == req : d->reqs == req);
+	*(req->prev ? &req->prev->next : &d->reqs) = req->next;
+	*(req->next ? &req->next->prev : &d->reqs_tail) = req->prev;
 	if (d->stream[req->stream].pending == req)
 		d->stream[req->stream].pending = NULL;
 	rdv_release(d, req->op);

@@ -90,6 +90,12 @@ struct emu_group {
 	int hier_nodes;     /* >1: spans this many nodes with hier_local members each ... */
 	int hier_local;     /* ... evenly: the hierarchical all-reduce applies */
 	int *hier_order;    /* [n]: member indices node by node, local rank order */
+	/* Dry-run folding (fold.c): members that run, and for each member that does not the
+	 * member index of its representative (NULL: every member runs); a member whose
+	 * representative is not in the group, -1 if none. */
+	int nlive;
+	int *rep_member;
+	int fold_bad;
 	uint64_t hash;
 	struct emu_group *hnext; /* hash chain */
 };
@@ -97,12 +103,12 @@ struct emu_group {
 /* A posted communication on one member, until waited. */
 struct coll_req {
 	struct op *op;
-	int member;            /* index of the device in op->ch */
-	int stream;            /* enum emu_stream the op runs on */
-	int resolved;          /* times read into the stream and the trace */
-	int waited;            /* data movement finished */
-	int64_t eager_end;     /* an eager send: when its data has left (else -1) */
-	struct coll_req *next; /* the device's outstanding requests, in post order */
+	int member;                   /* index of the device in op->ch */
+	int stream;                   /* enum emu_stream the op runs on */
+	int resolved;                 /* times read into the stream and the trace */
+	int waited;                   /* data movement finished */
+	int64_t eager_end;            /* an eager send: when its data has left (else -1) */
+	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
 
 struct emu_stream_state {
@@ -203,6 +209,8 @@ struct emu_cluster {
 	int64_t wall_ns; /* wall time of the last run */
 	int fault_kind;  /* the fault plan (emu_cluster_set_fault): enum op_kind, -1 none */
 	int fault_nth;   /* the call each device leaves out */
+	int *rep;        /* dry-run folding: [cfg.ndev] each device's representative, or NULL */
+	int nrun;        /* devices whose function runs */
 };
 
 /* cluster.c: channels, rendezvous, waiting and failing. */
@@ -229,6 +237,13 @@ void coll_op_run_task(struct op *op, int task);
 const char *coll_op_name(enum op_kind k);
 int coll_mismatch(const struct op_arg *a, const struct op_arg *b);
 void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const struct op_arg *a);
+
+/* fold.c: a channel's folding from the cluster's plan; the members that do not run
+ * filled in from their representatives once the others have arrived; after a run, their
+ * results copied from their representatives. */
+void fold_chan_init(const struct emu_cluster *c, struct emu_group *ch);
+void fold_fill_mirrors(struct op *op);
+void fold_copy_results(struct emu_cluster *c);
 
 /* mem.c */
 void mem_release_all(struct emu_dev *d);

@@ -11,7 +11,10 @@
 #include "topo.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "util.h"
 
 #define GiB (1024ULL * 1024 * 1024)
 
@@ -123,6 +126,35 @@ enum topo_link_class topo_group_link_class(const struct topo *t, const int *devs
 			worst = k;
 	}
 	return worst;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+
+	return (x > y) - (x < y);
+}
+
+int topo_group_nodes(const struct topo *t, const int *devs, int n, int *per_node)
+{
+	int *node = emu_xmalloc((size_t)n * sizeof *node);
+	int k = 0, run = 0, even = 1, first = 0;
+
+	for (int i = 0; i < n; i++)
+		node[i] = topo_node(t, devs[i]);
+	qsort(node, (size_t)n, sizeof *node, cmp_int);
+	for (int i = 0; i < n; i++) {
+		run++;
+		if (i + 1 < n && node[i + 1] == node[i])
+			continue;
+		if (k++ == 0)
+			first = run;
+		even &= run == first;
+		run = 0;
+	}
+	*per_node = even ? first : 0;
+	free(node);
+	return k;
 }
 
 const char *topo_link_class_name(enum topo_link_class c)

@@ -56,6 +56,10 @@ enum topo_link_class topo_link_class(const struct topo *t, int a, int b);
 /* The slowest link class among all pairs of the n devices in devs. */
 enum topo_link_class topo_group_link_class(const struct topo *t, const int *devs, int n);
 
+/* How the n devices devs spread over nodes: the number of nodes they touch, with in
+ * *per_node the members on each when every one of those nodes holds as many (else 0). */
+int topo_group_nodes(const struct topo *t, const int *devs, int n, int *per_node);
+
 /* Node of device d. */
 int topo_node(const struct topo *t, int d);
 

@@ -35,6 +35,9 @@ const struct cli_opt cli_par_opts[] = {
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
 	{"sequence-parallel", 0, 0, CLI_PAR_SP, NULL,
 	 "sequence parallelism: LayerNorm regions split by tokens over tp"},
+	{"fold", 0, 1, CLI_PAR_FOLD, "on|off",
+	 "dry-run: simulate symmetric devices (replicas, tp ranks 2..) once, exactly (default "
+	 "on); off runs every device"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -110,6 +113,11 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_SP:
 		cfg->sp = 1;
+		break;
+	case CLI_PAR_FOLD:
+		if (strcmp(v, "on") && strcmp(v, "off"))
+			cli_fail(c, "--fold: '%s' is not on or off", v);
+		cfg->fold = !strcmp(v, "on");
 		break;
 	default:
 		return 0;

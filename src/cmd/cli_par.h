@@ -25,6 +25,7 @@ enum {
 	CLI_PAR_ZERO,
 	CLI_PAR_BUCKET,
 	CLI_PAR_SP,
+	CLI_PAR_FOLD,
 };
 extern const struct cli_opt cli_par_opts[];
 

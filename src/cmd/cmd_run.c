@@ -123,6 +123,11 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 	report_comm_table(stdout, cl);
 	if (verify)
 		print_verify(cfg, par, ref, v);
+	if (par->devices_run < ndev)
+		printf("# dry-run folding: %d of the %d devices simulated, each of the others a "
+		       "replica or tensor-parallel peer of one of them (exact; --fold off runs "
+		       "all)\n",
+		       par->devices_run, ndev);
 }
 
 /* The report as one JSON object (docs/architecture.md, The JSON report). */
@@ -161,7 +166,8 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	report_memory_json(stdout, cl, cfg->mesh.world);
 	printf(",");
 	report_comm_json(stdout, cl);
-	printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
+	printf(",\"devices_run\":%d,\"wall_s\":%.6g}\n", par->devices_run,
+	       (double)emu_cluster_wall_ns(cl) / 1e9);
 }
 
 /* Runs cfg on cc's cluster (and with verify, the reference on one device of it) and

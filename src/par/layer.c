@@ -11,7 +11,7 @@
 
 const float *par_layer_input(const struct par_acts *a, int l)
 {
-	return l > a->l0 ? D(a->la[l - 1].res3) : D(a->enc);
+	return l > a->l0 ? D(par_la(a, l - 1)->res3) : D(a->enc);
 }
 
 int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char *name, float *dw,
@@ -38,7 +38,7 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 {
 	const struct kctx *k = &m->k;
 	const struct par_plan *pl = &m->plan[l];
-	struct gpt_layer_acts *la = &a->la[l];
+	struct gpt_layer_acts *la = par_la(a, l);
 	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
 	size_t r0 = (size_t)m->row0, mc = (size_t)m->Ml * C;
 	const float *x = par_layer_input(a, l); /* (Ml, h) */
@@ -83,8 +83,8 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 {
 	const struct kctx *k = &m->k;
 	const struct par_plan *pl = &m->plan[l];
-	struct gpt_layer_acts *la = &a->la[l];
-	struct par_stash *st = &a->stash[l];
+	struct gpt_layer_acts *la = par_la(a, l);
+	struct par_stash *st = par_stash_at(a, l);
 	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
 	const float *dl;
 
@@ -136,8 +136,8 @@ static void stash_free(const struct kctx *k, struct par_stash *st)
 void par_layer_bwd_weight(struct par_model *m, struct par_acts *a, int l)
 {
 	const struct kctx *k = &m->k;
-	struct gpt_layer_acts *la = &a->la[l];
-	struct par_stash *st = &a->stash[l];
+	struct gpt_layer_acts *la = par_la(a, l);
+	struct par_stash *st = par_stash_at(a, l);
 	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp;
 
 	if (m->plan[l].mlp->bwd_weight)

@@ -130,14 +130,13 @@ unsigned par_acts_flags(const struct par_model *m)
 
 int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1)
 {
-	size_t bt = (size_t)m->B * m->T;
-	int L = m->cfg.num_layers;
+	size_t bt = (size_t)m->B * m->T, nl = l1 > l0 ? (size_t)(l1 - l0) : 1;
 
 	memset(a, 0, sizeof *a);
 	a->l0 = l0;
 	a->l1 = l1;
-	a->la = emu_xcalloc((size_t)L + 1, sizeof *a->la);
-	a->stash = emu_xcalloc((size_t)L + 1, sizeof *a->stash);
+	a->la = emu_xcalloc(nl, sizeof *a->la);
+	a->stash = emu_xcalloc(nl, sizeof *a->stash);
 	a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
 	a->targets = emu_xcalloc(bt, sizeof *a->targets);
 	a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
@@ -146,7 +145,7 @@ int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1
 
 int par_acts_layer(struct par_model *m, struct par_acts *a, int l, unsigned parts)
 {
-	return gpt_layer_acts_alloc(&m->k, &a->la[l], m->B, m->T, m->Ml, m->cfg.hidden,
+	return gpt_layer_acts_alloc(&m->k, par_la(a, l), m->B, m->T, m->Ml, m->cfg.hidden,
 				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
 				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, parts);
 }
@@ -168,7 +167,7 @@ int par_acts_head(struct par_model *m, struct par_acts *a)
 void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what)
 {
 	const struct kctx *k = &m->k;
-	struct gpt_layer_acts *la = &a->la[l];
+	struct gpt_layer_acts *la = par_la(a, l);
 
 	if (what & PAR_DROP_POST) {
 		struct tensor *t[] = {&la->res2,  &la->ln2,      &la->ln2_mean, &la->ln2_rstd,
@@ -211,8 +210,8 @@ void par_acts_free(struct par_model *m, struct par_acts *a)
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
 		tensor_free(k, t[i]);
 	for (int l = a->l0; a->la && l < a->l1; l++) {
-		gpt_layer_acts_free(k, &a->la[l]);
-		par_stash_free(m, &a->stash[l]);
+		gpt_layer_acts_free(k, par_la(a, l));
+		par_stash_free(m, par_stash_at(a, l));
 	}
 	free(a->la);
 	free(a->stash);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "gpt.h"
+#include "util.h"
 
 /* Activation recomputation (par/recompute.c). */
 enum par_recompute { PAR_RECOMPUTE_NONE, PAR_RECOMPUTE_SELECTIVE, PAR_RECOMPUTE_FULL };
@@ -94,11 +95,11 @@ struct par_stash {
 };
 
 /* One micro-batch's activations: what forward keeps for backward, for the layers
- * [l0, l1) (la[l] exists for those only), and what crosses a pipeline cut. */
+ * [l0, l1) (par_la(a, l) for those only), and what crosses a pipeline cut. */
 struct par_acts {
 	int l0, l1;
 	struct tensor enc;                /* (Ml, h): the embeddings, or the input received */
-	struct gpt_layer_acts *la;        /* [L] */
+	struct gpt_layer_acts *la;        /* [l1 - l0]: layers l0 .. l1 - 1 (par_la) */
 	struct tensor lnf;                /* (B T, h): the final LayerNorm, all rows */
 	struct tensor lnf_mean, lnf_rstd; /* (Ml), (Ml) */
 	struct tensor probs;              /* (B T, V/t): logits, then probabilities */
@@ -106,11 +107,24 @@ struct par_acts {
 	struct tensor dout;               /* (Ml, h): pipeline: the output's gradient, received */
 	struct tensor din2;               /* helix: the other part of the gradient received */
 	struct tensor gout_a, gout_x;     /* helix: the gradient of the block's input, to send */
-	struct par_stash *stash;          /* [L]: zero-bubble: between B and W */
+	struct par_stash *stash;          /* [l1 - l0]: zero-bubble: between B and W */
 	int *tokens, *targets;            /* (B, T) */
 	int *ltargets;                    /* (B, T): targets local to the vocab shard, -1 if not */
 	float aux_loss;                   /* the MoE layers' load-balancing losses */
 };
+
+/* Layer l's activations and stash in a (l0 <= l < l1). */
+static inline struct gpt_layer_acts *par_la(const struct par_acts *a, int l)
+{
+	EMU_ASSERT(l >= a->l0 && l < a->l1);
+	return &a->la[l - a->l0];
+}
+
+static inline struct par_stash *par_stash_at(const struct par_acts *a, int l)
+{
+	EMU_ASSERT(l >= a->l0 && l < a->l1);
+	return &a->stash[l - a->l0];
+}
 
 /* The scratch that travels with one micro-batch in flight: gradients of activations,
  * reused layer by layer, and the buffers collectives fill. One per micro-batch that can be

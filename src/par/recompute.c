@@ -6,7 +6,7 @@
 
 void par_recompute_drop(struct par_model *m, struct par_acts *a, int l)
 {
-	struct gpt_layer_acts *la = &a->la[l];
+	struct gpt_layer_acts *la = par_la(a, l);
 
 	if (m->pc.recompute == PAR_RECOMPUTE_SELECTIVE) {
 		if (!m->plan[l].attn->refwd)
@@ -45,7 +45,7 @@ int par_recompute_bwd(struct par_model *m, struct par_work *w, struct par_acts *
 		rc = par_layer_fwd_all(m, w, a, l);
 		a->aux_loss = aux;
 	} else if (m->pc.recompute == PAR_RECOMPUTE_SELECTIVE && at->refwd) {
-		at->refwd(m, w, &a->la[l]);
+		at->refwd(m, w, par_la(a, l));
 	}
 	return rc;
 }

@@ -262,12 +262,12 @@ static int block_msg(struct par_model *m, struct par_acts *a, int j, int grad, i
 	size_t nq = 3 * BT * C / (size_t)m->tp, no = BT * C / (size_t)m->tp;
 
 	if (!grad && out) { /* unit c: qkv and its output x_c; attention: atty and x */
-		parts[0] = attn ? &a->la[c].atty : &a->la[c].qkv;
-		parts[1] = attn || c == 0 ? &a->enc : &a->la[c - 1].res3;
+		parts[0] = attn ? &par_la(a, c)->atty : &par_la(a, c)->qkv;
+		parts[1] = attn || c == 0 ? &a->enc : &par_la(a, c - 1)->res3;
 		return 2;
 	}
 	if (!grad) { /* unit c > 0: the attention output and x_{c-1}; attention: qkv and x */
-		parts[0] = attn ? &a->la[c].qkv : &a->la[c - 1].atty;
+		parts[0] = attn ? &par_la(a, c)->qkv : &par_la(a, c - 1)->atty;
 		parts[1] = &a->enc;
 		return 2;
 	}

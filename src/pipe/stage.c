@@ -139,7 +139,7 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 
 	if (what == SCHED_ACT) /* (Ml, h): the chunk's output */
-		return coll_isend(ps->d, ps->dev[peer], a->la[a->l1 - 1].res3.data, n,
+		return coll_isend(ps->d, ps->dev[peer], par_la(a, a->l1 - 1)->res3.data, n,
 				  &ps->act_req[x]);
 	/* the send holds its own copy (eager, emu/coll.h): the gradient's buffer can go */
 	rc = coll_isend(ps->d, ps->dev[peer], ps->din[x].data, n, &ps->grad_req[x]);

@@ -25,6 +25,7 @@ void run_cfg_init(struct run_cfg *cfg)
 	cfg->mlp_chunks = 1;
 	cfg->bucket_bytes = 25000000;
 	cfg->log_every = -1; /* unset: about 30 lines */
+	cfg->fold = 1;
 }
 
 /* Megatron's padded vocabulary: a multiple of divisible-by x tp, so that every

@@ -49,11 +49,12 @@ struct run_cfg {
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets */
 	const struct data *data;      /* NULL in dry-run */
 	int log_every;                /* print a progress line every this many steps; 0: quiet */
+	int fold; /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
 };
 
 /* Every default, as pemu's --help states them: the small preset, seed 1234, AdamW's
  * defaults (models/optim.c), a 1 x 1 x 1 mesh, ZeRO 0, no recomputation, one MLP chunk,
- * 25 MB buckets, vocabulary padded to a multiple of 128 x tp. Marked unset, for
+ * 25 MB buckets, vocabulary padded to a multiple of 128 x tp, dry-run folding on. Marked unset, for
  * run_cfg_finish to derive after the user's values: mbs, gbs and steps (0), prec and
  * schedule (prec_set, schedule_set 0), vpp (0), opt.min_lr (-1), opt.decay_steps (0),
  * log_every (-1). data is NULL: the caller points it at the corpus in execute mode. */

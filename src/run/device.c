@@ -11,6 +11,7 @@
 #include "coll.h"
 #include "par/dp.h"
 #include "pipe/stage.h"
+#include "run/fold.h"
 #include "run/run.h"
 #include "util.h"
 
@@ -82,7 +83,7 @@ static void rank_forwarded(void *ctx, uint64_t g, const struct par_acts *a)
 	struct rank *rk = ctx;
 
 	if (rk->tpr == 0)
-		run_record_routes(rk->o, rk->cfg, g, a->la);
+		run_record_routes(rk->o, rk->cfg, g, a->la, a->l0, a->l1);
 }
 
 /* This device's part of the configuration. */
@@ -232,7 +233,8 @@ out:
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o)
 {
 	struct job j = {cfg, o};
-	int pp = cfg->mesh.size[MESH_PP], rc;
+	int pp = cfg->mesh.size[MESH_PP], rc, fold = cfg->fold && emu_cluster_config(c)->dry_run;
+	int *rep = fold ? emu_xmalloc((size_t)cfg->mesh.world * sizeof *rep) : NULL;
 
 	if (pp > 1) {
 		run_cfg_schedule(cfg, &o->sched);
@@ -241,7 +243,14 @@ int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_ou
 		for (int s = 0; s < pp; s++)
 			o->span[s] = emu_xcalloc(2 * (size_t)o->sched.n[s] + 1, sizeof **o->span);
 	}
+	if (fold)
+		run_fold_plan(cfg, &emu_cluster_config(c)->topo, rep);
+	if (emu_cluster_set_fold(c, rep))
+		emu_die("run_parallel: the fold plan was refused");
+	o->devices_run = emu_cluster_devices_run(c);
 	rc = emu_cluster_run(c, par_device, &j);
+	emu_cluster_set_fold(c, NULL);
+	free(rep);
 	run_sum_losses(cfg, o);
 	return rc;
 }

@@ -37,7 +37,8 @@ static int ref_device(struct emu_dev *d, void *arg)
 					   cfg->model.seq_len, tok, tgt);
 			loss += (double)gpt_forward(&m, tok, tgt) / accum;
 			if (kctx_math(&k))
-				run_record_routes(o, cfg, (uint64_t)s * accum + a, m.la);
+				run_record_routes(o, cfg, (uint64_t)s * accum + a, m.la, 0,
+						  cfg->model.num_layers);
 			gpt_backward(&m, 1.0f / accum);
 		}
 		if (s == 0 && o->snapshot && kctx_math(&k))

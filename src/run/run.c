@@ -65,14 +65,14 @@ void run_free(struct run_out *o)
 
 /* Keeps the routing decisions of micro-batch mb (in global order) from its layers' la. */
 void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
-		       const struct gpt_layer_acts *la)
+		       const struct gpt_layer_acts *la, int l0, int l1)
 {
 	int L = cfg->model.num_layers;
 	size_t per = o->route_mb / (size_t)L;
 	int *out = o->routes ? o->routes + mb * o->route_mb : NULL;
 
-	for (int l = 0; out && l < L; l++) {
-		const struct moe_acts *a = &la[l].moe;
+	for (int l = l0; out && l < l1; l++) {
+		const struct moe_acts *a = &la[l - l0].moe;
 
 		if (!gpt_layer_is_moe(&cfg->model, l) || !a->choice)
 			continue;

@@ -20,6 +20,7 @@ struct run_out {
 	int64_t *step_ns;     /* [steps] virtual step time (device 0) */
 	int64_t *compute_ns;  /* [steps] of it, compute (device 0) */
 	double flops_step;    /* FLOPs charged by device 0 in the last step */
+	int devices_run;      /* devices simulated: fewer than the mesh's when dry-run folds */
 	int snapshot;         /* fill grad0 and params */
 	float **grad0;        /* [np] full tensors: the first step's gradients */
 	float **params;       /* [np] full tensors: the weights after the last step */
@@ -40,13 +41,15 @@ struct run_out {
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
 void run_free(struct run_out *o);
 
-/* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from its
- * layers' activations la; sums each step's loss from its stages' and replicas' shares. */
+/* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from the
+ * activations la[0 .. l1 - l0) of its layers l0 .. l1 - 1; sums each step's loss from its stages'
+ * and replicas' shares. */
 void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
-		       const struct gpt_layer_acts *la);
+		       const struct gpt_layer_acts *la, int l0, int l1);
 void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
 
-/* run_parallel runs cfg on c, whose device count is the mesh's; run_reference runs the
+/* run_parallel runs cfg on c, whose device count is the mesh's (in dry-run, folded as
+ * run/fold.h plans unless cfg->fold is 0); run_reference runs the
  * serial model (models/gpt.c) on one device of c with the same seed, data and batches.
  * Both fill o; 0 or the run's enum emu_err. */
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
