@@ -2,8 +2,9 @@
  * --model small --dp 2 --tp 2` against `pemu train --model small` (the serial reference)
  * with the same global batch, measured alternately in the same run (issue target: at most
  * 1.5x). Both do the same math; the parallel run adds the collectives, the sharding and
- * four device threads on this host's cores. Writes DIR/overhead.csv and a summary; never
- * fails on speed.
+ * four devices on this host's cores: as contexts on a thread a core (the default) and as
+ * an OS thread each (as pemu ran before), alternately too. Writes DIR/overhead.csv and a
+ * summary; never fails on speed.
  * usage: bench/overhead [DIR]   (default build/bench/out) */
 #include <cblas.h>
 #include <stdio.h>
@@ -27,9 +28,9 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "build/bench/out";
-	double serial[ROUNDS], par[ROUNDS];
-	struct emu_config e1, e4;
-	struct emu_cluster *c1, *c4;
+	double serial[ROUNDS], par[ROUNDS], thr[ROUNDS];
+	struct emu_config e1, e4, et;
+	struct emu_cluster *c1, *c4, *ct;
 	struct run_cfg cfg;
 	struct data data;
 	char path[4096];
@@ -52,8 +53,11 @@ int main(int argc, char **argv)
 	e1.ndev = 1;
 	e4 = e1;
 	e4.ndev = 4;
+	et = e4;
+	et.workers = -1;
 	c1 = emu_cluster_new(&e1);
 	c4 = emu_cluster_new(&e4);
+	ct = emu_cluster_new(&et);
 	for (int r = 0; r < ROUNDS; r++) {
 		struct run_out o;
 
@@ -67,22 +71,33 @@ int main(int argc, char **argv)
 			emu_die("run failed: %s", emu_cluster_report(c4));
 		par[r] = (double)emu_cluster_wall_ns(c4) / 1e9;
 		run_free(&o);
+		run_alloc(&o, &cfg, 0);
+		if (run_parallel(ct, &cfg, &o))
+			emu_die("run failed: %s", emu_cluster_report(ct));
+		thr[r] = (double)emu_cluster_wall_ns(ct) / 1e9;
+		run_free(&o);
 	}
 	qsort(serial, ROUNDS, sizeof *serial, cmp_d);
 	qsort(par, ROUNDS, sizeof *par, cmp_d);
+	qsort(thr, ROUNDS, sizeof *thr, cmp_d);
 	snprintf(path, sizeof path, "%s/overhead.csv", dir);
 	if (!(csv = fopen(path, "w")))
 		emu_die("cannot write %s", path);
 	fprintf(csv,
 		"what,steps,global_batch,wall_s\ntrain small,%d,%d,%.4f\nrun small dp2 "
-		"tp2,%d,%d,%.4f\n",
-		cfg.steps, cfg.gbs, serial[ROUNDS / 2], cfg.steps, cfg.gbs, par[ROUNDS / 2]);
+		"tp2,%d,%d,%.4f\nrun small dp2 tp2 a thread a device,%d,%d,%.4f\n",
+		cfg.steps, cfg.gbs, serial[ROUNDS / 2], cfg.steps, cfg.gbs, par[ROUNDS / 2],
+		cfg.steps, cfg.gbs, thr[ROUNDS / 2]);
 	fclose(csv);
 	printf("small, global batch %d, %d steps: train %.3f s, run --dp 2 --tp 2 %.3f s wall: "
 	       "%.2fx (target <= 1.5x)\n",
 	       cfg.gbs, cfg.steps, serial[ROUNDS / 2], par[ROUNDS / 2],
 	       par[ROUNDS / 2] / serial[ROUNDS / 2]);
+	printf("the same run with an OS thread a device: %.3f s (contexts on a thread a core: "
+	       "%.2fx of that)\n",
+	       thr[ROUNDS / 2], par[ROUNDS / 2] / thr[ROUNDS / 2]);
 	printf("wrote %s\n", path);
+	emu_cluster_free(ct);
 	emu_cluster_free(c1);
 	emu_cluster_free(c4);
 	data_free(&data);

@@ -49,6 +49,12 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
 			 topo_ndev(t));
 		return -1;
 	}
+	if (cfg->workers < -1) {
+		snprintf(buf, n,
+			 "workers must be -1 (a thread a device), 0 (a core each) or more, got %d",
+			 cfg->workers);
+		return -1;
+	}
 	if (cfg->pace < 0) {
 		snprintf(buf, n, "pace must be 0 (off) or positive, got %g", cfg->pace);
 		return -1;
@@ -77,6 +83,7 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
 struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
 {
 	struct emu_cluster *c = emu_xcalloc(1, sizeof *c);
+	pthread_mutexattr_t ma;
 	char why[256];
 
 	if (emu_config_check(cfg, why, sizeof why))
@@ -85,8 +92,13 @@ struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
 	if (!c->cfg.mem_cap)
 		c->cfg.mem_cap = cfg->topo.gpu.hbm_bytes;
 	c->devs = emu_xcalloc((size_t)cfg->ndev, sizeof *c->devs);
-	if (pthread_mutex_init(&c->lock, NULL))
+	/* Held for short stretches by every arrival, wait and wake: an adaptive mutex spins a
+	 * little before it sleeps in the kernel. */
+	if (pthread_mutexattr_init(&ma) ||
+	    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP) ||
+	    pthread_mutex_init(&c->lock, &ma) || pthread_cond_init(&c->rq_cond, NULL))
 		emu_die("pthread_mutex_init failed");
+	pthread_mutexattr_destroy(&ma);
 	for (int i = 0; i < cfg->ndev; i++) {
 		struct emu_dev *d = &c->devs[i];
 
@@ -171,6 +183,7 @@ void emu_cluster_free(struct emu_cluster *c)
 		pthread_cond_destroy(&c->devs[i].cond);
 	}
 	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->rq_cond);
 	free(c->chan_tab);
 	free(c->rep);
 	free(c->devs);
@@ -244,6 +257,15 @@ const char *emu_err_name(int err)
 /* ------------------------------------------------------------------------------------ */
 /* Errors                                                                               */
 
+/* Lets a blocked device go on: its thread's condition, or back on the run queue. */
+static void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d)
+{
+	if (c->pool)
+		fiber_wake_locked(c, d);
+	else
+		pthread_cond_signal(&d->cond);
+}
+
 /* Records err (report is taken over) and wakes every device. The run's error is the
  * first one recorded; a device's own error is also kept on the device so that the run
  * can report the lowest device's, whatever order the threads failed in. */
@@ -262,7 +284,7 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report)
 	}
 	atomic_store(&c->failed, 1);
 	for (int i = 0; i < c->cfg.ndev; i++)
-		pthread_cond_signal(&c->devs[i].cond);
+		dev_wake_locked(c, &c->devs[i]);
 }
 
 static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
@@ -513,7 +535,7 @@ static void wake_waiters_locked(struct emu_cluster *c, struct op *op)
 		if (w->blocked && w->wait_op == op) {
 			w->blocked = 0;
 			c->nblocked--;
-			pthread_cond_signal(&w->cond);
+			dev_wake_locked(c, w);
 		}
 	}
 }
@@ -703,7 +725,8 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member)
 
 	if (atomic_load_explicit(&op->ready, memory_order_acquire))
 		return 0;
-	spins = SPIN_TOTAL / (c->cfg.ndev > 0 ? c->cfg.ndev : 1);
+	/* On the pool, parking is two context switches: no spinning. */
+	spins = c->pool ? 0 : SPIN_TOTAL / (c->cfg.ndev > 0 ? c->cfg.ndev : 1);
 	if (spins > SPIN_MAX)
 		spins = SPIN_MAX;
 	for (int i = 0; i < spins; i++) {
@@ -721,8 +744,12 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member)
 		d->wait_member = member;
 		c->nblocked++;
 		check_deadlock_locked(c);
-		while (d->blocked && !atomic_load(&c->failed))
-			pthread_cond_wait(&d->cond, &c->lock);
+		while (d->blocked && !atomic_load(&c->failed)) {
+			if (c->pool)
+				fiber_park_locked(d);
+			else
+				pthread_cond_wait(&d->cond, &c->lock);
+		}
 		if (d->blocked) {
 			d->blocked = 0;
 			c->nblocked--;
@@ -762,7 +789,7 @@ int emu_barrier(struct emu_dev *d)
 /* ------------------------------------------------------------------------------------ */
 /* Running                                                                              */
 
-static void *dev_main(void *p)
+void *dev_main(void *p)
 {
 	struct emu_dev *d = p;
 	struct emu_cluster *c = d->c;
@@ -840,18 +867,23 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 	pthread_mutex_unlock(&c->lock);
 	free(all);
 
-	if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, DEV_STACK_BYTES))
-		emu_die("pthread_attr_init failed");
+	c->pool = c->cfg.workers >= 0;
 	t0 = emu_wall_ns();
-	for (int i = 0; i < n; i++)
-		if ((!c->rep || c->rep[i] == i) &&
-		    pthread_create(&c->devs[i].thread, &attr, dev_main, &c->devs[i]))
-			emu_die("pthread_create failed for device %d of %d", i, n);
-	for (int i = 0; i < n; i++)
-		if ((!c->rep || c->rep[i] == i) && pthread_join(c->devs[i].thread, NULL))
-			emu_die("pthread_join failed");
+	if (c->pool) {
+		fiber_run(c);
+	} else {
+		if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, DEV_STACK_BYTES))
+			emu_die("pthread_attr_init failed");
+		for (int i = 0; i < n; i++)
+			if ((!c->rep || c->rep[i] == i) &&
+			    pthread_create(&c->devs[i].thread, &attr, dev_main, &c->devs[i]))
+				emu_die("pthread_create failed for device %d of %d", i, n);
+		for (int i = 0; i < n; i++)
+			if ((!c->rep || c->rep[i] == i) && pthread_join(c->devs[i].thread, NULL))
+				emu_die("pthread_join failed");
+		pthread_attr_destroy(&attr);
+	}
 	c->wall_ns = emu_wall_ns() - t0;
-	pthread_attr_destroy(&attr);
 
 	for (int i = 0; i < n; i++)
 		mem_release_all(&c->devs[i]);

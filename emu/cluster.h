@@ -57,6 +57,12 @@ struct emu_config {
 	uint64_t mem_cap; /* bytes per device; 0: the GPU's HBM size */
 	double pace;      /* >0: wall clock follows virtual clock * pace (a demo aid) */
 	int trace;        /* 1: record every op for trace_write_json / trace_timeline */
+	/* Host threads that run the devices, each device a user-level context on them: 0
+	 * (the default) one per online core in execute mode and one in dry-run, N > 0 that
+	 * many (never more than the devices that run); -1 one OS thread per device
+	 * instead, as pemu ran before (for comparisons). Host speed only: results are the
+	 * same whatever it is. */
+	int workers;
 };
 
 /* A config for preset topo_name (see topo.h) with every device of one node, execute mode,
@@ -73,7 +79,7 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n);
 
 typedef int (*emu_dev_fn)(struct emu_dev *d, void *arg);
 
-/* Runs fn on every device, each in its own thread, and joins them. Returns 0, or the
+/* Runs fn on every device (as emu_config.workers says) and waits for them all. Returns 0, or the
  * run's error (enum emu_err) with its report in emu_cluster_report(). Every device's
  * memory is released before it returns, error or not; statistics and the trace stay
  * until the next run or emu_cluster_free. */

@@ -18,6 +18,7 @@
 #define EMU_INTERNAL_H
 
 #include <pthread.h>
+#include <ucontext.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -157,11 +158,24 @@ struct trace_buf {
 	size_t nmem, capmem;
 };
 
+/* A device as a user-level context (fiber.c), when the cluster runs a pool of workers. */
+struct dev_fiber {
+	ucontext_t ctx;    /* without fiber.c's ASM_SWITCH */
+	void *sp;          /* with it: the saved stack pointer */
+	void *map, *stack; /* the mapping (a guard page, then the stack) and the stack */
+	size_t stack_size;
+	int state;            /* fiber.c's FB_*, under c->lock */
+	struct emu_dev *next; /* in the run queue */
+	struct worker *w;     /* the worker running it */
+	void *fake, *tsan;    /* the sanitizers' handles */
+};
+
 struct emu_dev {
 	struct emu_cluster *c;
 	int id;
-	pthread_t thread;
+	pthread_t thread;    /* one OS thread a device (workers -1) */
 	pthread_cond_t cond; /* signalled under c->lock when this device may go on */
+	struct dev_fiber fb; /* else its context on the pool */
 
 	/* Waiting state, under c->lock. */
 	int blocked;        /* counted in c->nblocked */
@@ -211,6 +225,13 @@ struct emu_cluster {
 	int fault_nth;   /* the call each device leaves out */
 	int *rep;        /* dry-run folding: [cfg.ndev] each device's representative, or NULL */
 	int nrun;        /* devices whose function runs */
+
+	/* The pool (fiber.c), under lock: ready devices, idle workers, devices finished. */
+	int pool; /* this run's devices are contexts on workers */
+	struct emu_dev *rq_head, *rq_tail;
+	atomic_int rq_n; /* its length, also read without the lock */
+	pthread_cond_t rq_cond;
+	int rq_idle, nexited;
 };
 
 /* cluster.c: channels, rendezvous, waiting and failing. */
@@ -228,6 +249,15 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
 int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int dev_check_failed(struct emu_dev *d);
+/* Runs d's function and what follows it (a thread's or a context's body). */
+void *dev_main(void *d);
+
+/* fiber.c: the run on a pool of workers; parking a device (under c->lock, which it
+ * holds again when woken) and waking one; the workers a run gets. */
+void fiber_run(struct emu_cluster *c);
+void fiber_park_locked(struct emu_dev *d);
+void fiber_wake_locked(struct emu_cluster *c, struct emu_dev *d);
+int fiber_workers(const struct emu_cluster *c);
 
 /* coll.c: what the last arrival does (nonzero: the members' calls do not fit together),
  * the data tasks, and reading a finished op's times into a stream. */

@@ -92,7 +92,7 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static char *run_and_trace(double pace, int jitter, const char *path, size_t *len)
+static char *run_and_trace(double pace, int jitter, int workers, const char *path, size_t *len)
 {
 	struct emu_config cfg;
 	struct emu_cluster *c;
@@ -102,6 +102,7 @@ static char *run_and_trace(double pace, int jitter, const char *path, size_t *le
 	cfg.ndev = 16;
 	cfg.trace = 1;
 	cfg.pace = pace;
+	cfg.workers = workers;
 	c = emu_cluster_new(&cfg);
 	assert_int_equal(emu_cluster_run(c, workload, &jitter), 0);
 	assert_int_equal(trace_write_json(c, path), 0);
@@ -111,16 +112,26 @@ static char *run_and_trace(double pace, int jitter, const char *path, size_t *le
 
 static void test_identical_traces(void **state)
 {
+	/* The devices as contexts on 1, 2 and 3 host threads, and as an OS thread each. */
+	static const int workers[] = {1, 3, -1};
 	size_t n1, n2, n3, n4;
 	char *a, *b, *p, *j;
 
 	(void)state;
-	a = run_and_trace(0, 0, "build/test_trace_a.json", &n1);
-	b = run_and_trace(0, 0, "build/test_trace_b.json", &n2);
-	/* Pacing and random host delays make the threads run in another order; neither may
-	 * change a thing in virtual time. */
-	p = run_and_trace(0.5, 0, "build/test_trace_p.json", &n3);
-	j = run_and_trace(0, 1, "build/test_trace_j.json", &n4);
+	a = run_and_trace(0, 0, 2, "build/test_trace_a.json", &n1);
+	b = run_and_trace(0, 0, 2, "build/test_trace_b.json", &n2);
+	/* Pacing and random host delays make the devices run in another order; neither may
+	 * change a thing in virtual time; nor may how many host threads run them. */
+	p = run_and_trace(0.5, 0, 2, "build/test_trace_p.json", &n3);
+	j = run_and_trace(0, 1, 2, "build/test_trace_j.json", &n4);
+	for (size_t i = 0; i < sizeof workers / sizeof *workers; i++) {
+		size_t nw;
+		char *w = run_and_trace(0, 1, workers[i], "build/test_trace_w.json", &nw);
+
+		assert_int_equal(n1, nw);
+		assert_memory_equal(a, w, n1);
+		free(w);
+	}
 	assert_true(n1 > 1000);
 	assert_int_equal(n1, n2);
 	assert_memory_equal(a, b, n1);
@@ -137,7 +148,7 @@ static void test_identical_traces(void **state)
 static void test_trace_content(void **state)
 {
 	size_t n;
-	char *t = run_and_trace(0, 0, "build/test_trace_c.json", &n);
+	char *t = run_and_trace(0, 0, 0, "build/test_trace_c.json", &n);
 
 	(void)state;
 	assert_non_null(strstr(t, "\"traceEvents\":["));

@@ -26,6 +26,9 @@ const struct cli_opt cli_cluster_opts[] = {
 	{"hbm-bw", 0, 1, CLI_HBM_BW, "BW", "memory bandwidth of a GPU, e.g. 2.04TB/s"},
 	{"mem-cap", 0, 1, CLI_MEM_CAP, "SIZE", "memory cap per GPU, e.g. 80GB (default: its HBM)"},
 	{"pace", 0, 1, CLI_PACE, "X", "wall clock follows virtual time times X (default 0: off)"},
+	{"host-threads", 0, 1, CLI_HOST_THREADS, "N|per-gpu",
+	 "host threads that run the virtual GPUs, each GPU a context on them (default: one a "
+	 "core, one in dry-run); per-gpu: an OS thread each"},
 	{"dry-run", 0, 0, CLI_DRY_RUN, NULL, "shapes only: account time and memory, move no data"},
 	{"trace", 0, 1, CLI_TRACE, "FILE", "write a Chrome trace (open it in Perfetto)"},
 	{"timeline", 0, 0, CLI_TIMELINE, NULL, "draw an ASCII timeline per device and stream"},
@@ -235,6 +238,11 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 	}
 	if (OV(CLI_PACE))
 		cfg->pace = cli_double(c, "--pace", OV(CLI_PACE), 0, 1e6);
+	if (OV(CLI_HOST_THREADS))
+		cfg->workers =
+			!strcmp(OV(CLI_HOST_THREADS), "per-gpu")
+				? -1
+				: (int)cli_int(c, "--host-threads", OV(CLI_HOST_THREADS), 1, 1024);
 #undef OV
 	cfg->trace = cc->trace_path || cc->timeline;
 	cfg->ndev = devices > 0 ? devices : topo_ndev(&cfg->topo);
