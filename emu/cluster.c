@@ -257,11 +257,12 @@ const char *emu_err_name(int err)
 /* ------------------------------------------------------------------------------------ */
 /* Errors                                                                               */
 
-/* Lets a blocked device go on: its thread's condition, or back on the run queue. */
-static void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d)
+/* Lets a blocked device go on: its thread's condition, or back on a run queue (that of
+ * the worker running device by, which woke it, if any). */
+static void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by)
 {
 	if (c->pool)
-		fiber_wake_locked(c, d);
+		fiber_wake_locked(c, d, by);
 	else
 		pthread_cond_signal(&d->cond);
 }
@@ -284,7 +285,7 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report)
 	}
 	atomic_store(&c->failed, 1);
 	for (int i = 0; i < c->cfg.ndev; i++)
-		dev_wake_locked(c, &c->devs[i]);
+		dev_wake_locked(c, &c->devs[i], NULL);
 }
 
 static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
@@ -527,7 +528,7 @@ static char *mismatch_report(const struct op *op)
 	return s.s;
 }
 
-static void wake_waiters_locked(struct emu_cluster *c, struct op *op)
+static void wake_waiters_locked(struct emu_cluster *c, struct op *op, const struct emu_dev *by)
 {
 	for (int i = 0; i < op->ch->n; i++) {
 		struct emu_dev *w = &c->devs[op->ch->devs[i]];
@@ -535,7 +536,7 @@ static void wake_waiters_locked(struct emu_cluster *c, struct op *op)
 		if (w->blocked && w->wait_op == op) {
 			w->blocked = 0;
 			c->nblocked--;
-			dev_wake_locked(c, w);
+			dev_wake_locked(c, w, by);
 		}
 	}
 }
@@ -596,7 +597,7 @@ int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct
 			cluster_fail_locked(c, EMU_EMISMATCH, -1, mismatch_report(op));
 		} else {
 			atomic_store_explicit(&op->ready, 1, memory_order_release);
-			wake_waiters_locked(c, op);
+			wake_waiters_locked(c, op, d);
 		}
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -1,6 +1,8 @@
-/* cluster: a GPU cluster inside one process. Each virtual GPU ("device") is a thread;
- * emu_cluster_run() starts one per device, runs the same function on each (SPMD, as
- * torchrun does), joins them and returns the first error with a report.
+/* cluster: a GPU cluster inside one process. Each virtual GPU ("device") is a line of
+ * execution of its own: a user-level context on a pool of host threads (a thread a core),
+ * or an OS thread (emu_config.workers). emu_cluster_run() runs the same function on each
+ * (SPMD, as torchrun does), waits for them all and returns the first error with a
+ * report.
  *
  *     struct emu_config cfg;
  *     emu_config_default(&cfg, "dgx-a100");   // 1 node x 8 A100, NVLink, IB

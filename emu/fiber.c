@@ -7,6 +7,13 @@
  * queue: waiting costs two context switches and no system call, whatever the number of
  * devices, and no device spins or yields its core to other processes.
  *
+ * Where a woken device goes. Onto the queue of the worker whose device woke it: a worker
+ * runs its own queue, then the shared one (devices not yet started, wakes after a
+ * failure), and takes from another worker's only when that one has not switched for
+ * STEAL_NS (it is busy in a long stretch of math, and its queue waits). So devices that
+ * mostly talk stay on one worker and do not fight over the cluster lock, and devices that
+ * compute spread over every core.
+ *
  * The hand-over, under c->lock. A device parks by marking itself PARKING, unlocking and
  * switching to its worker; the worker, back on its own stack, locks again and turns
  * PARKING into PARKED, or, if a wake came in between (WOKEN), queues the device at once.
@@ -21,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef __SANITIZE_ADDRESS__
@@ -31,9 +39,13 @@
 #endif
 
 #define FIBER_STACK_BYTES (2u << 20)
-/* An idle worker looks at the run queue this many times (a pause each) before it sleeps:
- * in a pipeline most devices wait at once, and the queue is often empty for a moment. */
-#define IDLE_SPINS 2000
+/* An idle worker looks at the queues this many times (a pause each) before it sleeps for
+ * IDLE_SLEEP_NS at most: in a pipeline most devices wait at once, and the queues are
+ * often empty for a moment. */
+#define IDLE_SPINS    2000
+#define IDLE_SLEEP_NS 200000
+/* A worker that has run the same device this long has its queue taken from. */
+#define STEAL_NS 20000
 
 /* The switch itself. On x86-64, a few instructions: push the callee-saved registers,
  * swap stack pointers, pop (no system call, unlike swapcontext's signal mask); a new
@@ -76,9 +88,12 @@ static inline void cpu_relax(void)
 struct worker {
 	struct emu_cluster *c;
 	pthread_t thread;
-	ucontext_t ctx;       /* without ASM_SWITCH */
-	void *sp;             /* with it */
-	const void *stack_lo; /* its own stack, for ASan's switch annotations */
+	struct emu_dev *head, *tail; /* its queue, under c->lock */
+	atomic_int n;                /* its length, also read without the lock */
+	atomic_llong since;          /* wall time it last switched to a device */
+	ucontext_t ctx;              /* without ASM_SWITCH */
+	void *sp;                    /* with it */
+	const void *stack_lo;        /* its own stack, for ASan's switch annotations */
 	size_t stack_size;
 	void *tsan; /* its TSan fiber */
 };
@@ -137,35 +152,55 @@ static void to_worker(struct emu_dev *d, int dying)
 /* ---------------------------------------------------------------------------------- */
 /* The run queue, under c->lock                                                        */
 
-static void push_locked(struct emu_cluster *c, struct emu_dev *d)
+static void push_locked(struct emu_cluster *c, struct emu_dev *d, struct worker *w)
 {
+	struct emu_dev **head = w ? &w->head : &c->rq_head, **tail = w ? &w->tail : &c->rq_tail;
+
 	d->fb.state = FB_READY;
 	d->fb.next = NULL;
-	if (c->rq_tail)
-		c->rq_tail->fb.next = d;
+	if (*tail)
+		(*tail)->fb.next = d;
 	else
-		c->rq_head = d;
-	c->rq_tail = d;
-	atomic_fetch_add_explicit(&c->rq_n, 1, memory_order_relaxed);
-	if (c->rq_idle)
+		*head = d;
+	*tail = d;
+	atomic_fetch_add_explicit(w ? &w->n : &c->rq_n, 1, memory_order_relaxed);
+	if (!w && c->rq_idle)
 		pthread_cond_signal(&c->rq_cond);
 }
 
-static struct emu_dev *pop_locked(struct emu_cluster *c)
+static struct emu_dev *pop_locked(struct emu_cluster *c, struct worker *w)
 {
-	struct emu_dev *d = c->rq_head;
+	struct emu_dev **head = w ? &w->head : &c->rq_head, **tail = w ? &w->tail : &c->rq_tail;
+	struct emu_dev *d = *head;
 
-	c->rq_head = d->fb.next;
-	atomic_fetch_sub_explicit(&c->rq_n, 1, memory_order_relaxed);
-	if (!c->rq_head)
-		c->rq_tail = NULL;
+	if (!d)
+		return NULL;
+	*head = d->fb.next;
+	if (!*head)
+		*tail = NULL;
+	atomic_fetch_sub_explicit(w ? &w->n : &c->rq_n, 1, memory_order_relaxed);
 	return d;
 }
 
-void fiber_wake_locked(struct emu_cluster *c, struct emu_dev *d)
+/* A worker other than w whose queue has waited STEAL_NS, or NULL. */
+static struct worker *victim(struct emu_cluster *c, const struct worker *w)
+{
+	int64_t now = emu_wall_ns();
+
+	for (int i = 0; i < c->nworkers; i++) {
+		struct worker *v = &c->workers[i];
+
+		if (v != w && atomic_load_explicit(&v->n, memory_order_relaxed) &&
+		    now - atomic_load_explicit(&v->since, memory_order_relaxed) > STEAL_NS)
+			return v;
+	}
+	return NULL;
+}
+
+void fiber_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by)
 {
 	if (d->fb.state == FB_PARKED)
-		push_locked(c, d);
+		push_locked(c, d, by ? by->fb.w : NULL);
 	else if (d->fb.state == FB_PARKING)
 		d->fb.state = FB_WOKEN;
 }
@@ -207,6 +242,33 @@ static void fiber_entry(unsigned hi, unsigned lo)
 }
 #endif
 
+/* Nothing to run: look at the queues for a while, then sleep a little (a wake onto the
+ * shared queue ends the sleep; one onto another worker's queue is for that worker). */
+static void idle(struct emu_cluster *c, struct worker *w)
+{
+	struct timespec until;
+	int64_t t;
+
+	for (int i = 0; i < IDLE_SPINS; i++) {
+		if (atomic_load_explicit(&w->n, memory_order_relaxed) ||
+		    atomic_load_explicit(&c->rq_n, memory_order_relaxed) ||
+		    atomic_load(&c->nexited) == c->nrun || ((i & 63) == 63 && victim(c, w)))
+			return;
+		cpu_relax();
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + IDLE_SLEEP_NS;
+	until.tv_sec = t / 1000000000;
+	until.tv_nsec = t % 1000000000;
+	pthread_mutex_lock(&c->lock);
+	if (!c->rq_head && atomic_load(&c->nexited) < c->nrun) {
+		c->rq_idle++;
+		pthread_cond_timedwait(&c->rq_cond, &c->lock, &until);
+		c->rq_idle--;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 static void *worker_main(void *p)
 {
 	struct worker *w = p;
@@ -224,34 +286,33 @@ static void *worker_main(void *p)
 #endif
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		struct emu_dev *d;
+		struct emu_dev *d = pop_locked(c, w);
+		struct worker *v;
 
-		for (int i = 0; i < IDLE_SPINS && !c->rq_head && c->nexited < c->nrun; i++) {
+		if (!d)
+			d = pop_locked(c, NULL);
+		if (!d && (v = victim(c, w)))
+			d = pop_locked(c, v);
+		if (!d) {
+			if (atomic_load(&c->nexited) == c->nrun)
+				break;
 			pthread_mutex_unlock(&c->lock);
-			while (!atomic_load_explicit(&c->rq_n, memory_order_relaxed) &&
-			       i++ < IDLE_SPINS)
-				cpu_relax();
+			idle(c, w);
 			pthread_mutex_lock(&c->lock);
+			continue;
 		}
-		while (!c->rq_head && c->nexited < c->nrun) {
-			c->rq_idle++;
-			pthread_cond_wait(&c->rq_cond, &c->lock);
-			c->rq_idle--;
-		}
-		if (!c->rq_head)
-			break;
-		d = pop_locked(c);
 		d->fb.state = FB_RUNNING;
+		atomic_store_explicit(&w->since, emu_wall_ns(), memory_order_relaxed);
 		pthread_mutex_unlock(&c->lock);
 		to_device(w, d);
 		pthread_mutex_lock(&c->lock);
 		if (d->fb.state == FB_PARKING) {
 			d->fb.state = FB_PARKED;
 		} else if (d->fb.state == FB_WOKEN) {
-			push_locked(c, d);
+			push_locked(c, d, w);
 		} else {
 			EMU_ASSERT(d->fb.state == FB_EXITED);
-			if (++c->nexited == c->nrun)
+			if (atomic_fetch_add(&c->nexited, 1) + 1 == c->nrun)
 				pthread_cond_broadcast(&c->rq_cond);
 		}
 	}
@@ -337,13 +398,15 @@ void fiber_run(struct emu_cluster *c)
 
 	c->rq_head = c->rq_tail = NULL;
 	c->rq_idle = 0;
-	c->nexited = 0;
+	atomic_store(&c->nexited, 0);
+	c->workers = w;
+	c->nworkers = nw;
 	pthread_mutex_lock(&c->lock);
 	for (int i = 0; i < c->cfg.ndev; i++) {
 		if (c->rep && c->rep[i] != i)
 			continue;
 		fiber_init(&c->devs[i]);
-		push_locked(c, &c->devs[i]);
+		push_locked(c, &c->devs[i], NULL);
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (int i = 0; i < nw; i++) {
@@ -357,5 +420,7 @@ void fiber_run(struct emu_cluster *c)
 	for (int i = 0; i < c->cfg.ndev; i++)
 		if (c->devs[i].fb.map)
 			fiber_free(&c->devs[i]);
+	c->workers = NULL;
+	c->nworkers = 0;
 	free(w);
 }

@@ -9,11 +9,13 @@
  * then the op's data movement is cut into tasks that any member waiting on the op helps
  * to run, so completion never depends on a member that is busy elsewhere.
  *
- * How devices wait. A waiting device first yields its core a few times (most waits are
- * short), then registers as blocked and sleeps on its own condition variable. All
- * arrivals and registrations happen under the cluster lock, so the lock holder always
- * knows how many live devices are blocked: when that is all of them, no device can make
- * progress, and that is a deadlock, reported at once. */
+ * How devices wait. A waiting device registers as blocked and parks: its context is put
+ * aside and its worker runs another device (fiber.c), until the arrival that completes
+ * what it waits for queues it again. (With an OS thread a device, it first yields its
+ * core a few times, then sleeps on its own condition variable.) All arrivals and
+ * registrations happen under the cluster lock, so the lock holder always knows how many
+ * live devices are blocked: when that is all of them, no device can make progress, and
+ * that is a deadlock, reported at once. */
 #ifndef EMU_INTERNAL_H
 #define EMU_INTERNAL_H
 
@@ -226,12 +228,16 @@ struct emu_cluster {
 	int *rep;        /* dry-run folding: [cfg.ndev] each device's representative, or NULL */
 	int nrun;        /* devices whose function runs */
 
-	/* The pool (fiber.c), under lock: ready devices, idle workers, devices finished. */
+	/* The pool (fiber.c), under lock: the shared queue of ready devices (each worker has
+	 * its own too), idle workers, devices finished. */
 	int pool; /* this run's devices are contexts on workers */
 	struct emu_dev *rq_head, *rq_tail;
 	atomic_int rq_n; /* its length, also read without the lock */
 	pthread_cond_t rq_cond;
-	int rq_idle, nexited;
+	int rq_idle;
+	atomic_int nexited;
+	struct worker *workers;
+	int nworkers;
 };
 
 /* cluster.c: channels, rendezvous, waiting and failing. */
@@ -253,10 +259,11 @@ int dev_check_failed(struct emu_dev *d);
 void *dev_main(void *d);
 
 /* fiber.c: the run on a pool of workers; parking a device (under c->lock, which it
- * holds again when woken) and waking one; the workers a run gets. */
+ * holds again when woken) and waking one (onto the queue of the worker running device
+ * by, or the shared one); the workers a run gets. */
 void fiber_run(struct emu_cluster *c);
 void fiber_park_locked(struct emu_dev *d);
-void fiber_wake_locked(struct emu_cluster *c, struct emu_dev *d);
+void fiber_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by);
 int fiber_workers(const struct emu_cluster *c);
 
 /* coll.c: what the last arrival does (nonzero: the members' calls do not fit together),
