@@ -320,21 +320,14 @@ static void *worker_main(void *p)
 	return NULL;
 }
 
-static void fiber_init(struct emu_dev *d)
+/* Device d's context, on the stack at stack (FIBER_STACK_BYTES). */
+static void fiber_init(struct emu_dev *d, void *stack)
 {
 	struct dev_fiber *f = &d->fb;
-	long page = sysconf(_SC_PAGESIZE);
 	uintptr_t p = (uintptr_t)d;
 
 	f->stack_size = FIBER_STACK_BYTES;
-	/* A guard page below the stack: an overflow faults instead of corrupting. */
-	f->map = mmap(NULL, f->stack_size + (size_t)page, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-	if (f->map == MAP_FAILED)
-		emu_die("out of host memory: a stack for device %d", d->id);
-	if (mprotect(f->map, (size_t)page, PROT_NONE))
-		emu_die("mprotect failed");
-	f->stack = (char *)f->map + page;
+	f->stack = stack;
 #if ASM_SWITCH
 	{
 		/* What pemu_ctx_switch pops: r15 r14 r13 (the function) r12 (its argument)
@@ -372,8 +365,30 @@ static void fiber_free(struct emu_dev *d)
 #ifdef __SANITIZE_THREAD__
 	__tsan_destroy_fiber(f->tsan);
 #endif
-	munmap(f->map, f->stack_size + (size_t)sysconf(_SC_PAGESIZE));
-	f->map = NULL;
+	f->stack = NULL;
+}
+
+/* The stacks of n devices in one mapping (address space is reserved, memory is taken
+ * as touched), each with a guard page below it, so that an overflow faults instead of
+ * corrupting, while they fit the kernel's count of mappings (each guard splits the
+ * mapping in two; the default limit is 65530): beyond GUARDS_MAX devices, none. */
+#define GUARDS_MAX 16384
+
+static char *stacks_map(int n, size_t *slot, size_t *len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	char *map;
+
+	*slot = FIBER_STACK_BYTES + page;
+	*len = *slot * (size_t)n;
+	map = mmap(NULL, *len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+	if (map == MAP_FAILED)
+		emu_die("out of host address space: stacks for %d devices", n);
+	for (int i = 0; n <= GUARDS_MAX && i < n; i++)
+		if (mprotect(map + (size_t)i * *slot, page, PROT_NONE))
+			emu_die("mprotect failed");
+	return map;
 }
 
 /* By default one worker a core in execute mode, where devices do real math in parallel;
@@ -393,19 +408,22 @@ int fiber_workers(const struct emu_cluster *c)
 
 void fiber_run(struct emu_cluster *c)
 {
-	int nw = fiber_workers(c);
+	int nw = fiber_workers(c), k = 0;
 	struct worker *w = emu_xcalloc((size_t)nw, sizeof *w);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), slot, len;
+	char *stacks = stacks_map(c->nrun, &slot, &len);
 
 	c->rq_head = c->rq_tail = NULL;
 	c->rq_idle = 0;
 	atomic_store(&c->nexited, 0);
 	c->workers = w;
 	c->nworkers = nw;
+
 	pthread_mutex_lock(&c->lock);
 	for (int i = 0; i < c->cfg.ndev; i++) {
 		if (c->rep && c->rep[i] != i)
 			continue;
-		fiber_init(&c->devs[i]);
+		fiber_init(&c->devs[i], stacks + (size_t)k++ * slot + page);
 		push_locked(c, &c->devs[i], NULL);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -418,8 +436,9 @@ void fiber_run(struct emu_cluster *c)
 		if (pthread_join(w[i].thread, NULL))
 			emu_die("pthread_join failed");
 	for (int i = 0; i < c->cfg.ndev; i++)
-		if (c->devs[i].fb.map)
+		if (c->devs[i].fb.stack)
 			fiber_free(&c->devs[i]);
+	munmap(stacks, len);
 	c->workers = NULL;
 	c->nworkers = 0;
 	free(w);

@@ -162,9 +162,9 @@ struct trace_buf {
 
 /* A device as a user-level context (fiber.c), when the cluster runs a pool of workers. */
 struct dev_fiber {
-	ucontext_t ctx;    /* without fiber.c's ASM_SWITCH */
-	void *sp;          /* with it: the saved stack pointer */
-	void *map, *stack; /* the mapping (a guard page, then the stack) and the stack */
+	ucontext_t ctx; /* without fiber.c's ASM_SWITCH */
+	void *sp;       /* with it: the saved stack pointer */
+	void *stack;    /* its lowest address (fiber.c maps them all at once) */
 	size_t stack_size;
 	int state;            /* fiber.c's FB_*, under c->lock */
 	struct emu_dev *next; /* in the run queue */
