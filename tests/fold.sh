@@ -90,5 +90,21 @@ if selected largest; then
 	fi
 	if [ $ok = 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 fi
+# pemu coll's largest group, folded; and unfolded (65536 contexts), except under the
+# sanitizers (PEMU_TEST_SCALE=small), where it takes minutes.
+if selected coll-largest; then
+	ok=1
+	folds=on
+	[ "${PEMU_TEST_SCALE:-}" = small ] || folds="on off"
+	for fold in $folds; do
+		if ! "$pemu" coll -g 65536 --dry-run --fold $fold -b 8 -e 8 -n 1 -w 0 \
+			>"$tmp/coll.out" 2>"$tmp/coll.err"; then
+			echo "fold: coll-largest: pemu coll -g 65536 --fold $fold failed:"
+			head -3 "$tmp/coll.err"
+			ok=0
+		fi
+	done
+	if [ $ok = 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+fi
 echo "fold: $pass configurations folded exactly, $fail failed"
 [ $fail -eq 0 ]
