@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "cmd/cmd.h"
 #include "presets.h"
 #include "run/run.h"
 #include "util.h"
@@ -35,6 +36,8 @@ int main(int argc, char **argv)
 	struct data data;
 	char path[4096];
 	FILE *csv;
+
+	cmd_blas_kernels(argv); /* the GEMM kernels pemu runs (cmd/cmd.h) */
 
 	openblas_set_num_threads(1);
 	data_builtin(&data, 1 << 20);

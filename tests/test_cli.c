@@ -305,6 +305,33 @@ static void test_train_blas_threads(void **state)
 			    strstr(out[1] + strlen(out[1]) + 1, "\"sample\":"));
 }
 
+/* On a CPU with AVX2 whose model OpenBLAS does not know, it loads its baseline kernels
+ * (Prescott) and pemu runs itself again with kernels the CPU can run (cmd_blas_kernels);
+ * with OPENBLAS_CORETYPE set, the user's choice stands. OPENBLAS_VERBOSE=2 makes an
+ * OpenBLAS built for many CPUs (Debian's) name the kernels it loads, on stderr. */
+static void test_blas_kernels(void **state)
+{
+	char out[4096], *last;
+
+	(void)state;
+	setenv("OPENBLAS_VERBOSE", "2", 1);
+	unsetenv("OPENBLAS_CORETYPE");
+	assert_int_equal(run("--version", 1, out, sizeof out), 0);
+	last = strrchr(out, ':');
+	if (!strstr(out, "Core: ")) { /* an OpenBLAS built for one CPU: it picks nothing */
+		unsetenv("OPENBLAS_VERBOSE");
+		skip();
+	}
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		assert_null(strstr(last, "Prescott"));
+	setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+	assert_int_equal(run("--version", 1, out, sizeof out), 0);
+	assert_string_equal(out, "Core: Prescott\n");
+	unsetenv("OPENBLAS_CORETYPE");
+	unsetenv("OPENBLAS_VERBOSE");
+}
+
 /* verify from the command line: a passing configuration exits 0 and says so, with the
  * JSON report of docs/architecture.md in --json. */
 static void test_verify(void **state)
@@ -357,6 +384,7 @@ int main(void)
 		cmocka_unit_test(test_train_gpt3_dry_run),
 		cmocka_unit_test(test_train_json),
 		cmocka_unit_test(test_train_blas_threads),
+		cmocka_unit_test(test_blas_kernels),
 		cmocka_unit_test(test_verify),
 	};
 

@@ -9,4 +9,13 @@ int cmd_train(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 
+/* OpenBLAS picks its GEMM kernels from the CPU's model, and on a model it does not know
+ * (a recent Xeon, or a virtual machine that hides the model) falls back to its baseline
+ * x86-64 ones, Prescott's SSE3: on this project's machines (AVX-512) a gpt2-124m train
+ * step is then 2.3x slower. When that has happened on a CPU with AVX-512 or AVX2, this
+ * runs the program again (argv, from /proc/self/exe) with OPENBLAS_CORETYPE naming the
+ * kernels the CPU can run, which OpenBLAS reads when it is loaded; else it returns. A
+ * user's OPENBLAS_CORETYPE always stands (tests/golden.sh sets it). Call it first. */
+void cmd_blas_kernels(char **argv);
+
 #endif

@@ -14,12 +14,10 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pemu <command> [options]\n\n"
-		"pemu emulates a GPU cluster inside one process: each virtual GPU is a thread "
-		"with\n"
-		"a memory cap, joined to the others by links with a bandwidth and a latency, and "
-		"a\n"
-		"deterministic virtual clock says how long each operation takes on real "
-		"hardware.\n\n"
+		"pemu emulates a GPU cluster inside one process: each virtual GPU is a line of\n"
+		"execution with a memory cap, joined to the others by links with a bandwidth and\n"
+		"a latency, and a deterministic virtual clock says how long each operation takes\n"
+		"on real hardware.\n\n"
 		"commands:\n"
 		"  train     the serial reference: train a GPT on one virtual GPU\n"
 		"  run       train on the emulated cluster: --dp, --tp, --pp, --schedule, "
@@ -43,6 +41,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	cmd_blas_kernels(argv);
 	/* OpenBLAS's own threads would fight with the device threads. */
 	openblas_set_num_threads(1);
 	if (argc < 2) {
