@@ -49,8 +49,9 @@
 
 /* The switch itself. On x86-64, a few instructions: push the callee-saved registers,
  * swap stack pointers, pop (no system call, unlike swapcontext's signal mask); a new
- * context's stack is laid out so that the first switch "returns" into ctx_start, which
- * calls fiber_entry(d). Elsewhere, ucontext. */
+ * context's stack is laid out so that the first switch "returns" into pemu_ctx_start,
+ * which calls pemu_fiber_entry(d). MXCSR and the x87 control word, callee-saved too, are
+ * not switched: nothing in pemu changes them. Elsewhere, ucontext. */
 #if defined(__x86_64__)
 #define ASM_SWITCH 1
 void pemu_ctx_switch(void **from_sp, void *to_sp);
