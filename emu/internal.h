@@ -240,10 +240,15 @@ struct emu_cluster {
 	int nworkers;
 };
 
-/* cluster.c: channels, rendezvous, waiting and failing. */
+/* chan.c: channels. The channel of kind over devs, made on first use (under c->lock);
+ * the one from src to dst. */
+struct emu_group *chan_get_locked(struct emu_cluster *c, enum chan_kind kind, const int *devs,
+				  int n);
 struct emu_group *chan_p2p(struct emu_dev *d, int src, int dst);
 /* "{0..7}" or "{2,0,1}" (the first 16 members, then the count). */
 void chan_describe(struct emu_str *s, const struct emu_group *ch);
+
+/* cluster.c: rendezvous, waiting and failing. */
 /* Adds d's call arg as member of the next op on ch; sets *out (with a reference). */
 int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct op_arg *arg,
 	       struct op **out);
