@@ -37,6 +37,7 @@
 #include "presets.h"
 #include "run/run.h"
 #include "trace.h"
+#include "verify.h"
 
 static struct data corpus;
 
@@ -61,31 +62,9 @@ static void make_cfg(struct run_cfg *cfg, const char *preset, int dp, int tp, in
 static const char *fault_op;
 static int fault_nth;
 
-/* Runs cfg and its reference; returns verify's result. */
 static struct verify_result verify(const struct run_cfg *cfg)
 {
-	struct emu_cluster *one = test_cluster("dgx-a100", 1, 1, 0, 0);
-	struct emu_cluster *many = test_cluster("dgx-a100", 2, cfg->mesh.world, 0, 0);
-	struct run_out ref, par;
-	struct verify_result v;
-	char err[256];
-
-	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
-		fail_msg("config refused: %s", err);
-	run_alloc(&ref, cfg, 1);
-	run_alloc(&par, cfg, 1);
-	if (run_reference(one, cfg, &ref))
-		fail_msg("reference failed: %s", emu_cluster_report(one));
-	if (fault_op && emu_cluster_set_fault(many, fault_op, fault_nth))
-		fail_msg("no collective named %s", fault_op);
-	if (run_parallel(many, cfg, &par))
-		fail_msg("parallel run failed: %s", emu_cluster_report(many));
-	verify_compare(&ref, &par, &cfg->model, &v);
-	run_free(&ref);
-	run_free(&par);
-	emu_cluster_free(one);
-	emu_cluster_free(many);
-	return v;
+	return test_verify(cfg, fault_op, fault_nth);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -570,22 +549,22 @@ static void test_routing_flip_detected(void **state)
 }
 
 /* Recomputation changes when activations are computed, not what they are: none,
- * selective and full give bitwise the same losses, gradients and weights (with tp, sp and
- * MoE, and in a pipeline). In dry-run on gpt2-124m, selective saves exactly the attention
- * scores (L b a s^2 at 2 bytes; no dropout here), full keeps less than selective, and
- * full pays one more forward of the layers. */
+ * selective, full and Oases's give bitwise the same losses, gradients and weights (with
+ * tp, sp and MoE, and in a pipeline). In dry-run on gpt2-124m, selective saves exactly
+ * the attention scores (L b a s^2 at 2 bytes; no dropout here), full keeps less than
+ * selective, and full pays one more forward of the layers; Oases's sits between. */
 static struct emu_cluster *dry(struct run_cfg *cfg, struct run_out *o);
 
 static void test_recompute(void **state)
 {
-	struct run_out o[3];
+	struct run_out o[4];
 	struct emu_cluster *c;
-	uint64_t act[3];
-	int64_t comp[3];
+	uint64_t act[4];
+	int64_t comp[4];
 
 	(void)state;
 	for (int pipe = 0; pipe <= 1; pipe++) {
-		for (int r = 0; r < 3; r++) {
+		for (int r = 0; r < 4; r++) {
 			struct run_cfg cfg;
 
 			make_cfg(&cfg, "moe-tiny", 2, 2, 0);
@@ -612,10 +591,10 @@ static void test_recompute(void **state)
 				assert_memory_equal(o[r].params[i], o[0].params[i], n);
 			}
 		}
-		for (int r = 0; r < 3; r++)
+		for (int r = 0; r < 4; r++)
 			run_free(&o[r]);
 	}
-	for (int r = 0; r < 3; r++) {
+	for (int r = 0; r < 4; r++) {
 		struct run_cfg cfg;
 
 		make_cfg(&cfg, "gpt2-124m", 1, 1, 0);
@@ -640,6 +619,18 @@ static void test_recompute(void **state)
 	}
 	assert_true(act[2] < act[1]);
 	assert_true(comp[1] > comp[0] && comp[2] > comp[1]);
+	/* Oases's keeps res2 as well as the layer's output, (b s h) a layer more than full
+	 * recomputation, and runs neither proj nor fc2 again: 2 b s h (h + f) FLOPs a layer
+	 * less than full, 2 b s h f + 2 b s h h more than none */
+	{
+		struct run_cfg cfg;
+		uint64_t bsh;
+
+		make_cfg(&cfg, "gpt2-124m", 1, 1, 0);
+		bsh = (uint64_t)cfg.model.seq_len * (uint64_t)cfg.model.hidden * 2;
+		assert_int_equal(act[3] - act[2], bsh * (uint64_t)(cfg.model.num_layers - 1));
+		assert_true(comp[3] > comp[0] && comp[3] < comp[2]);
+	}
 }
 
 /* HelixPipe's chunked MLP keeps none of the MLP for backward: on gpt2-124m in dry-run it
@@ -759,18 +750,7 @@ static void test_pipeline_determinism(void **state)
  * device 0's statistics and frees the cluster. */
 static struct emu_cluster *dry(struct run_cfg *cfg, struct run_out *o)
 {
-	struct emu_cluster *c =
-		test_cluster("dgx-a100", (cfg->mesh.world + 7) / 8, cfg->mesh.world, 1, 0);
-	char err[256];
-
-	cfg->data = NULL;
-	cfg->prec = PREC_BF16;
-	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
-		fail_msg("config refused: %s", err);
-	run_alloc(o, cfg, 0);
-	if (run_parallel(c, cfg, o))
-		fail_msg("dry run failed: %s", emu_cluster_report(c));
-	return c;
+	return test_dry(cfg, o, 0);
 }
 
 /* Sum of the elements of the serial model's tensors [i0, i1). */

@@ -19,7 +19,8 @@ const struct cli_opt cli_par_opts[] = {
 	{"num-layers-per-virtual-pipeline-stage", 0, 1, CLI_PAR_VPP_LAYERS, "N",
 	 "the same given as layers a chunk (Megatron's)"},
 	{"recompute", 0, 1, CLI_PAR_RECOMPUTE, "MODE",
-	 "activation recomputation: none (default), selective (attention scores), full"},
+	 "activation recomputation: none (default), selective (attention scores), full, oases "
+	 "(checkpoints after the tp collectives: none of them run again)"},
 	{"recompute-granularity", 0, 1, CLI_PAR_RECOMPUTE, "MODE", "the same as --recompute"},
 	{"use-flash-attn", 0, 0, CLI_PAR_FLASH, NULL,
 	 "memory-efficient attention: no (s, s) scores kept, recomputed in backward"},
@@ -33,6 +34,9 @@ const struct cli_opt cli_par_opts[] = {
 	 "ZeRO over dp: 1 shards Adam's state, 2 also gradients, 3 also weights (default 0)"},
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
+	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
+	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
+	 "interleaved, each one's collectives hidden behind the other's compute)"},
 	{"sequence-parallel", 0, 0, CLI_PAR_SP, NULL,
 	 "sequence parallelism: LayerNorm regions split by tokens over tp"},
 	{"fold", 0, 1, CLI_PAR_FOLD, "on|off",
@@ -54,7 +58,9 @@ static int recompute_of(const struct cli *c, const char *v)
 		return PAR_RECOMPUTE_SELECTIVE;
 	if (!strcmp(v, "full"))
 		return PAR_RECOMPUTE_FULL;
-	cli_fail(c, "--recompute: '%s' is not none, selective or full", v);
+	if (!strcmp(v, "oases"))
+		return PAR_RECOMPUTE_OASES;
+	cli_fail(c, "--recompute: '%s' is not none, selective, full or oases", v);
 }
 
 int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int id, const char *v)
@@ -113,6 +119,11 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_SP:
 		cfg->sp = 1;
+		break;
+	case CLI_PAR_TP_OVERLAP:
+		if (strcmp(v, "none") && strcmp(v, "oases"))
+			cli_fail(c, "--tp-overlap: '%s' is not none or oases", v);
+		cfg->tp_overlap = !strcmp(v, "oases") ? PAR_OVERLAP_OASES : PAR_OVERLAP_NONE;
 		break;
 	case CLI_PAR_FOLD:
 		if (strcmp(v, "on") && strcmp(v, "off"))

@@ -1,6 +1,7 @@
 /* cli_par: the parallel options of pemu run and verify (Megatron-LM's names with short
  * forms): the mesh's degrees, ZeRO, sequence parallelism, the pipeline schedule and
- * virtual stages, recomputation, flash attention, MLP chunks, gradient buckets. It turns
+ * virtual stages, recomputation, Oases's overlap, flash attention, MLP chunks, gradient
+ * buckets. It turns
  * them into the parallel fields of a struct run_cfg; it applies no default and checks no
  * rule (run/cfg.h does both): it only reads values, exiting with code 2 on a bad one. */
 #ifndef PEMU_CLI_PAR_H
@@ -26,6 +27,7 @@ enum {
 	CLI_PAR_BUCKET,
 	CLI_PAR_SP,
 	CLI_PAR_FOLD,
+	CLI_PAR_TP_OVERLAP,
 };
 extern const struct cli_opt cli_par_opts[];
 

@@ -27,13 +27,13 @@ static inline float *par_rows_at(float *p, size_t row, size_t n)
 /* About to read unit u's weights (the use hook). */
 static inline int par_use(struct par_model *m, int u)
 {
-	return m->use ? m->use(m->hook_ctx, u) : 0;
+	return m->use && !(m->quiet & PAR_QUIET_USE) ? m->use(m->hook_ctx, u) : 0;
 }
 
 /* Parameter i's gradient is final (the grad hook). */
 static inline int par_ready(struct par_model *m, int i)
 {
-	return m->hook ? m->hook(m->hook_ctx, i) : 0;
+	return m->hook && !(m->quiet & PAR_QUIET_READY) ? m->hook(m->hook_ctx, i) : 0;
 }
 
 /* A linear layer's weight gradient from its output gradient dy (M, N) and input x

@@ -2,9 +2,11 @@
  * par/layer.h. */
 #include "par/layer.h"
 
+#include "coll.h"
 #include "par/internal.h"
 #include "linear.h"
 #include "ops.h"
+#include "par/overlap.h"
 #include "par/recompute.h"
 #include "par/tp.h"
 #include "util.h"
@@ -31,6 +33,37 @@ int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char 
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Posting                                                                              */
+
+int par_work_wait(struct par_model *m, struct par_work *w)
+{
+	int rc;
+
+	if (!w || !w->req)
+		return 0;
+	rc = coll_wait(m->k.d, w->req);
+	w->req = NULL;
+	if (m->inflight == w)
+		m->inflight = NULL;
+	return rc;
+}
+
+int par_post_slot(struct par_model *m, struct par_work *w, struct coll_req ***req)
+{
+	int rc;
+
+	*req = NULL;
+	if (!w->post)
+		return 0;
+	EMU_ASSERT(!w->req); /* a piece posts at most one, at its end */
+	if ((rc = par_work_wait(m, m->inflight)))
+		return rc;
+	m->inflight = w;
+	*req = &w->req;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* The pieces                                                                           */
 
 int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, int l,
@@ -44,11 +77,11 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	const float *x = par_layer_input(a, l); /* (Ml, h) */
 
 	switch (p) {
-	case PAR_PRE: /* ln1 on this rank's rows, made whole (f), then qkv (B T, 3h/t) */
+	case PAR_PRE: /* ln1 on this rank's rows, made whole (f) */
 		layernorm_fwd(k, par_rows_at(D(la->ln1), r0, (size_t)C), D(la->ln1_mean),
 			      D(la->ln1_rstd), x, PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), m->Ml, C);
-		if ((rc = pl->region->enter(m, D(la->ln1), (size_t)C)))
-			return rc;
+		return pl->region->enter(m, w, D(la->ln1), (size_t)C);
+	case PAR_QKV: /* qkv (B T, 3h/t), this rank's heads */
 		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
 			   C, C3);
 		return 0;
@@ -58,18 +91,18 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
-		return pl->region->exit(m, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
+		return pl->region->exit(m, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
 	case PAR_MID: /* res2 = x + the attention's branch; ln2 made whole (f) */
 		residual_fwd(k, D(la->res2), x, w->sum, mc);
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
 			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
 			      m->Ml, C);
-		return pl->region->enter(m, D(la->ln2), (size_t)C);
-	case PAR_MLP:
-		return pl->mlp->fwd(m, w, la, l, &a->aux_loss);
-	case PAR_OUT: /* the MLP's partial sums summed by g; res3 = res2 + them */
-		if ((rc = pl->region->exit(m, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum)))
+		return pl->region->enter(m, w, D(la->ln2), (size_t)C);
+	case PAR_MLP: /* the MLP's partial sums, summed by g into w->sum */
+		if ((rc = pl->mlp->fwd(m, w, la, l, &a->aux_loss)))
 			return rc;
+		return pl->region->exit(m, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
+	case PAR_OUT: /* res3 = res2 + the MLP's branch */
 		residual_fwd(k, D(la->res3), D(la->res2), w->sum, mc);
 		return 0;
 	default:
@@ -86,19 +119,19 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	struct gpt_layer_acts *la = par_la(a, l);
 	struct par_stash *st = par_stash_at(a, l);
 	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
-	const float *dl;
 
 	switch (p) {
 	case PAR_OUT: /* the output's gradient rows for the row-parallel fc2 */
 		return pl->region->rows(m, w);
-	case PAR_MLP:
+	case PAR_MLP: /* d ln2, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
-		return pl->mlp->bwd(m, w, la, l, scale, weight, st);
-	case PAR_MID: /* d ln2 summed (the backward of f), ln2's backward into dres */
-		if ((rc = pl->region->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)))
+		if ((rc = pl->mlp->bwd(m, w, la, l, scale, weight, st)))
 			return rc;
-		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), dl, D(la->res2),
-			      PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd), m->Ml, C);
+		return pl->region->exit(m, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+	case PAR_MID: /* ln2's backward into dres, then its rows for proj */
+		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
+			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),
+			      m->Ml, C);
 		return pl->region->rows(m, w);
 	case PAR_PROJ: /* d atty (B T, h/t) */
 		par_zero(&w->datty);
@@ -108,14 +141,15 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	case PAR_ATTN:
 		pl->attn->bwd(m, w, la);
 		return 0;
-	case PAR_PRE: /* d ln1 from d qkv, summed (the backward of f), ln1's into dres */
+	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
 		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
 		if ((rc = par_weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
-					  PG(m, l, LP_QKVB), D(w->dqkv), D(la->ln1), BT, C, C3)) ||
-		    (rc = pl->region->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)))
+					  PG(m, l, LP_QKVB), D(w->dqkv), D(la->ln1), BT, C, C3)))
 			return rc;
-		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), dl,
+		return pl->region->exit(m, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+	case PAR_PRE: /* ln1's backward into dres */
+		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), w->dl,
 			      par_layer_input(a, l), PW(m, l, LP_LN1W), D(la->ln1_mean),
 			      D(la->ln1_rstd), m->Ml, C);
 		return 0;
@@ -207,7 +241,7 @@ int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 		return rc;
 	layernorm_fwd(k, par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf_mean),
 		      D(a->lnf_rstd), x, m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
-	if ((rc = m->ends->enter(m, D(a->lnf), (size_t)C)) || (rc = par_use(m, PAR_UNIT_EMB(m))))
+	if ((rc = m->ends->enter(m, w, D(a->lnf), (size_t)C)) || (rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
 	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */
 	linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
@@ -229,7 +263,7 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 	par_zero(&w->dln);
 	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
 	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
-	if ((rc = m->ends->exit(m, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
+	if ((rc = m->ends->exit(m, w, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
 	    (rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
 	par_zero(&w->dres);
@@ -256,9 +290,11 @@ int par_layer_fwd_all(struct par_model *m, struct par_work *w, struct par_acts *
 int par_forward_part(struct par_model *m, struct par_acts *a, const int *tokens, const int *targets,
 		     float *loss)
 {
-	struct par_work *w = &m->work;
+	struct par_work *w = &m->work[0];
 	int head = a->l1 == m->cfg.num_layers, rc;
 
+	if (a->nsub)
+		return par_overlap_forward(m, a, tokens, targets, loss);
 	*loss = 0;
 	a->aux_loss = 0;
 	if (a->l0 == 0 || head)
@@ -277,14 +313,17 @@ int par_forward_part(struct par_model *m, struct par_acts *a, const int *tokens,
 	return 0;
 }
 
-/* The weight pass of a split backward: every layer's stashed output gradients. */
+/* The weight pass of a split backward: every layer's stashed output gradients, of
+ * every sub-batch. */
 static int weight_pass(struct par_model *m, struct par_acts *a)
 {
 	int rc;
 
 	for (int l = a->l1 - 1; l >= a->l0; l--) {
-		par_layer_bwd_weight(m, a, l);
-		par_recompute_drop(m, a, l);
+		for (int s = 0; s < par_nsub(a); s++) {
+			par_layer_bwd_weight(m, par_sub(a, s), l);
+			par_recompute_drop(m, par_sub(a, s), l);
+		}
 		for (int i = 0; i < LP_N; i++)
 			if ((rc = par_ready(m, 2 + l * LP_N + i)))
 				return rc;
@@ -294,11 +333,13 @@ static int weight_pass(struct par_model *m, struct par_acts *a)
 
 int par_backward_part(struct par_model *m, struct par_acts *a, float scale, int input, int weight)
 {
-	struct par_work *w = &m->work;
+	struct par_work *w = &m->work[0];
 	int rc;
 
 	if (!input)
 		return weight_pass(m, a);
+	if (a->nsub)
+		return par_overlap_backward(m, a, scale, weight);
 	if (a->l1 == m->cfg.num_layers) {
 		if ((rc = par_ready(m, -1)) ||
 		    (rc = par_head_bwd(m, w, a, par_layer_input(a, a->l1), scale)))

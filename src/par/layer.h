@@ -7,26 +7,32 @@
  * executors: par_forward_part below, pipe/stage.c, pipe/helix.c).
  *
  *   piece  forward                                    backward
- *   pre    ln1, enter (f), qkv          x -> qkv      qkv's input grad, exit, ln1 bwd
+ *   pre    ln1, enter (f)               x -> ln1      ln1's backward into dres
+ *   qkv    qkv                          ln1 -> qkv    qkv's input grad, exit (f's bwd)
  *   attn   attention of this rank's heads qkv -> atty attention bwd
  *   proj   proj, exit (g)               atty -> sum   proj bwd into d atty
- *   mid    residual, ln2, enter (f)     -> ln2        exit, ln2 bwd, the residual's rows
- *   mlp    the MLP (fc, gelu, fc2)      ln2 -> tmp    the MLP's bwd into d ln2
- *   out    exit (g), residual           -> res3       the residual's rows for the MLP
+ *   mid    residual, ln2, enter (f)     -> ln2        ln2's backward, the residual's rows
+ *   mlp    the MLP (fc, gelu, fc2), exit (g) -> sum   the MLP's bwd into d ln2, exit
+ *   out    residual                     -> res3       the residual's rows for the MLP
+ *
+ * Each piece ends with at most one collective of the region, so that an executor may
+ * post it and run another sub-batch's pieces while it is on the wire (Oases,
+ * par/overlap.h): the work's next piece waits for it first (par_work_wait).
  *
  * Shapes (per rank, par/model.h): x, res2, res3 (Ml, h); ln1, ln2 (B T, h) gathered;
  * qkv (B T, 3h/t) column shard of q, k, v (this rank's heads); atty (B T, h/t); the
  * branch outputs (B T, h) partial sums until exit. The backward pieces run in the
  * reverse order, out first, passing gradients through the micro-batch's par_work:
  * dres the residual stream's, w->g the rows a row-parallel layer's backward reads,
- * datty, dqkv, dln. With weight 0 a backward piece leaves its linear layers' output
- * gradients in the layer's stash, and par_layer_bwd_weight uses them (zero-bubble's W). */
+ * datty, dqkv, dln and w->dl its sum. With weight 0 a backward piece leaves its linear
+ * layers' output gradients in the layer's stash, and par_layer_bwd_weight uses them
+ * (zero-bubble's W). */
 #ifndef PEMU_PAR_LAYER_H
 #define PEMU_PAR_LAYER_H
 
 #include "par/model.h"
 
-enum par_piece { PAR_PRE, PAR_ATTN, PAR_PROJ, PAR_MID, PAR_MLP, PAR_OUT, PAR_NPIECES };
+enum par_piece { PAR_PRE, PAR_QKV, PAR_ATTN, PAR_PROJ, PAR_MID, PAR_MLP, PAR_OUT, PAR_NPIECES };
 
 /* An attention: forward qkv -> atty (and what backward keeps), backward datty -> dqkv,
  * and what selective recomputation runs again (NULL: nothing to run). */
@@ -49,19 +55,31 @@ struct par_mlp {
 		   float scale, int weight, struct par_stash *st);
 	void (*bwd_weight)(struct par_model *m, struct gpt_layer_acts *la, int l,
 			   struct par_stash *st);
+	/* What backward reads, again from la->ln2 (Oases's recomputation, whose checkpoint
+	 * is the MLP's summed output): fc and GeLU, not fc2. NULL: nothing is kept. */
+	int (*refwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l);
 };
 
 /* Megatron's f and g (Shoeybi et al. 2019, section 3): enter makes buf (B T, C) whole
  * before a column-parallel layer from this rank's rows at row0; exit sums the partial
  * (B T, C) of a row-parallel layer into the rows this rank keeps (*out: in partial, or in
  * local (Ml, C)); rows sets w->g to the residual gradient's rows a row-parallel layer's
- * backward reads. Each returns 0 or a negative enum emu_err. */
+ * backward reads. Each runs its collective now, or posts it if w posts
+ * (par_post_slot). Each returns 0 or a negative enum emu_err. */
 struct par_region {
 	const char *name;
-	int (*enter)(struct par_model *m, float *buf, size_t C);
-	int (*exit)(struct par_model *m, float *partial, float *local, size_t C, const float **out);
+	int (*enter)(struct par_model *m, struct par_work *w, float *buf, size_t C);
+	int (*exit)(struct par_model *m, struct par_work *w, float *partial, float *local, size_t C,
+		    const float **out);
 	int (*rows)(struct par_model *m, struct par_work *w);
 };
+
+/* Where a region's collective for w goes: *req NULL, run it now; or, if w posts, the
+ * request slot of w, once the collective in flight (another work's) has been waited
+ * for: one tensor-parallel collective in flight at a time, as Oases orders them. */
+int par_post_slot(struct par_model *m, struct par_work *w, struct coll_req ***req);
+/* Waits for w's posted collective, if any. 0 or a negative enum emu_err. */
+int par_work_wait(struct par_model *m, struct par_work *w);
 
 /* Forward of piece p of layer l for the micro-batch of a, whose layer input is a->enc
  * (l = a->l0) or the previous layer's output. 0 or a negative enum emu_err. */
@@ -100,8 +118,8 @@ int par_forward_part(struct par_model *m, struct par_acts *a, const int *tokens,
 		     float *loss);
 /* Backward of layers [a->l0, a->l1) with d loss = scale: from the loss if l1 = L, else
  * from a->dout. input: the backward for the inputs, leaving the input's gradient in
- * m->work.dres (l0 > 0); weight: the weight gradients of the linear layers. Both is the
- * plain backward; input alone stashes what a later call with weight alone uses. */
+ * m->work[s].dres for sub-batch s (l0 > 0); weight: the weight gradients of the linear layers. Both
+ * is the plain backward; input alone stashes what a later call with weight alone uses. */
 int par_backward_part(struct par_model *m, struct par_acts *a, float scale, int input, int weight);
 /* The whole model (par_model_init with part NULL), on m->own. */
 int par_forward(struct par_model *m, const int *tokens, const int *targets, float *loss);

@@ -16,17 +16,26 @@
 #include "ops.h"
 #include "par/tp.h"
 
+/* fc and GeLU, kept for backward. */
+static int dense_refwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l)
+{
+	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+
+	(void)w;
+	linear_fwd(&m->k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C, F);
+	gelu_fwd(&m->k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
+	return 0;
+}
+
 static int dense_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
 		     float *aux)
 {
-	const struct kctx *k = &m->k;
 	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
 
 	(void)aux;
-	linear_fwd(k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C, F);
-	gelu_fwd(k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
-	linear_fwd(k, D(w->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, BT, F,
-		   C);
+	dense_refwd(m, w, la, l);
+	linear_fwd(&m->k, D(w->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, BT,
+		   F, C);
 	return 0;
 }
 
@@ -124,6 +133,15 @@ static int moe_fwd_piece(struct par_model *m, struct par_work *w, struct gpt_lay
 	return 0;
 }
 
+/* The routing and the experts' intermediates again: the whole block, whose output
+ * (in w->tmp) goes unused, its aux loss counted once already. */
+static int moe_refwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l)
+{
+	float aux = 0;
+
+	return moe_fwd_piece(m, w, la, l, &aux);
+}
+
 /* The router is replicated and sees partial expert outputs: rank 0 alone adds the aux
  * loss, and this micro-batch's router gradient is summed over the group before it joins
  * the accumulated one. The experts' weight gradients come with their input backward,
@@ -150,6 +168,7 @@ static int moe_bwd_piece(struct par_model *m, struct par_work *w, struct gpt_lay
 	return 0;
 }
 
-const struct par_mlp par_mlp_dense = {"dense MLP", dense_fwd, dense_bwd, dense_bwd_weight};
-const struct par_mlp par_mlp_chunked = {"chunked MLP", chunked_fwd, chunked_bwd, NULL};
-const struct par_mlp par_mlp_moe = {"MoE", moe_fwd_piece, moe_bwd_piece, NULL};
+const struct par_mlp par_mlp_dense = {"dense MLP", dense_fwd, dense_bwd, dense_bwd_weight,
+				      dense_refwd};
+const struct par_mlp par_mlp_chunked = {"chunked MLP", chunked_fwd, chunked_bwd, NULL, NULL};
+const struct par_mlp par_mlp_moe = {"MoE", moe_fwd_piece, moe_bwd_piece, NULL, moe_refwd};

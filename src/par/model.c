@@ -185,7 +185,8 @@ void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what
 	}
 }
 
-int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
+/* One (sub-)batch's activations. */
+static int acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 {
 	int rc = par_acts_alloc_empty(m, a, l0, l1);
 
@@ -201,12 +202,31 @@ int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 	return rc;
 }
 
+int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
+{
+	int rc = 0;
+
+	if (m->nsub == 1)
+		return acts_alloc(m, a, l0, l1);
+	memset(a, 0, sizeof *a); /* Oases: a par_acts per sub-batch */
+	a->l0 = l0;
+	a->l1 = l1;
+	a->nsub = m->nsub;
+	a->sub = emu_xcalloc((size_t)m->nsub, sizeof *a->sub);
+	for (int s = 0; s < m->nsub && !rc; s++)
+		rc = acts_alloc(m, &a->sub[s], l0, l1);
+	return rc;
+}
+
 void par_acts_free(struct par_model *m, struct par_acts *a)
 {
 	const struct kctx *k = &m->k;
 	struct tensor *t[] = {&a->enc,    &a->lnf,  &a->lnf_mean, &a->lnf_rstd, &a->probs,
 			      &a->losses, &a->dout, &a->din2,     &a->gout_a,   &a->gout_x};
 
+	for (int s = 0; s < a->nsub; s++)
+		par_acts_free(m, &a->sub[s]);
+	free(a->sub);
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
 		tensor_free(k, t[i]);
 	for (int l = a->l0; a->la && l < a->l1; l++) {
@@ -241,7 +261,8 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 		   const struct par_part *part, const struct par_source *src)
 {
 	const struct gpt_config *c = &cfg->model;
-	int tp = cfg->tp, B = cfg->mbs, rc;
+	int tp = cfg->tp, nsub = cfg->overlap == PAR_OVERLAP_OASES ? PAR_NSUB : 1;
+	int B = cfg->mbs / nsub, rc;
 
 	memset(m, 0, sizeof *m);
 	m->pc = *cfg;
@@ -251,6 +272,7 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->r = g->tp_rank;
 	m->g = g->tp;
 	m->B = B;
+	m->nsub = nsub;
 	m->T = c->seq_len;
 	m->NHl = c->heads / tp;
 	m->Fl = c->ffn / tp;
@@ -277,12 +299,14 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 		return rc;
 	if (!part && (rc = par_acts_alloc(m, &m->own, 0, c->num_layers)))
 		return rc;
-	return alloc_work(m, &m->work);
+	for (int s = 0; s < nsub && !rc; s++)
+		rc = alloc_work(m, &m->work[s]);
+	return rc;
 }
 
 void par_model_free(struct par_model *m)
 {
-	if (m->own.la)
+	if (par_acts_held(&m->own))
 		par_acts_free(m, &m->own);
 	free(m->layers);
 	free(m->plan);

@@ -23,7 +23,20 @@
 #include "util.h"
 
 /* Activation recomputation (par/recompute.c). */
-enum par_recompute { PAR_RECOMPUTE_NONE, PAR_RECOMPUTE_SELECTIVE, PAR_RECOMPUTE_FULL };
+enum par_recompute {
+	PAR_RECOMPUTE_NONE,
+	PAR_RECOMPUTE_SELECTIVE,
+	PAR_RECOMPUTE_FULL,
+	PAR_RECOMPUTE_OASES
+};
+
+/* How a layer's tensor-parallel collectives meet its compute: none, Megatron's order
+ * (each waited for where it is issued); oases, two sub-batches interleaved so that one's
+ * collective hides behind the other's compute (par/overlap.c). */
+enum par_overlap { PAR_OVERLAP_NONE, PAR_OVERLAP_OASES };
+
+/* The sub-batches a micro-batch is cut into under Oases's overlap. */
+#define PAR_NSUB 2
 
 /* What every rank of a run shares. */
 struct par_cfg {
@@ -37,6 +50,7 @@ struct par_cfg {
 	enum par_recompute recompute; /* what a layer keeps between forward and backward */
 	int flash;                    /* memory-efficient attention */
 	int mlp_chunks;               /* the dense MLP over this many chunks of rows (> 1) */
+	enum par_overlap overlap;     /* the tensor-parallel collectives' order */
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets (par/dp.h) */
 };
 
@@ -95,9 +109,13 @@ struct par_stash {
 };
 
 /* One micro-batch's activations: what forward keeps for backward, for the layers
- * [l0, l1) (par_la(a, l) for those only), and what crosses a pipeline cut. */
+ * [l0, l1) (par_la(a, l) for those only), and what crosses a pipeline cut. Under Oases's
+ * overlap a micro-batch is nsub sub-batches of B sequences each, one par_acts each in sub
+ * (par_sub), and holds nothing itself. */
 struct par_acts {
 	int l0, l1;
+	int nsub;                         /* 0, or the sub-batches in sub */
+	struct par_acts *sub;             /* [nsub] */
 	struct tensor enc;                /* (Ml, h): the embeddings, or the input received */
 	struct gpt_layer_acts *la;        /* [l1 - l0]: layers l0 .. l1 - 1 (par_la) */
 	struct tensor lnf;                /* (B T, h): the final LayerNorm, all rows */
@@ -126,9 +144,29 @@ static inline struct par_stash *par_stash_at(const struct par_acts *a, int l)
 	return &a->stash[l - a->l0];
 }
 
-/* The scratch that travels with one micro-batch in flight: gradients of activations,
- * reused layer by layer, and the buffers collectives fill. One per micro-batch that can be
- * in a layer at once (1; Oases's interleaved sub-batches will take 2). */
+/* Sub-batch s of a (a itself when it is not cut), and how many there are (1 if not). */
+static inline struct par_acts *par_sub(struct par_acts *a, int s)
+{
+	EMU_ASSERT(s < (a->nsub ? a->nsub : 1));
+	return a->nsub ? &a->sub[s] : a;
+}
+
+static inline int par_nsub(const struct par_acts *a)
+{
+	return a->nsub ? a->nsub : 1;
+}
+
+/* Whether a holds activations (par_acts_alloc ran and par_acts_free did not). */
+static inline int par_acts_held(const struct par_acts *a)
+{
+	return a->la || a->sub;
+}
+
+struct coll_req;
+
+/* The scratch that travels with one (sub-)batch in flight: gradients of activations,
+ * reused layer by layer, and the buffers collectives fill. One per (sub-)batch that can be
+ * in a layer at once: 1, or Oases's PAR_NSUB interleaved sub-batches. */
 struct par_work {
 	struct tensor dres;          /* (Ml, h): the residual stream's gradient */
 	struct tensor tmpl, dlocal;  /* (Ml, h), sp: a branch's rows, a LayerNorm's input grad */
@@ -146,8 +184,11 @@ struct par_work {
 	struct tensor ce_sums;       /* (B T, 2): its sums of exponentials, target logits */
 	struct tensor drouter;       /* (E, h): one micro-batch's router gradient */
 	struct moe_scratch moe_scratch;
-	const float *sum; /* forward: the rows the region's exit summed */
-	const float *g;   /* backward: the rows a row-parallel layer reads */
+	const float *sum;     /* forward: the rows the region's exit summed */
+	const float *g;       /* backward: the rows a row-parallel layer reads */
+	const float *dl;      /* backward: a LayerNorm output's gradient, summed by the exit */
+	int post;             /* the region's collectives are posted (par/overlap.c) */
+	struct coll_req *req; /* the one posted, until par_work_wait */
 };
 
 /* How one layer runs (par/layer.h): its attention, its MLP, the region around its
@@ -166,6 +207,9 @@ typedef int (*par_grad_hook)(void *ctx, int i);
  * ..., 0 (the embeddings' backward reads no weights). ZeRO-3 gathers units here. */
 typedef int (*par_use_hook)(void *ctx, int u);
 
+/* The hooks a (sub-)batch leaves untold: the use hook, the grad hook. */
+enum { PAR_QUIET_USE = 1, PAR_QUIET_READY = 2 };
+
 /* The parameters come in units whose weights are read together: layer l (0 <= l < L),
  * the final LayerNorm (unit L) and the embeddings wte and wpe (unit L + 1). Each unit is
  * one contiguous range of the flat buffers. */
@@ -178,7 +222,7 @@ struct par_model {
 	struct kctx k;         /* this rank's device, at pc.prec */
 	int tp, r;             /* t, and this rank's place in the group */
 	struct emu_group *g;   /* the tensor-parallel group */
-	int B, T;              /* micro-batch, sequence */
+	int B, T;              /* micro-batch (a sub-batch's under overlap), sequence */
 	int NHl, Fl, Vl, v0;   /* local heads, ffn units, vocabulary rows, first row */
 	int sp;                /* sequence parallelism: the residual stream split by token rows */
 	int Ml, row0;          /* this rank's token rows: [row0, row0 + Ml) of B T */
@@ -187,17 +231,20 @@ struct par_model {
 	struct par_plan *plan; /* [L] */
 	const struct par_region *ends; /* the region of the embedding and the output layer */
 	int np;
-	struct par_param *p;   /* [np], in the serial model's order; n = 0 if not held */
-	int *order;            /* [np]: parameters in the order backward finishes them */
-	size_t nflat;          /* elements in the flat buffers: the local sizes, padded */
-	struct tensor weights; /* (nflat): every local weight, in that order */
-	struct tensor grads;   /* (nflat): every gradient, in the same order */
-	struct par_acts own;   /* the whole model's activations (part NULL) */
-	struct par_work work;  /* the one micro-batch in flight's scratch */
-	struct moe_shape moe;  /* the MoE layers' shape */
-	par_grad_hook hook;    /* or NULL */
-	par_use_hook use;      /* or NULL */
-	void *hook_ctx;        /* for both */
+	struct par_param *p;            /* [np], in the serial model's order; n = 0 if not held */
+	int *order;                     /* [np]: parameters in the order backward finishes them */
+	size_t nflat;                   /* elements in the flat buffers: the local sizes, padded */
+	struct tensor weights;          /* (nflat): every local weight, in that order */
+	struct tensor grads;            /* (nflat): every gradient, in the same order */
+	struct par_acts own;            /* the whole model's activations (part NULL) */
+	int nsub;                       /* sub-batches a micro-batch: 1, or PAR_NSUB (Oases) */
+	struct par_work work[PAR_NSUB]; /* the (sub-)batches in flight's scratch ([0] if 1) */
+	struct par_work *inflight;      /* whose posted collective is in flight, or NULL */
+	unsigned quiet;       /* PAR_QUIET_*: hooks not told (par/overlap.c's sub-batches) */
+	struct moe_shape moe; /* the MoE layers' shape */
+	par_grad_hook hook;   /* or NULL */
+	par_use_hook use;     /* or NULL */
+	void *hook_ctx;       /* for both */
 };
 
 /* Builds this rank's model: its shard of the serial model's weights (source), cut as
@@ -217,7 +264,8 @@ int par_unit_of(const struct par_model *m, int i);
 void par_zero_grad(struct par_model *m);
 
 /* One micro-batch's activations for the layers [l0, l1) (with the output layer's if
- * l1 = L), charged as act memory; par_acts_free returns them. 0 or EMU_EOOM. */
+ * l1 = L), charged as act memory, cut into m->nsub sub-batches if more than 1;
+ * par_acts_free returns them. 0 or EMU_EOOM. */
 int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1);
 void par_acts_free(struct par_model *m, struct par_acts *a);
 /* The same with nothing on the device yet (the host bookkeeping only), and the parts

@@ -168,20 +168,32 @@ int par_tp_sum(struct par_model *m, float *buf, size_t n)
 	return m->tp == 1 ? 0 : coll_all_reduce(m->k.d, m->g, buf, buf, n, COLL_SUM);
 }
 
-static int tp_enter(struct par_model *m, float *buf, size_t C)
+static int tp_enter(struct par_model *m, struct par_work *w, float *buf, size_t C)
 {
 	(void)m;
+	(void)w;
 	(void)buf;
 	(void)C;
 	return 0;
 }
 
 /* partial (B T, C) all-reduced in place. */
-static int tp_exit(struct par_model *m, float *partial, float *local, size_t C, const float **out)
+static int tp_exit(struct par_model *m, struct par_work *w, float *partial, float *local, size_t C,
+		   const float **out)
 {
+	size_t n = (size_t)m->B * m->T * C;
+	struct coll_req **req;
+	int rc;
+
 	(void)local;
 	*out = partial;
-	return par_tp_sum(m, partial, (size_t)m->B * m->T * C);
+	if (m->tp == 1)
+		return 0;
+	if ((rc = par_post_slot(m, w, &req)))
+		return rc;
+	if (!req)
+		return par_tp_sum(m, partial, n);
+	return coll_iall_reduce(m->k.d, m->g, partial, partial, n, COLL_SUM, req);
 }
 
 static int tp_rows(struct par_model *m, struct par_work *w)
@@ -211,7 +223,7 @@ int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	/* (B T, h): the rows of this rank's vocabulary, zero elsewhere, summed by g */
 	part = m->sp ? D(w->tmp) : D(a->enc);
 	embedding_range_fwd(k, part, a->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B, T, C);
-	if ((rc = rg->exit(m, part, D(a->enc), (size_t)C, &branch)))
+	if ((rc = rg->exit(m, w, part, D(a->enc), (size_t)C, &branch)))
 		return rc;
 	position_fwd(k, D(a->enc), m->p[1].w, m->Ml, m->row0, T, C);
 	return 0;

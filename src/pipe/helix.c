@@ -166,9 +166,13 @@ static int unit_fwd(struct par_model *m, struct par_acts *a, int c)
 	int rc;
 
 	for (int i = 0; c > 0 && i < 4; i++)
-		if ((rc = par_layer_fwd(m, &m->work, a, c - 1, post_pieces[i])))
+		if ((rc = par_layer_fwd(m, &m->work[0], a, c - 1, post_pieces[i])))
 			return rc;
-	return c < m->cfg.num_layers ? par_layer_fwd(m, &m->work, a, c, PAR_PRE) : 0;
+	if (c == m->cfg.num_layers)
+		return 0;
+	if ((rc = par_layer_fwd(m, &m->work[0], a, c, PAR_PRE)))
+		return rc;
+	return par_layer_fwd(m, &m->work[0], a, c, PAR_QKV);
 }
 
 static int block_fwd(struct par_model *m, struct par_acts *a, int j, const int *tokens,
@@ -179,11 +183,11 @@ static int block_fwd(struct par_model *m, struct par_acts *a, int j, const int *
 	*loss = 0;
 	a->aux_loss = 0;
 	if (j % 2)
-		return par_layer_fwd(m, &m->work, a, c, PAR_ATTN);
+		return par_layer_fwd(m, &m->work[0], a, c, PAR_ATTN);
 	if (c == 0 || c == L)
 		par_set_batch(m, a, tokens, targets);
-	if ((c == 0 && (rc = par_embed_fwd(m, &m->work, a))) || (rc = unit_fwd(m, a, c)) ||
-	    (c == L && (rc = par_head_fwd(m, &m->work, a, par_layer_input(a, L)))))
+	if ((c == 0 && (rc = par_embed_fwd(m, &m->work[0], a))) || (rc = unit_fwd(m, a, c)) ||
+	    (c == L && (rc = par_head_fwd(m, &m->work[0], a, par_layer_input(a, L)))))
 		return rc;
 	*loss = par_part_loss(m, a, c == L);
 	return 0;
@@ -199,7 +203,7 @@ static void copy_in(float *to, const float *from, size_t n)
 static int block_bwd(struct par_model *m, struct par_acts *a, int j, float scale)
 {
 	const struct kctx *k = &m->k;
-	struct par_work *w = &m->work;
+	struct par_work *w = &m->work[0];
 	int L = m->cfg.num_layers, c = j / 2, rc;
 	size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.hidden, nx = (size_t)m->Ml * C;
 	size_t nq = 3 * BT * C / (size_t)m->tp, no = BT * C / (size_t)m->tp;
@@ -223,7 +227,8 @@ static int block_bwd(struct par_model *m, struct par_acts *a, int j, float scale
 			    (rc = par_layer_fwd(m, w, a, c - 1, post_pieces[i])))
 				return rc;
 		if ((rc = par_acts_layer(m, a, c, GPT_ACTS_PRE | how)) ||
-		    (rc = par_layer_fwd(m, w, a, c, PAR_PRE)))
+		    (rc = par_layer_fwd(m, w, a, c, PAR_PRE)) ||
+		    (rc = par_layer_fwd(m, w, a, c, PAR_QKV)))
 			return rc;
 		a->aux_loss = aux;
 	}
@@ -233,7 +238,8 @@ static int block_bwd(struct par_model *m, struct par_acts *a, int j, float scale
 	} else {
 		copy_in((w->dres).data, (a->dout).data, nx);
 		copy_in((w->dqkv).data, (a->din2).data, nq);
-		if ((rc = par_layer_bwd(m, w, a, c, PAR_PRE, scale, 1)))
+		if ((rc = par_layer_bwd(m, w, a, c, PAR_QKV, scale, 1)) ||
+		    (rc = par_layer_bwd(m, w, a, c, PAR_PRE, scale, 1)))
 			return rc;
 	}
 	if (c == 0)

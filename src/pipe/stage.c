@@ -33,7 +33,8 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 		     struct emu_dev *d, const int *dev, int local, int accum,
 		     const struct pipe_io *io)
 {
-	size_t bt = (size_t)m->B * m->T, chunks = (size_t)local * (size_t)sc->v;
+	size_t bt = (size_t)m->nsub * m->B * m->T, chunks = (size_t)local * (size_t)sc->v;
+	size_t msgs = chunks * (size_t)m->nsub;
 	int helix = sc->kind == SCHED_HELIX;
 
 	memset(ps, 0, sizeof *ps);
@@ -53,9 +54,9 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 		ps->reqs = emu_xcalloc((size_t)ps->maxreq, sizeof *ps->reqs);
 	}
 	ps->acts = emu_xcalloc(helix ? (size_t)local * (size_t)sc->nb : chunks, sizeof *ps->acts);
-	ps->act_req = emu_xcalloc(chunks, sizeof *ps->act_req);
-	ps->grad_req = emu_xcalloc(chunks, sizeof *ps->grad_req);
-	ps->din = emu_xcalloc(chunks, sizeof *ps->din);
+	ps->act_req = emu_xcalloc(msgs, sizeof *ps->act_req);
+	ps->grad_req = emu_xcalloc(msgs, sizeof *ps->grad_req);
+	ps->din = emu_xcalloc(msgs, sizeof *ps->din);
 }
 
 void pipe_stage_free(struct pipe_stage *ps)
@@ -63,7 +64,7 @@ void pipe_stage_free(struct pipe_stage *ps)
 	int n = !ps->sc ? 0 : ps->local * (ps->sc->kind == SCHED_HELIX ? ps->sc->nb : ps->sc->v);
 
 	for (int x = 0; ps->acts && x < n; x++)
-		if (ps->acts[x].la)
+		if (par_acts_held(&ps->acts[x]))
 			par_acts_free(ps->m, &ps->acts[x]);
 	free(ps->acts);
 	free(ps->reqs);
@@ -84,7 +85,7 @@ static struct par_acts *chunk_acts(struct pipe_stage *ps, int mb, int j, int *rc
 	struct par_acts *a = &ps->acts[mb * ps->sc->v + j / ps->sc->p];
 	int l0 = j * ps->Lb;
 
-	*rc = a->la ? 0 : par_acts_alloc(ps->m, a, l0, l0 + ps->Lb);
+	*rc = par_acts_held(a) ? 0 : par_acts_alloc(ps->m, a, l0, l0 + ps->Lb);
 	return a;
 }
 
@@ -107,43 +108,58 @@ static int chunk_fwd(void *ctx, int mb, int j)
 static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
 {
 	struct pipe_stage *ps = ctx;
-	int x = mb * ps->sc->v + j / ps->sc->p, rc;
+	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc;
 	struct par_acts *a = &ps->acts[x];
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 
 	if ((rc = par_backward_part(ps->m, a, 1.0f / ps->accum, input, weight)))
 		return rc;
-	if (input && a->l0 > 0) { /* the input's gradient, for the previous stage */
-		if ((rc = tensor_alloc(&ps->m->k, &ps->din[x], MEM_COMM, n,
-				       "pipeline gradient out")))
+	for (int s = 0; input && a->l0 > 0 && s < ns; s++) { /* for the previous stage */
+		struct tensor *d = &ps->din[x * ns + s];
+
+		if ((rc = tensor_alloc(&ps->m->k, d, MEM_COMM, n, "pipeline gradient out")))
 			return rc;
-		if (ps->din[x].data)
-			memcpy(ps->din[x].data, ps->m->work.dres.data, n * sizeof(float));
+		if (d->data)
+			memcpy(d->data, ps->m->work[s].dres.data, n * sizeof(float));
 	}
 	if (!weight)
 		return 0;
 	/* done with this micro-batch: its output went to the next stage, whose gradient
 	 * has come back, so that send is over */
-	if (ps->act_req[x] && (rc = coll_wait(ps->d, ps->act_req[x])))
-		return rc;
-	ps->act_req[x] = NULL;
+	for (int s = 0; s < ns; s++) {
+		struct coll_req **r = &ps->act_req[x * ns + s];
+
+		if (*r && (rc = coll_wait(ps->d, *r)))
+			return rc;
+		*r = NULL;
+	}
 	par_acts_free(ps->m, a);
 	return 0;
 }
 
+/* Each sub-batch's output or input gradient (Ml, h) crosses the cut as its own message. */
 static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe_stage *ps = ctx;
-	int x = mb * ps->sc->v + j / ps->sc->p, rc;
+	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc = 0;
 	struct par_acts *a = &ps->acts[x];
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 
-	if (what == SCHED_ACT) /* (Ml, h): the chunk's output */
-		return coll_isend(ps->d, ps->dev[peer], par_la(a, a->l1 - 1)->res3.data, n,
-				  &ps->act_req[x]);
-	/* the send holds its own copy (eager, emu/coll.h): the gradient's buffer can go */
-	rc = coll_isend(ps->d, ps->dev[peer], ps->din[x].data, n, &ps->grad_req[x]);
-	tensor_free(&ps->m->k, &ps->din[x]);
+	for (int s = 0; s < ns && !rc; s++) {
+		int y = x * ns + s;
+
+		if (what == SCHED_ACT) { /* the chunk's output */
+			struct par_acts *sub = par_sub(a, s);
+
+			rc = coll_isend(ps->d, ps->dev[peer], par_la(sub, sub->l1 - 1)->res3.data,
+					n, &ps->act_req[y]);
+			continue;
+		}
+		/* the send holds its own copy (eager, emu/coll.h): the gradient's buffer can
+		 * go (the chunk's activations may be gone already) */
+		rc = coll_isend(ps->d, ps->dev[peer], ps->din[y].data, n, &ps->grad_req[y]);
+		tensor_free(&ps->m->k, &ps->din[y]);
+	}
 	return rc;
 }
 
@@ -154,13 +170,15 @@ static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	int rc;
 	struct par_acts *a = chunk_acts(ps, mb, j, &rc);
 
-	if (rc)
-		return rc;
-	if (what == SCHED_ACT)
-		return coll_recv(ps->d, ps->dev[peer], a->enc.data, n);
-	if ((rc = tensor_alloc(&ps->m->k, &a->dout, MEM_ACT, n, "d stage output")))
-		return rc;
-	return coll_recv(ps->d, ps->dev[peer], a->dout.data, n);
+	for (int s = 0; !rc && s < par_nsub(a); s++) {
+		struct par_acts *sub = par_sub(a, s);
+
+		if (what == SCHED_ACT)
+			rc = coll_recv(ps->d, ps->dev[peer], sub->enc.data, n);
+		else if (!(rc = tensor_alloc(&ps->m->k, &sub->dout, MEM_ACT, n, "d stage output")))
+			rc = coll_recv(ps->d, ps->dev[peer], sub->dout.data, n);
+	}
+	return rc;
 }
 
 static int chunk_wait(void *ctx)
@@ -168,12 +186,12 @@ static int chunk_wait(void *ctx)
 	struct pipe_stage *ps = ctx;
 	int rc = 0;
 
-	for (int x = 0; x < ps->local * ps->sc->v; x++) {
-		int rc2 = ps->grad_req[x] ? coll_wait(ps->d, ps->grad_req[x]) : 0;
+	for (int y = 0; y < ps->local * ps->sc->v * ps->m->nsub; y++) {
+		int rc2 = ps->grad_req[y] ? coll_wait(ps->d, ps->grad_req[y]) : 0;
 
 		rc = rc ? rc : rc2;
-		ps->grad_req[x] = NULL;
-		tensor_free(&ps->m->k, &ps->din[x]);
+		ps->grad_req[y] = NULL;
+		tensor_free(&ps->m->k, &ps->din[y]);
 	}
 	return rc;
 }

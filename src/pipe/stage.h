@@ -32,12 +32,13 @@ struct pipe_stage {
 	int local, accum; /* micro-batches a step here, and in the global batch */
 	int Lb;           /* layers a block (not helix) */
 	struct pipe_io io;
-	double loss;                /* this step's share of the loss, so far */
-	int *tok, *tgt;             /* (B, T): the batch being loaded */
-	struct par_acts *acts;      /* [local nb'] each (micro-batch, block)'s activations */
-	struct coll_req **act_req;  /* [local v]: the send of a chunk's output */
-	struct tensor *din;         /* [local v]: the gradient of its input, until sent */
-	struct coll_req **grad_req; /* [local v]: that send */
+	double loss;           /* this step's share of the loss, so far */
+	int *tok, *tgt;        /* (B, T): the batch being loaded */
+	struct par_acts *acts; /* [local nb'] each (micro-batch, block)'s activations */
+	/* [local v nsub]: per chunk and sub-batch (par/overlap.h; nsub = 1 without): */
+	struct coll_req **act_req;  /* the send of its output */
+	struct tensor *din;         /* the gradient of its input, until sent */
+	struct coll_req **grad_req; /* that send */
 	struct coll_req **reqs;     /* helix: the sends to wait for */
 	int nreq, maxreq;
 };

@@ -155,16 +155,68 @@ static int check_pipeline(const struct run_cfg *cfg, char *err, size_t n)
 	if (sched_constraints(cfg->schedule, pp, accum / dp, cfg->vpp, cfg->model.num_layers, err,
 			      n))
 		return -1;
-	if (cfg->schedule == SCHED_HELIX && cfg->recompute == PAR_RECOMPUTE_SELECTIVE) {
+	if (cfg->schedule == SCHED_HELIX && cfg->recompute != PAR_RECOMPUTE_NONE &&
+	    cfg->recompute != PAR_RECOMPUTE_FULL) {
 		snprintf(err, n,
-			 "--recompute selective with --schedule helix: HelixPipe recomputes "
-			 "without attention, which is --recompute full (or none)");
+			 "--recompute %s with --schedule helix: HelixPipe recomputes without "
+			 "attention, which is --recompute full (or none)",
+			 cfg->recompute == PAR_RECOMPUTE_SELECTIVE ? "selective" : "oases");
+		return -1;
+	}
+	if (cfg->schedule == SCHED_HELIX && cfg->tp_overlap) {
+		snprintf(err, n,
+			 "--tp-overlap oases with --schedule helix: HelixPipe runs a layer's "
+			 "attention and the rest on different stages, which this build does not "
+			 "interleave by sub-batch");
 		return -1;
 	}
 	run_cfg_schedule(cfg, &sc);
 	rc = sched_check(&sc, err, n);
 	sched_free(&sc);
 	return rc ? -1 : 0;
+}
+
+/* The rules of Oases's overlap (par/overlap.h): two sub-batches of a micro-batch, each
+ * cut as a micro-batch would be. */
+static int check_overlap(const struct run_cfg *cfg, char *err, size_t n)
+{
+	int tp = cfg->mesh.size[MESH_TP], tokens = cfg->mbs / PAR_NSUB * cfg->model.seq_len;
+
+	if (tp == 1) {
+		snprintf(err, n,
+			 "--tp-overlap oases needs --tp > 1 (it hides the tensor-parallel "
+			 "collectives behind compute)");
+		return -1;
+	}
+	if (cfg->mbs % PAR_NSUB) {
+		snprintf(err, n,
+			 "--tp-overlap oases cuts each micro-batch into %d sub-batches along the "
+			 "batch: --micro-batch-size %d does not split so",
+			 PAR_NSUB, cfg->mbs);
+		return -1;
+	}
+	if (cfg->sp && tokens % tp) {
+		snprintf(err, n,
+			 "--sequence-parallel with --tp-overlap oases: --tp %d does not divide the "
+			 "%d tokens of a sub-batch",
+			 tp, tokens);
+		return -1;
+	}
+	if (cfg->mlp_chunks > tokens) {
+		snprintf(err, n,
+			 "--mlp-chunks %d: more chunks than the %d tokens of a sub-batch "
+			 "(--tp-overlap oases)",
+			 cfg->mlp_chunks, tokens);
+		return -1;
+	}
+	if (cfg->zero == 3) {
+		snprintf(err, n,
+			 "--zero-stage 3 with --tp-overlap oases: ZeRO-3 frees a layer's gathered "
+			 "weights when the next layer is read, and the two sub-batches are in two "
+			 "layers at once");
+		return -1;
+	}
+	return 0;
 }
 
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
@@ -223,6 +275,8 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			 tp, tokens);
 		return -1;
 	}
+	if (cfg->tp_overlap && check_overlap(cfg, err, n))
+		return -1;
 	if (cfg->gbs / cfg->mbs % dp) {
 		snprintf(err, n,
 			 "--global-batch-size %d is %d micro-batches of %d, which --dp %d does not "

@@ -82,8 +82,9 @@ static void rank_forwarded(void *ctx, uint64_t g, const struct par_acts *a)
 {
 	struct rank *rk = ctx;
 
-	if (rk->tpr == 0)
-		run_record_routes(rk->o, rk->cfg, g, a->la, a->l0, a->l1);
+	for (int s = 0; rk->tpr == 0 && s < par_nsub(a); s++)
+		run_record_routes(rk->o, rk->cfg, g, s, par_nsub(a),
+				  par_sub((struct par_acts *)a, s)->la, a->l0, a->l1);
 }
 
 /* This device's part of the configuration. */
@@ -99,6 +100,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.recompute = cfg->recompute,
 				.flash = cfg->flash,
 				.mlp_chunks = cfg->mlp_chunks,
+				.overlap = cfg->tp_overlap,
 				.bucket_bytes = cfg->bucket_bytes};
 }
 

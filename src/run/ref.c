@@ -1,5 +1,7 @@
 /* run/ref: the serial reference (run_reference in run/run.h): models/gpt.c's whole model
- * on one device, with the run's seed, data and batches, and nothing parallel. */
+ * on one device, with the run's seed, data and batches, and nothing parallel. Under
+ * Oases's overlap (par/overlap.h) its micro-batches are the run's sub-batches, as the
+ * run's MoE routers see them: capacity and load-balancing loss per sub-batch. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,13 +20,14 @@ static int ref_device(struct emu_dev *d, void *arg)
 	const struct run_cfg *cfg = j->cfg;
 	struct run_out *o = j->o;
 	int accum = cfg->gbs / cfg->mbs, BT = cfg->mbs * cfg->model.seq_len, rc;
+	int nsub = cfg->tp_overlap == PAR_OVERLAP_OASES ? PAR_NSUB : 1, rows = BT / nsub;
 	int *tok = emu_xcalloc((size_t)BT, sizeof *tok),
 	    *tgt = emu_xcalloc((size_t)BT, sizeof *tgt);
 	struct kctx k;
 	struct gpt m;
 
 	kctx_init(&k, d, cfg->prec);
-	if ((rc = gpt_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed)))
+	if ((rc = gpt_init(&m, &k, &cfg->model, cfg->mbs / nsub, cfg->seed)))
 		goto out;
 	for (int s = 0; s < cfg->steps; s++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d);
@@ -35,11 +38,14 @@ static int ref_device(struct emu_dev *d, void *arg)
 			if (cfg->data)
 				data_batch(cfg->data, cfg->seed, (uint64_t)s * accum + a, cfg->mbs,
 					   cfg->model.seq_len, tok, tgt);
-			loss += (double)gpt_forward(&m, tok, tgt) / accum;
-			if (kctx_math(&k))
-				run_record_routes(o, cfg, (uint64_t)s * accum + a, m.la, 0,
-						  cfg->model.num_layers);
-			gpt_backward(&m, 1.0f / accum);
+			for (int sb = 0; sb < nsub; sb++) {
+				loss += (double)gpt_forward(&m, tok + sb * rows, tgt + sb * rows) /
+					(accum * nsub);
+				if (kctx_math(&k))
+					run_record_routes(o, cfg, (uint64_t)s * accum + a, sb, nsub,
+							  m.la, 0, cfg->model.num_layers);
+				gpt_backward(&m, 1.0f / (float)(accum * nsub));
+			}
 		}
 		if (s == 0 && o->snapshot && kctx_math(&k))
 			for (int i = 0; i < m.np; i++)

@@ -63,13 +63,14 @@ void run_free(struct run_out *o)
 	memset(o, 0, sizeof *o);
 }
 
-/* Keeps the routing decisions of micro-batch mb (in global order) from its layers' la. */
-void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
+/* Keeps the routing decisions of sub-batch sub of nsub of micro-batch mb (in global
+ * order) from its layers' la. */
+void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb, int sub, int nsub,
 		       const struct gpt_layer_acts *la, int l0, int l1)
 {
 	int L = cfg->model.num_layers;
-	size_t per = o->route_mb / (size_t)L;
-	int *out = o->routes ? o->routes + mb * o->route_mb : NULL;
+	size_t all = o->route_mb / (size_t)L, per = all / (size_t)nsub;
+	int *out = o->routes ? o->routes + mb * o->route_mb + (size_t)sub * per : NULL;
 
 	for (int l = l0; out && l < l1; l++) {
 		const struct moe_acts *a = &la[l - l0].moe;
@@ -77,7 +78,7 @@ void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb
 		if (!gpt_layer_is_moe(&cfg->model, l) || !a->choice)
 			continue;
 		for (size_t e = 0; e < per; e++)
-			out[l * per + e] = a->slot[e] >= 0 ? a->choice[e] : -1 - a->choice[e];
+			out[l * all + e] = a->slot[e] >= 0 ? a->choice[e] : -1 - a->choice[e];
 	}
 }
 

@@ -42,9 +42,9 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
 void run_free(struct run_out *o);
 
 /* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from the
- * activations la[0 .. l1 - l0) of its layers l0 .. l1 - 1; sums each step's loss from its stages'
- * and replicas' shares. */
-void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb,
+ * activations la[0 .. l1 - l0) of its layers l0 .. l1 - 1, those of its sub-batch sub of
+ * nsub (1 if it is not cut); sums each step's loss from its stages' and replicas' shares. */
+void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb, int sub, int nsub,
 		       const struct gpt_layer_acts *la, int l0, int l1);
 void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
 

@@ -1,0 +1,58 @@
+/* Helpers of the test programs that run whole configurations: a run and its serial
+ * reference compared (verify), and a dry-run. Both fail the test on a refused or failed
+ * run, naming why. */
+#ifndef TESTS_VERIFY_H
+#define TESTS_VERIFY_H
+
+#include "common.h"
+#include "run/run.h"
+
+/* Runs cfg on 2 nodes of 8 A100s and its reference on one; returns verify's result.
+ * fault_op (or NULL) and fault_nth: a collective the parallel run drops
+ * (emu_cluster_set_fault). */
+static inline struct verify_result test_verify(const struct run_cfg *cfg, const char *fault_op,
+					       int fault_nth)
+{
+	struct emu_cluster *one = test_cluster("dgx-a100", 1, 1, 0, 0);
+	struct emu_cluster *many = test_cluster("dgx-a100", 2, cfg->mesh.world, 0, 0);
+	struct run_out ref, par;
+	struct verify_result v;
+	char err[256];
+
+	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
+		fail_msg("config refused: %s", err);
+	run_alloc(&ref, cfg, 1);
+	run_alloc(&par, cfg, 1);
+	if (run_reference(one, cfg, &ref))
+		fail_msg("reference failed: %s", emu_cluster_report(one));
+	if (fault_op && emu_cluster_set_fault(many, fault_op, fault_nth))
+		fail_msg("no collective named %s", fault_op);
+	if (run_parallel(many, cfg, &par))
+		fail_msg("parallel run failed: %s", emu_cluster_report(many));
+	verify_compare(&ref, &par, &cfg->model, &v);
+	run_free(&ref);
+	run_free(&par);
+	emu_cluster_free(one);
+	emu_cluster_free(many);
+	return v;
+}
+
+/* cfg in dry-run at bf16 on nodes of 8 A100s, trace on or off, into o (run_free it); the
+ * cluster, for its devices' counters (emu_cluster_free it). */
+static inline struct emu_cluster *test_dry(struct run_cfg *cfg, struct run_out *o, int trace)
+{
+	struct emu_cluster *c =
+		test_cluster("dgx-a100", (cfg->mesh.world + 7) / 8, cfg->mesh.world, 1, trace);
+	char err[256];
+
+	cfg->data = NULL;
+	cfg->prec = PREC_BF16;
+	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
+		fail_msg("config refused: %s", err);
+	run_alloc(o, cfg, 0);
+	if (run_parallel(c, cfg, o))
+		fail_msg("dry run failed: %s", emu_cluster_report(c));
+	return c;
+}
+
+#endif
