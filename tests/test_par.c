@@ -323,10 +323,10 @@ static int vcase_run(const struct vcase *c, struct vcache *vc, struct verify_res
 		snprintf(why, n, "the run failed: %s", emu_cluster_report(cl));
 		rc = -1;
 	} else {
-		verify_compare(&ref->out, &par, &cfg->model, v);
+		verify_compare(&ref->out, &par, cfg, v);
 		*vf = *v;
 		if (flat)
-			verify_compare(&flat->out, &par, &cfg->model, vf);
+			verify_compare(&flat->out, &par, cfg, vf);
 	}
 	run_free(&par);
 	emu_cluster_free(cl);
@@ -491,6 +491,33 @@ static void test_broken_strategies_fail(void **state)
 	assert_false(v.passed);
 	assert_true(isnan(v.loss_err));
 	assert_int_equal(v.loss_step, 0);
+	/* ZeRO-1's last all-gather of updated weights left out: the losses and the first
+	 * gradients agree, the final parameters do not, and no gradient difference excuses
+	 * them as rounding */
+	{
+		struct run_cfg dry_cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+		struct coll_stats st;
+
+		make_cfg(&cfg, "tiny", 2, 1, 1);
+		dry_cfg = cfg; /* in dry-run, at fp32 for the same buckets */
+		dry_cfg.data = NULL;
+		c = test_cluster("dgx-a100", 1, 2, 1, 0);
+		run_alloc(&o, &dry_cfg, 0);
+		if (run_parallel(c, &dry_cfg, &o))
+			fail_msg("dry run failed: %s", emu_cluster_report(c));
+		coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &st);
+		run_free(&o);
+		emu_cluster_free(c);
+		fault_op = "all-gather";
+		fault_nth = (int)st.calls - 1;
+		v = verify(&cfg);
+		fault_op = NULL;
+		assert_false(v.passed);
+		assert_true(v.loss_err <= v.loss_tol && v.grad_err <= v.grad_tol);
+		assert_true(v.param_err > 1e-2);
+	}
 	/* and the unbroken one passes; what it leaves out as noise-driven is every key bias
 	 * (L h entries, gradient zero in exact arithmetic) and a few entries whose first
 	 * gradient happens to be tiny, under 0.1% of the model */
@@ -522,7 +549,7 @@ static void test_routing_flip_detected(void **state)
 	run_alloc(&par, &cfg, 1);
 	assert_int_equal(run_reference(one, &cfg, &ref), 0);
 	assert_int_equal(run_parallel(many, &cfg, &par), 0);
-	verify_compare(&ref, &par, &cfg.model, &v);
+	verify_compare(&ref, &par, &cfg, &v);
 	assert_true(v.passed);
 	assert_int_equal(v.route_flips, 0);
 	for (int l = 0; l < cfg.model.num_layers; l++)
@@ -537,7 +564,7 @@ static void test_routing_flip_detected(void **state)
 	/* step 2, its third micro-batch, the MoE layer, token 5's second choice */
 	e = (size_t)(1 * 4 + 2) * ref.route_mb + (size_t)moe_layer * per_layer + 5 * 2 + 1;
 	par.routes[e] = par.routes[e] == 0 ? 1 : 0;
-	verify_compare(&ref, &par, &cfg.model, &v);
+	verify_compare(&ref, &par, &cfg, &v);
 	assert_int_equal(v.route_flips, 1);
 	assert_int_equal(v.flip_step, 1);
 	assert_int_equal(v.flip_layer, moe_layer);

@@ -204,7 +204,7 @@ static void test_serial_pieces_are_the_serial_model(void **state)
 		run_alloc(&par, &cfg, 1);
 		assert_int_equal(run_reference(one, &cfg, &ref), 0);
 		assert_int_equal(run_parallel(one, &cfg, &par), 0);
-		verify_compare(&ref, &par, &cfg.model, &v);
+		verify_compare(&ref, &par, &cfg, &v);
 		assert_int_equal(v.route_flips, 0);
 		assert_memory_equal(ref.loss, par.loss, (size_t)cfg.steps * sizeof *ref.loss);
 		for (int i = 0; i < ref.np; i++) {

@@ -29,7 +29,7 @@ static inline struct verify_result test_verify(const struct run_cfg *cfg, const 
 		fail_msg("no collective named %s", fault_op);
 	if (run_parallel(many, cfg, &par))
 		fail_msg("parallel run failed: %s", emu_cluster_report(many));
-	verify_compare(&ref, &par, &cfg->model, &v);
+	verify_compare(&ref, &par, cfg, &v);
 	run_free(&ref);
 	run_free(&par);
 	emu_cluster_free(one);

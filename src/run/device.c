@@ -87,6 +87,17 @@ static void rank_forwarded(void *ctx, uint64_t g, const struct par_acts *a)
 				  par_sub((struct par_acts *)a, s)->la, a->l0, a->l1);
 }
 
+/* Step's gradients into o->gsteps (the full tensors, each device its part). */
+static void copy_grads(const struct par_dp_state *s, struct run_out *o, int step)
+{
+	float **at = emu_xcalloc((size_t)o->np, sizeof *at);
+
+	for (int i = 0; i < o->np; i++)
+		at[i] = o->gsteps[i] + (size_t)step * gpt_tensor_numel(&s->m->cfg, i);
+	par_dp_copy_grads(s, at);
+	free(at);
+}
+
 /* This device's part of the configuration. */
 static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 {
@@ -191,8 +202,8 @@ static int par_device(struct emu_dev *d, void *arg)
 		}
 		if ((rc = par_dp_sync_grads(&s)))
 			goto out;
-		if (step == 0 && o->snapshot)
-			par_dp_copy_grads(&s, o->grad0);
+		if (o->snapshot && step < o->gsteps_n)
+			copy_grads(&s, o, step);
 		if ((rc = par_dp_step(&s, &cfg->opt, step + 1, &norm)))
 			goto out;
 		if (rk.tpr == 0)

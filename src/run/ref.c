@@ -47,10 +47,10 @@ static int ref_device(struct emu_dev *d, void *arg)
 				gpt_backward(&m, 1.0f / (float)(accum * nsub));
 			}
 		}
-		if (s == 0 && o->snapshot && kctx_math(&k))
+		if (s < o->gsteps_n && o->snapshot && kctx_math(&k))
 			for (int i = 0; i < m.np; i++)
 				if (m.p[i].n)
-					memcpy(o->grad0[i], m.p[i].g.data,
+					memcpy(o->gsteps[i] + (size_t)s * m.p[i].n, m.p[i].g.data,
 					       m.p[i].n * sizeof(float));
 		gpt_update(&m, &cfg->opt, s + 1);
 		o->loss_part[s] = (float)loss;

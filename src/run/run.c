@@ -32,12 +32,19 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 						o->route_mb,
 					sizeof *o->routes);
 	}
+	o->gsteps = emu_xcalloc((size_t)np, sizeof *o->gsteps);
 	o->grad0 = emu_xcalloc((size_t)np, sizeof *o->grad0);
 	o->params = emu_xcalloc((size_t)np, sizeof *o->params);
+	{
+		size_t all = gpt_num_params(&cfg->model), fit = RUN_GSTEPS_MAX / (all ? all : 1);
+
+		o->gsteps_n = fit < 1 ? 1 : fit < (size_t)cfg->steps ? (int)fit : cfg->steps;
+	}
 	for (int i = 0; i < np; i++) {
 		size_t n = gpt_tensor_numel(&cfg->model, i);
 
-		o->grad0[i] = emu_xcalloc(n ? n : 1, sizeof(float));
+		o->gsteps[i] = emu_xcalloc(n ? n * (size_t)o->gsteps_n : 1, sizeof(float));
+		o->grad0[i] = o->gsteps[i];
 		o->params[i] = emu_xcalloc(n ? n : 1, sizeof(float));
 	}
 }
@@ -45,9 +52,10 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 void run_free(struct run_out *o)
 {
 	for (int i = 0; o->snapshot && i < o->np; i++) {
-		free(o->grad0[i]);
+		free(o->gsteps[i]);
 		free(o->params[i]);
 	}
+	free(o->gsteps);
 	free(o->grad0);
 	free(o->params);
 	free(o->loss);

@@ -12,6 +12,8 @@
 #include "run/mesh.h"
 #include "pipe/schedule.h"
 
+#define RUN_GSTEPS_MAX (1u << 25)
+
 /* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
 struct run_out {
 	int steps, np, accum; /* steps, tensors, micro-batches a step */
@@ -21,9 +23,14 @@ struct run_out {
 	int64_t *compute_ns;  /* [steps] of it, compute (device 0) */
 	double flops_step;    /* FLOPs charged by device 0 in the last step */
 	int devices_run;      /* devices simulated: fewer than the mesh's when dry-run folds */
-	int snapshot;         /* fill grad0 and params */
-	float **grad0;        /* [np] full tensors: the first step's gradients */
-	float **params;       /* [np] full tensors: the weights after the last step */
+	int snapshot;         /* fill gsteps (grad0) and params */
+	/* [np] full tensors: the gradients of the first gsteps_n steps, step after step
+	 * (as many as fit in RUN_GSTEPS_MAX floats, at least 1); grad0[i] is gsteps[i]: the
+	 * first step's */
+	float **gsteps;
+	int gsteps_n;
+	float **grad0;  /* [np] full tensors: the first step's gradients */
+	float **params; /* [np] full tensors: the weights after the last step */
 	/* MoE presets with a snapshot: every routing decision of the run, route_mb of
 	 * them per micro-batch (layer, token, choice; non-MoE layers left 0), micro-batches
 	 * in global order. A decision is the expert picked, or -1 - it when the token was
@@ -55,22 +62,24 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
 int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
 
-/* verify's comparison: per-step loss, first-step gradients, final parameters, each by the
- * norm-wise relative error max|a - b| / max|b| per tensor.
+/* verify's comparison of a run of cfg with its reference: per-step loss, first-step
+ * gradients, final parameters, each by the norm-wise relative error max|a - b| / max|b|
+ * per tensor.
  *
- * One exception, like verify's routing flips: a parameter whose reference gradient is
- * zero to rounding (below 1e-6 of its tensor's largest, or within 8 times the largest
- * difference the strategy's own rounding made in that tensor's gradient) is moved by Adam
- * on noise alone, since Adam divides the gradient by its own magnitude. The key bias is
- * such a parameter: adding the same q.b to every score of a query leaves the softmax
- * unchanged, so its gradient is zero in exact arithmetic. Those entries are left out of
- * the parameter comparison, counted in noise_params, and still checked as gradients. */
+ * One exception, like verify's routing flips: a parameter that the gradient differences
+ * of the run (every step's, measured) could have moved by half the parameter tolerance
+ * through Adam's update, whose division by sqrt(v) enlarges the difference of a gradient
+ * near zero, is moved by rounding, not by the strategy (docs/formulas.md, Verification).
+ * The key bias is such a parameter: adding the same q.b to every score of a query leaves
+ * the softmax unchanged, so its gradient is zero in exact arithmetic. Those entries are
+ * left out of the parameter comparison, counted in noise_params, and still checked as
+ * gradients. */
 struct verify_result {
 	double loss_err, grad_err, param_err; /* the worst relative error of each kind */
 	double loss_abs, grad_abs, param_abs; /* the worst absolute error max |a - b| */
 	int loss_step, grad_tensor, param_tensor;
 	double loss_tol, grad_tol, param_tol;
-	size_t noise_params; /* entries left out: gradient zero to rounding */
+	size_t noise_params; /* entries left out: moved by rounding */
 	/* routing decisions that differ from the reference's (docs/formulas.md, Verification: a
 	 * flip is rounding amplified by a discrete choice, not a strategy error), of routes; the
 	 * first one's step, layer and token */
@@ -78,7 +87,7 @@ struct verify_result {
 	int flip_step, flip_layer, flip_token;
 	int passed;
 };
-void verify_compare(const struct run_out *ref, const struct run_out *par,
-		    const struct gpt_config *cfg, struct verify_result *v);
+void verify_compare(const struct run_out *ref, const struct run_out *par, const struct run_cfg *cfg,
+		    struct verify_result *v);
 
 #endif

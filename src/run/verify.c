@@ -53,9 +53,37 @@ static void compare_routes(const struct run_out *ref, const struct run_out *par,
 	}
 }
 
-void verify_compare(const struct run_out *ref, const struct run_out *par,
-		    const struct gpt_config *cfg, struct verify_result *v)
+/* How far the gradient differences of the run could have moved entry e of tensor i (n
+ * entries) through AdamW's update lr m / (sqrt(v) + eps): at step t a first-order bound
+ * of 2 lr D_t / (sqrt(v_t) + eps), D_t the largest difference so far (m and sqrt(v)
+ * average the gradients so far; |m| <= sqrt(v)), v_t the reference's bias-corrected
+ * second moment, lr the peak rate. Summed over the steps whose gradients were kept, and
+ * the last term for each step after them. */
+static double drift(const struct run_out *ref, const struct run_out *par, const struct run_cfg *cfg,
+		    int i, size_t e, size_t n)
 {
+	const struct optim_cfg *o = &cfg->opt;
+	int N = ref->gsteps_n < par->gsteps_n ? ref->gsteps_n : par->gsteps_n;
+	double v = 0, pw = 1, D = 0, sum = 0, last = 0;
+
+	for (int t = 0; t < N; t++) {
+		double gr = ref->gsteps[i][(size_t)t * n + e];
+		double d = fabs((double)par->gsteps[i][(size_t)t * n + e] - gr);
+
+		v = o->beta2 * v + (1 - o->beta2) * gr * gr;
+		pw *= o->beta2;
+		D = d > D || isnan(d) ? d : D;
+		last = 2 * o->lr * D / (sqrt(v / (1 - pw)) + o->eps);
+		sum += last;
+	}
+	return sum + (cfg->steps - N) * last;
+}
+
+void verify_compare(const struct run_out *ref, const struct run_out *par, const struct run_cfg *rc,
+		    struct verify_result *v)
+{
+	const struct gpt_config *cfg = &rc->model;
+
 	memset(v, 0, sizeof *v);
 	v->loss_tol = 1e-5;
 	v->grad_tol = 1e-5;
@@ -71,20 +99,16 @@ void verify_compare(const struct run_out *ref, const struct run_out *par,
 	for (int i = 0; i < ref->np; i++) {
 		size_t n = gpt_tensor_numel(cfg, i);
 		unsigned char *keep = emu_xmalloc(n ? n : 1);
-		double gmax = 0, gerr = 0, floor, eg, ep;
+		double pmax = 0, eg, ep;
 
+		for (size_t e = 0; e < n; e++)
+			pmax = fabs((double)ref->params[i][e]) > pmax
+				       ? fabs((double)ref->params[i][e])
+				       : pmax;
+		/* moved by rounding: the run's gradient differences could have moved it by
+		 * half the tolerance */
 		for (size_t e = 0; e < n; e++) {
-			double g = fabs((double)ref->grad0[i][e]);
-			double d = fabs((double)par->grad0[i][e] - ref->grad0[i][e]);
-
-			gmax = g > gmax ? g : gmax;
-			gerr = d > gerr ? d : gerr;
-		}
-		/* zero to rounding: under 1e-6 of the largest, or within 8 times the worst
-		 * difference the strategy's own rounding made in this tensor's gradient */
-		floor = 1e-6 * gmax > 8 * gerr ? 1e-6 * gmax : 8 * gerr;
-		for (size_t e = 0; e < n; e++) {
-			keep[e] = fabs((double)ref->grad0[i][e]) >= floor;
+			keep[e] = !(drift(ref, par, rc, i, e, n) > 0.5 * v->param_tol * pmax);
 			v->noise_params += !keep[e];
 		}
 		eg = rel_err(par->grad0[i], ref->grad0[i], n, NULL, &v->grad_abs);
