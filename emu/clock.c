@@ -25,8 +25,11 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 	int64_t dur = emu_compute_cost(d, flops, bytes);
 
 	if (d->c->cfg.trace) {
-		struct trace_ev ev = {
-			.t0 = st->t, .t1 = st->t + dur, .stream = EMU_STREAM_COMPUTE, .sym = '#'};
+		struct trace_ev ev = {.t0 = st->t,
+				      .t1 = st->t + dur,
+				      .stream = EMU_STREAM_COMPUTE,
+				      .lane = (uint8_t)d->lane,
+				      .sym = '#'};
 
 		emu_strcpy_cut(ev.name, name, sizeof ev.name);
 		trace_add_op(d, &ev);

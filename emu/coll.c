@@ -634,6 +634,8 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 				      .t1 = op->t_end,
 				      .bytes = op->bytes,
 				      .stream = (uint8_t)r->stream,
+				      .lane = (uint8_t)r->lane,
+				      .posted = (uint8_t)!r->blocking,
 				      .sym = kinds[a->kind].sym};
 
 		emu_strcpy_cut(ev.name, kinds[a->kind].name, sizeof ev.name);
@@ -671,6 +673,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->member = member;
 	r->stream = stream;
 	r->eager_end = -1;
+	r->lane = d->lane;
 	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
 		r->eager_end =
 			arg->t_issue + p2p_ns(&d->c->cfg.topo.link[ch->link],
@@ -714,6 +717,8 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 				      .t1 = r->eager_end,
 				      .bytes = S,
 				      .stream = (uint8_t)r->stream,
+				      .lane = (uint8_t)r->lane,
+				      .posted = (uint8_t)!r->blocking,
 				      .sym = kinds[OP_SEND].sym};
 
 		emu_strcpy_cut(ev.name, kinds[OP_SEND].name, sizeof ev.name);
@@ -796,6 +801,8 @@ static int post_group(struct emu_dev *d, struct emu_group *g, struct op_arg *arg
 /* Waits for *req if the post (rc) succeeded. *req is read only after the post has run. */
 static int blocking(struct emu_dev *d, int rc, struct coll_req **req)
 {
+	if (!rc && *req)
+		(*req)->blocking = 1;
 	return rc ? rc : coll_wait(d, *req);
 }
 

@@ -111,6 +111,8 @@ struct coll_req {
 	int resolved;                 /* times read into the stream and the trace */
 	int waited;                   /* data movement finished */
 	int64_t eager_end;            /* an eager send: when its data has left (else -1) */
+	int lane;                     /* the device's trace lane when it was posted */
+	int blocking;                 /* a blocking call's: waited for as soon as posted */
 	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
 
@@ -144,6 +146,8 @@ struct trace_ev {
 	char name[32];    /* "all-reduce", "matmul", ... */
 	uint8_t stream;   /* enum emu_stream */
 	uint8_t flow_end; /* 1: this is the receiving end of flow */
+	uint8_t lane;     /* the device's lane (trace_set_lane) when it ran or was posted */
+	uint8_t posted;   /* communication: a posted call's (coll_i*), not a blocking one's */
 	char sym;         /* letter for the ASCII timeline */
 };
 
@@ -195,6 +199,7 @@ struct emu_dev {
 
 	struct mem_state mem;
 	struct trace_buf trace;
+	int lane; /* whose ops the device records now (trace_set_lane), 0 each run */
 	struct dev_stats stats;
 
 	int err;          /* this device's own error (enum emu_err), 0 if none */

@@ -18,6 +18,13 @@ void trace_reset(struct emu_dev *d)
 {
 	d->trace.nev = 0;
 	d->trace.nmem = 0;
+	d->lane = 0;
+}
+
+void trace_set_lane(struct emu_dev *d, int lane)
+{
+	EMU_ASSERT(lane >= 0 && lane <= TRACE_MAX_LANES);
+	d->lane = lane;
 }
 
 void trace_add_op(struct emu_dev *d, const struct trace_ev *ev)
@@ -47,6 +54,32 @@ size_t trace_count(const struct emu_cluster *c, int id)
 {
 	EMU_ASSERT(id >= 0 && id < c->cfg.ndev);
 	return c->devs[id].trace.nev;
+}
+
+void trace_op_get(const struct emu_cluster *c, int id, size_t k, struct trace_op *op)
+{
+	const struct trace_ev *e;
+
+	EMU_ASSERT(id >= 0 && id < c->cfg.ndev && k < c->devs[id].trace.nev);
+	e = &c->devs[id].trace.ev[k];
+	*op = (struct trace_op){e->t0, e->t1, e->bytes, e->name, e->stream, e->lane, e->posted};
+}
+
+/* The highest lane of d's compute ops (0: none). */
+static int compute_lanes(const struct emu_dev *d)
+{
+	int n = 0;
+
+	for (size_t k = 0; k < d->trace.nev; k++)
+		if (d->trace.ev[k].stream == EMU_STREAM_COMPUTE && d->trace.ev[k].lane > n)
+			n = d->trace.ev[k].lane;
+	return n;
+}
+
+/* The JSON thread of an op: its stream's, or its compute lane's after the streams. */
+static int tid_of(const struct trace_ev *e)
+{
+	return e->stream == EMU_STREAM_COMPUTE && e->lane ? EMU_NSTREAMS + e->lane - 1 : e->stream;
 }
 
 /* Prints ns as microseconds with exactly three decimals. */
@@ -87,13 +120,18 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 			",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
 			"\"name\":\"%s\"}}",
 			d->id, s, stream_names[s]);
+	for (int l = 1, n = compute_lanes(d); l <= n; l++)
+		fprintf(f,
+			",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
+			"\"name\":\"compute lane %d\"}}",
+			d->id, EMU_NSTREAMS + l - 1, l);
 	for (size_t i = 0; i < t->nev; i++) {
 		const struct trace_ev *e = &t->ev[i];
 
 		fputs(",\n{\"name\":", f);
 		put_json_string(f, e->name);
 		fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":",
-			e->stream == EMU_STREAM_COMPUTE ? "compute" : "comm", d->id, e->stream);
+			e->stream == EMU_STREAM_COMPUTE ? "compute" : "comm", d->id, tid_of(e));
 		put_us(f, e->t0);
 		fputs(",\"dur\":", f);
 		put_us(f, e->t1 - e->t0);
@@ -150,8 +188,10 @@ int trace_write_json(const struct emu_cluster *c, const char *path)
 /* ------------------------------------------------------------------------------------ */
 /* ASCII timeline                                                                       */
 
-static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64_t T)
+/* The row of stream s (and, for compute, of lane only) of d. */
+static void draw_row(FILE *out, const struct emu_dev *d, int s, int lane, int width, int64_t T)
 {
+	char label[16];
 	char row[512];
 	int64_t best[512];
 
@@ -162,7 +202,8 @@ static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64
 		int first, last;
 		char sym;
 
-		if (e->stream != s || e->t1 <= e->t0)
+		if (e->stream != s || e->t1 <= e->t0 ||
+		    (s == EMU_STREAM_COMPUTE && e->lane != lane))
 			continue;
 		/* Every other op of a row in lower case, so that back-to-back ops show apart. */
 		sym = k++ % 2 && isupper((unsigned char)e->sym)
@@ -182,14 +223,18 @@ static void draw_row(FILE *out, const struct emu_dev *d, int s, int width, int64
 		}
 	}
 	row[width] = '\0';
-	fprintf(out, "gpu%-4d %-7s |%s|\n", d->id, stream_names[s], row);
+	if (lane)
+		snprintf(label, sizeof label, "lane%d", lane);
+	else
+		snprintf(label, sizeof label, "%s", stream_names[s]);
+	fprintf(out, "gpu%-4d %-7s |%s|\n", d->id, label, row);
 }
 
 void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_devs)
 {
 	int64_t T = 0;
 	char tbuf[32];
-	int shown = 0;
+	int shown = 0, lanes = 0;
 
 	if (width < 10)
 		width = 10;
@@ -219,13 +264,19 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 			int used = 0;
 
 			for (size_t k = 0; k < d->trace.nev && !used; k++)
-				used = d->trace.ev[k].stream == s;
+				used = d->trace.ev[k].stream == s &&
+				       (s != EMU_STREAM_COMPUTE || !d->trace.ev[k].lane);
 			if (used)
-				draw_row(out, d, s, width, T);
+				draw_row(out, d, s, 0, width, T);
+			for (int l = 1, n = s == EMU_STREAM_COMPUTE ? compute_lanes(d) : 0; l <= n;
+			     l++)
+				draw_row(out, d, s, l, width, T);
 		}
+		lanes = lanes || compute_lanes(d);
 	}
 	fprintf(out,
 		"legend: # compute  A all-reduce  S reduce-scatter  G all-gather  T all-to-all  "
 		"V all-to-all-v  B broadcast  R reduce  > send  < recv  . idle\n"
-		"        (every other op of a row in lower case)\n");
+		"        (every other op of a row in lower case)%s\n",
+		lanes ? "; laneN: compute of lane N" : "");
 }

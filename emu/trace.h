@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 struct emu_cluster;
+struct emu_dev;
 
 /* Writes the last run's trace of c to path. 0, or -1 with errno if it cannot write. */
 int trace_write_json(const struct emu_cluster *c, const char *path);
@@ -20,5 +21,26 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 
 /* Total recorded ops of device id (for tests). */
 size_t trace_count(const struct emu_cluster *c, int id);
+
+/* One recorded op: its span in virtual time, bytes (communication), name ("matmul",
+ * "all-reduce", ...), stream (enum emu_stream), lane (of the compute that ran it or
+ * posted it), and for communication whether it was posted (coll_i*) rather than
+ * blocking. */
+struct trace_op {
+	int64_t t0, t1;
+	uint64_t bytes;
+	const char *name; /* valid until the cluster runs again or is freed */
+	int stream, lane, posted;
+};
+
+/* Op k (k < trace_count) of device id, in the order recorded. */
+void trace_op_get(const struct emu_cluster *c, int id, size_t k, struct trace_op *op);
+
+/* The most lanes, and the lane d records its next ops in: a device that interleaves
+ * independent streams of work (two batches, say) marks whose each op is. 0, each run's
+ * start, is no lane. The timeline draws each lane's compute in a row of its own
+ * ("lane1", ...), the JSON trace as a thread of its own. */
+#define TRACE_MAX_LANES 8
+void trace_set_lane(struct emu_dev *d, int lane);
 
 #endif

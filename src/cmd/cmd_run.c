@@ -50,15 +50,16 @@ static const char *cmd_name(int verify)
 static void print_header(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
 	char mesh[96];
+	static const char *const recompute[] = {"", ", selective recomputation",
+						", full recomputation", ", Oases's recomputation"};
 
 	mesh_describe(&cfg->mesh, mesh, sizeof mesh);
-	printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d%s, micro-batch %d, global "
+	printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d%s%s, micro-batch %d, global "
 	       "batch %d, %d steps\n",
 	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, cfg->zero,
-	       cfg->recompute == 0   ? ""
-	       : cfg->recompute == 1 ? ", selective recomputation"
-				     : ", full recomputation",
-	       cfg->mbs, cfg->gbs, cfg->steps);
+	       recompute[cfg->recompute],
+	       cfg->tp_overlap ? ", Oases's overlapped tp (2 sub-batches)" : "", cfg->mbs, cfg->gbs,
+	       cfg->steps);
 	printf("# ");
 	report_cluster_line(stdout, ecfg);
 	printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
@@ -86,8 +87,9 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 	printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest absolute "
 	       "error %.3g\n",
 	       v->param_err, pname, cfg->steps, v->param_tol, v->param_abs);
-	printf("#   %zu parameter entries with a gradient zero to rounding (the key biases among "
-	       "them) left out of the parameter check\n",
+	printf("#   %zu parameter entries that the run's gradient differences could move by "
+	       "half the tolerance (the key biases among them) left out of the parameter "
+	       "check\n",
 	       v->noise_params);
 	if (v->routes)
 		printf("#   %zu of %zu MoE routing decisions differ from the reference's\n",
@@ -206,7 +208,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 			run_free(&ref);
 			goto out;
 		}
-		verify_compare(&ref, &par, &cfg->model, &v);
+		verify_compare(&ref, &par, cfg, &v);
 	}
 	{
 		int64_t step = par.step_ns[cfg->steps - 1];
@@ -226,6 +228,9 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		fprintf(stderr, "pemu: cannot write trace '%s'\n", cc->trace_path);
 	if (cc->timeline)
 		trace_timeline(cl, cc->json ? stderr : stdout, 100, 16);
+	if (cc->timeline && cfg->tp_overlap)
+		fprintf(cc->json ? stderr : stdout,
+			"        lane1, lane2: the two sub-batches of --tp-overlap oases\n");
 	if (cc->timeline && cfg->mesh.size[MESH_PP] > 1)
 		sched_draw(&par.sched, par.span, 100, cc->json ? stderr : stdout);
 out:

@@ -90,17 +90,19 @@ void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct e
 
 void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
-	static const char *const recompute_names[] = {"none", "selective", "full"};
+	static const char *const recompute_names[] = {"none", "selective", "full", "oases"};
 	const int *size = cfg->mesh.size;
 
 	fprintf(f,
 		"\"config\":{\"model\":\"%s\",\"parameters\":%zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
 		"\"cp\":1,\"ep\":1,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_size\":"
 		"%d,\"steps\":%d,\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
-		"\"schedule\":\"%s\",\"bucket_size\":%" PRIu64 ",\"cluster\":",
+		"\"tp_overlap\":\"%s\",\"schedule\":\"%s\",\"bucket_size\":%" PRIu64
+		",\"cluster\":",
 		model_name(cfg), gpt_num_params(&cfg->model), size[MESH_DP], size[MESH_TP],
 		size[MESH_PP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
 		prec_name(cfg->prec), recompute_names[cfg->recompute],
+		cfg->tp_overlap ? "oases" : "none",
 		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes);
 	report_cluster_json(f, ecfg);
 	fputc('}', f);

@@ -5,6 +5,7 @@
 
 #include "par/internal.h"
 #include "par/recompute.h"
+#include "trace.h"
 
 /* One sub-batch's place in its part of the model. */
 struct lane {
@@ -86,11 +87,18 @@ static int done(const struct lane *ln, int bwd)
 	return bwd ? ln->l < ln->a->l0 : ln->l >= ln->a->l1;
 }
 
-/* The hooks sub-batch s does not tell: only the first reads a unit first, only the
- * last finishes a gradient. */
-static unsigned quiet_of(const struct par_model *m, int s)
+/* Sub-batch s runs: the hooks it does not tell (only the first reads a unit first,
+ * only the last finishes a gradient) are quiet, and its ops go in trace lane s + 1. */
+static void enter(struct par_model *m, int s)
 {
-	return (s > 0 ? PAR_QUIET_USE : 0u) | (s < m->nsub - 1 ? PAR_QUIET_READY : 0u);
+	m->quiet = (s > 0 ? PAR_QUIET_USE : 0u) | (s < m->nsub - 1 ? PAR_QUIET_READY : 0u);
+	trace_set_lane(m->k.d, s + 1);
+}
+
+static void leave(struct par_model *m)
+{
+	m->quiet = 0;
+	trace_set_lane(m->k.d, 0);
 }
 
 /* Runs the lanes in turn, each to its next posted collective, until all are through the
@@ -105,9 +113,9 @@ static int interleave(struct par_model *m, struct lane *ln, int bwd, float scale
 		for (int s = 0; s < m->nsub && !rc; s++) {
 			if (done(&ln[s], bwd))
 				continue;
-			m->quiet = quiet_of(m, s);
+			enter(m, s);
 			rc = bwd ? bwd_run(m, &ln[s], scale, weight) : fwd_run(m, &ln[s]);
-			m->quiet = 0;
+			leave(m);
 			left -= done(&ln[s], bwd);
 		}
 	for (int s = 0; s < m->nsub; s++) {
@@ -140,9 +148,9 @@ int par_overlap_forward(struct par_model *m, struct par_acts *a, const int *toke
 		if (a->l0 == 0 || head)
 			par_set_batch(m, sub, tokens + (size_t)s * rows,
 				      targets + (size_t)s * rows);
-		m->quiet = quiet_of(m, s);
+		enter(m, s);
 		rc = a->l0 == 0 ? par_embed_fwd(m, ln[s].w, sub) : 0;
-		m->quiet = 0;
+		leave(m);
 		if (rc)
 			return rc;
 	}
@@ -151,9 +159,9 @@ int par_overlap_forward(struct par_model *m, struct par_acts *a, const int *toke
 	for (int s = 0; s < m->nsub; s++) {
 		struct par_acts *sub = ln[s].a;
 
-		m->quiet = quiet_of(m, s);
+		enter(m, s);
 		rc = head ? par_head_fwd(m, ln[s].w, sub, par_layer_input(sub, a->l1)) : 0;
-		m->quiet = 0;
+		leave(m);
 		if (rc)
 			return rc;
 		*loss += par_part_loss(m, sub, head) / (float)m->nsub;
@@ -175,21 +183,21 @@ int par_overlap_backward(struct par_model *m, struct par_acts *a, float scale, i
 		struct par_acts *sub = ln[s].a;
 
 		rc = 0;
-		m->quiet = quiet_of(m, s);
+		enter(m, s);
 		if (head)
 			rc = par_head_bwd(m, ln[s].w, sub, par_layer_input(sub, a->l1), sc);
 		else if (D(ln[s].w->dres))
 			memcpy(D(ln[s].w->dres), D(sub->dout), nx * sizeof(float));
-		m->quiet = 0;
+		leave(m);
 		if (rc)
 			return rc;
 	}
 	if ((rc = interleave(m, ln, 1, sc, weight)) || a->l0 > 0)
 		return rc;
 	for (int s = 0; s < m->nsub && !rc; s++) {
-		m->quiet = quiet_of(m, s);
+		enter(m, s);
 		rc = par_embed_bwd(m, ln[s].w, ln[s].a);
-		m->quiet = 0;
+		leave(m);
 	}
 	return rc;
 }

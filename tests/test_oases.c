@@ -1,0 +1,395 @@
+/* Oases (Li et al. 2023, arXiv 2305.16121): overlapped tensor parallelism (par/overlap.h)
+ * and its recomputation (par/recompute.h) against the serial reference and the formulas of
+ * docs/formulas.md:
+ *   - the verify table: the paper's ablation (Oases's recomputation alone, the overlap
+ *     with full recomputation, both; and the overlap alone) on tiny and moe-tiny with tp 2
+ *     and 4, sequence parallelism on and off, dp 2 with ZeRO-1, and pp 2 (1F1B);
+ *   - the tensor-parallel collectives a layer issues, by recomputation and overlap;
+ *   - the schedule's timing: Megatron's order is compute + communication, Oases's the sum
+ *     over its segments of max(compute, the collective in flight);
+ *   - a dropped sub-batch collective fails verify; the runs are bitwise deterministic.
+ *
+ *   PEMU_TEST_FILTER=moe-tiny/tp4 build/tests/test_oases     table cases containing it
+ *
+ * Cases are named preset/layout/variant: "tiny/tp2/sp/oases", "moe-tiny/tp4/pp2/ovl-full".
+ * PEMU_TEST_SCALE=small runs moe-tiny's cases of the full Oases variant only. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coll.h"
+#include "common.h"
+#include "presets.h"
+#include "run/run.h"
+#include "trace.h"
+#include "verify.h"
+
+static struct data corpus;
+
+static void make_cfg(struct run_cfg *cfg, const char *preset, int dp, int tp, int pp)
+{
+	memset(cfg, 0, sizeof *cfg);
+	cfg->model = model_preset(preset)->cfg;
+	cfg->mbs = 2;
+	cfg->gbs = 8;
+	cfg->steps = 3;
+	cfg->seed = 11;
+	cfg->prec = PREC_FP32;
+	optim_defaults(&cfg->opt);
+	cfg->opt.warmup = 1;
+	mesh_init(&cfg->mesh, tp, 1, 1, dp, pp);
+	cfg->schedule = SCHED_1F1B;
+	cfg->vpp = 1;
+	cfg->bucket_bytes = 64 << 10;
+	cfg->data = &corpus;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The verify table                                                                     */
+
+static const struct layout {
+	const char *name;
+	int dp, tp, pp, sp, zero;
+} layouts[] = {
+	{"tp2", 1, 2, 1, 0, 0},           {"tp4", 1, 4, 1, 0, 0},
+	{"tp2/sp", 1, 2, 1, 1, 0},        {"tp4/sp", 1, 4, 1, 1, 0},
+	{"dp2/tp2/zero1", 2, 2, 1, 0, 1}, {"dp2/tp2/zero1/sp", 2, 2, 1, 1, 1},
+	{"tp2/pp2", 1, 2, 2, 0, 0},       {"tp4/pp2/sp", 1, 4, 2, 1, 0},
+};
+
+static const struct variant {
+	const char *name;
+	enum par_overlap overlap;
+	enum par_recompute recompute;
+} variants[] = {
+	{"rc-oases", PAR_OVERLAP_NONE, PAR_RECOMPUTE_OASES},
+	{"ovl-full", PAR_OVERLAP_OASES, PAR_RECOMPUTE_FULL},
+	{"oases", PAR_OVERLAP_OASES, PAR_RECOMPUTE_OASES},
+	{"ovl", PAR_OVERLAP_OASES, PAR_RECOMPUTE_NONE},
+};
+
+static int selected(const char *name)
+{
+	const char *f = getenv("PEMU_TEST_FILTER");
+	char buf[256], *tok, *save;
+
+	if (!f || !*f)
+		return 1;
+	snprintf(buf, sizeof buf, "%s", f);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (strstr(name, tok))
+			return 1;
+	return 0;
+}
+
+static void test_verify_table(void **state)
+{
+	static const char *const presets[] = {"tiny", "moe-tiny"};
+	int ran = 0, failed = 0, skipped = 0;
+
+	(void)state;
+	for (size_t p = 0; p < 2; p++)
+		for (size_t l = 0; l < sizeof layouts / sizeof *layouts; l++)
+			for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+				const struct layout *lo = &layouts[l];
+				struct run_cfg cfg;
+				struct verify_result r;
+				char name[64], worst[64];
+
+				snprintf(name, sizeof name, "%s/%s/%s", presets[p], lo->name,
+					 variants[v].name);
+				if (!selected(name) || (test_skip_large() && p == 1 && v != 2)) {
+					skipped++;
+					continue;
+				}
+				make_cfg(&cfg, presets[p], lo->dp, lo->tp, lo->pp);
+				cfg.mbs = 4; /* sub-batches of 2, as the plain table's */
+				cfg.gbs = 16;
+				cfg.sp = lo->sp;
+				cfg.zero = lo->zero;
+				cfg.tp_overlap = variants[v].overlap;
+				cfg.recompute = variants[v].recompute;
+				if (lo->pp > 1)
+					cfg.model.num_layers = 4;
+				r = test_verify(&cfg, NULL, 0);
+				ran++;
+				failed += !r.passed;
+				gpt_tensor_name(&cfg.model, r.param_tensor, worst, sizeof worst);
+				printf("%-4s %-34s loss %.2e  grad %.2e  param %.2e (%s)\n",
+				       r.passed ? "ok" : "FAIL", name, r.loss_err, r.grad_err,
+				       r.param_err, worst);
+				if (cfg.model.num_experts > 0 && r.routes == 0) {
+					printf("FAIL %s: no routing decision compared\n", name);
+					failed++;
+				}
+			}
+	printf("oases verify table: %d cases ran, %d failed, %d skipped\n", ran, failed, skipped);
+	if (!ran)
+		fail_msg("PEMU_TEST_FILTER selects no case");
+	assert_int_equal(failed, 0);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Collectives per layer                                                                */
+
+/* calls and bytes of op on device 0 of cfg's dry-run with L layers. */
+static void count(struct run_cfg cfg, int L, const char *op, struct coll_stats *st)
+{
+	struct run_out o;
+	struct emu_cluster *c;
+
+	cfg.model.num_layers = L;
+	c = test_dry(&cfg, &o, 0);
+	coll_stats_get(emu_cluster_dev(c, 0), op, st);
+	run_free(&o);
+	emu_cluster_free(c);
+}
+
+/* Per layer and micro-batch, tensor parallelism issues 2 collectives forward and 2
+ * backward (all-reduces; under sequence parallelism each is an all-gather and a
+ * reduce-scatter); full recomputation runs the forward's 2 again (6), Oases's none (4).
+ * The overlap cuts each in two calls of half the size. Counted as the difference of 4
+ * layers and 2, on small (dense) with tp 4 and one micro-batch of 4. */
+static void test_tp_collectives(void **state)
+{
+	static const enum par_recompute rec[] = {PAR_RECOMPUTE_NONE, PAR_RECOMPUTE_FULL,
+						 PAR_RECOMPUTE_OASES};
+	static const uint64_t per_layer[] = {4, 6, 4};
+
+	(void)state;
+	for (int sp = 0; sp <= 1; sp++)
+		for (int ovl = 0; ovl <= 1; ovl++)
+			for (int r = 0; r < 3; r++) {
+				const char *ops[2] = {sp ? "all-gather" : "all-reduce",
+						      "reduce-scatter"};
+				struct run_cfg cfg;
+				uint64_t bsh;
+
+				make_cfg(&cfg, "small", 1, 4, 1);
+				cfg.mbs = cfg.gbs = 4;
+				cfg.steps = 1;
+				cfg.sp = sp;
+				cfg.tp_overlap = ovl ? PAR_OVERLAP_OASES : PAR_OVERLAP_NONE;
+				cfg.recompute = rec[r];
+				bsh = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len *
+				      (uint64_t)cfg.model.hidden;
+				for (int k = 0; k < 1 + sp; k++) {
+					struct coll_stats a, b;
+
+					count(cfg, 4, ops[k], &a);
+					count(cfg, 2, ops[k], &b);
+					if ((a.calls - b.calls) / 2 != per_layer[r] << ovl ||
+					    (a.bytes - b.bytes) / 2 != per_layer[r] * bsh * 2)
+						fail_msg(
+							"sp %d overlap %d recompute %d: %s %llu "
+							"calls, "
+							"%llu bytes a layer; want %llu, %llu",
+							sp, ovl, r, ops[k],
+							(unsigned long long)(a.calls - b.calls) / 2,
+							(unsigned long long)(a.bytes - b.bytes) / 2,
+							(unsigned long long)(per_layer[r] << ovl),
+							(unsigned long long)(per_layer[r] * bsh *
+									     2));
+				}
+			}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The schedule in virtual time                                                         */
+
+/* Compute-stream time of device 0 inside [t0, t1). */
+static int64_t busy(const struct emu_cluster *c, int64_t t0, int64_t t1)
+{
+	int64_t b = 0;
+
+	for (size_t k = 0; k < trace_count(c, 0); k++) {
+		struct trace_op e;
+		int64_t lo, hi;
+
+		trace_op_get(c, 0, k, &e);
+		if (e.stream != EMU_STREAM_COMPUTE)
+			continue;
+		lo = e.t0 > t0 ? e.t0 : t0;
+		hi = e.t1 < t1 ? e.t1 : t1;
+		b += hi > lo ? hi - lo : 0;
+	}
+	return b;
+}
+
+/* Device 0's all-reduces, in the order they ran, into ar (at most max). */
+static size_t all_reduces(const struct emu_cluster *c, struct trace_op *ar, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < trace_count(c, 0); k++) {
+		struct trace_op e;
+
+		trace_op_get(c, 0, k, &e);
+		if (strcmp(e.name, "all-reduce"))
+			continue;
+		assert_true(n < max);
+		/* recorded as they complete: keep them sorted by start */
+		size_t i = n++;
+		for (; i > 0 && ar[i - 1].t0 > e.t0; i--)
+			ar[i] = ar[i - 1];
+		ar[i] = e;
+	}
+	return n;
+}
+
+/* On small's 4 layers widened to hidden 2048 (16 heads, MLP 8192, sequence 1024), tp 2,
+ * one micro-batch of 4, in dry-run. Megatron's order waits
+ * for every collective where it is issued: the step is its compute plus its
+ * all-reduces, to the nanosecond. Oases's posts them: between two posted all-reduces the
+ * compute stream runs the segment in hand, then waits for the collective in flight, so
+ * the second starts at max(first start + the segment's compute, first end): the layer
+ * time is the sum over segments of max(compute, communication). One is in flight at a
+ * time, compute runs under them, and the step is shorter. */
+static void test_schedule_times(void **state)
+{
+	enum { MAX_AR = 256 };
+	struct trace_op *ar = emu_xcalloc(MAX_AR, sizeof *ar);
+	int64_t step[2];
+
+	(void)state;
+	for (int ovl = 0; ovl <= 1; ovl++) {
+		struct run_cfg cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+		struct coll_stats st;
+		size_t n, pairs = 0;
+		int64_t under = 0;
+
+		make_cfg(&cfg, "small", 1, 2, 1);
+		cfg.model.hidden = 2048;
+		cfg.model.heads = 16;
+		cfg.model.ffn = 8192;
+		cfg.model.seq_len = 1024;
+		cfg.mbs = cfg.gbs = 4;
+		cfg.steps = 1;
+		cfg.tp_overlap = ovl ? PAR_OVERLAP_OASES : PAR_OVERLAP_NONE;
+		c = test_dry(&cfg, &o, 1);
+		coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
+		step[ovl] = o.step_ns[0];
+		n = all_reduces(c, ar, MAX_AR);
+		for (size_t k = 0; k < n; k++) {
+			assert_true(k == 0 || ar[k].t0 >= ar[k - 1].t1); /* one in flight */
+			under += busy(c, ar[k].t0, ar[k].t1);
+		}
+		if (!ovl) {
+			assert_int_equal(o.step_ns[0], o.compute_ns[0] + st.time_ns);
+			assert_int_equal(under, 0);
+		}
+		for (size_t k = 1; ovl && k < n; k++) {
+			int64_t seg, want;
+
+			if (!ar[k - 1].posted || !ar[k].posted)
+				continue;
+			seg = busy(c, ar[k - 1].t0, ar[k].t0);
+			want = ar[k - 1].t0 + seg > ar[k - 1].t1 ? ar[k - 1].t0 + seg
+								 : ar[k - 1].t1;
+			if (ar[k].t0 != want)
+				fail_msg("all-reduce %zu starts at %lld ns, the schedule says %lld",
+					 k, (long long)ar[k].t0, (long long)want);
+			pairs++;
+		}
+		if (ovl) {
+			/* 2 a layer and sub-batch, forward and backward: 16 posted in each */
+			int L = cfg.model.num_layers;
+
+			assert_int_equal(pairs, 2 * (4 * L - 1));
+			assert_true(under > 0);
+		}
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+	if (step[1] >= step[0])
+		fail_msg("the overlap's step %lld ns is not shorter than Megatron's %lld ns",
+			 (long long)step[1], (long long)step[0]);
+	free(ar);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Broken and repeated                                                                  */
+
+/* tp 2 under the overlap, forward: the embedding's all-reduce of sub-batch 1 (0) and 2
+ * (1), then layer 0's attention output of sub-batch 1 (2); with sequence parallelism the
+ * same as reduce-scatters. Dropping either fails verify. */
+static void test_dropped_sub_batch_fails(void **state)
+{
+	struct run_cfg cfg;
+	struct verify_result v;
+
+	(void)state;
+	make_cfg(&cfg, "tiny", 1, 2, 1);
+	cfg.tp_overlap = PAR_OVERLAP_OASES;
+	cfg.recompute = PAR_RECOMPUTE_OASES;
+	v = test_verify(&cfg, "all-reduce", 2);
+	assert_false(v.passed);
+	assert_true(v.grad_err > 1e-2);
+	cfg.sp = 1;
+	v = test_verify(&cfg, "reduce-scatter", 2);
+	assert_false(v.passed);
+	assert_true(v.grad_err > 1e-2);
+	v = test_verify(&cfg, NULL, 0);
+	assert_true(v.passed);
+}
+
+/* The same configuration on 1 and 2 host threads gives bitwise the same losses,
+ * parameters and virtual times. */
+static void test_deterministic(void **state)
+{
+	struct run_out o[2];
+	struct run_cfg cfg;
+
+	(void)state;
+	make_cfg(&cfg, "moe-tiny", 2, 2, 2);
+	cfg.model.num_layers = 4;
+	cfg.sp = 1;
+	cfg.tp_overlap = PAR_OVERLAP_OASES;
+	cfg.recompute = PAR_RECOMPUTE_OASES;
+	for (int w = 0; w < 2; w++) {
+		struct emu_config ec;
+		struct emu_cluster *c;
+
+		if (emu_config_default(&ec, "dgx-a100"))
+			fail_msg("no dgx-a100 preset");
+		ec.ndev = cfg.mesh.world;
+		ec.workers = w + 1;
+		c = emu_cluster_new(&ec);
+		run_alloc(&o[w], &cfg, 1);
+		if (run_parallel(c, &cfg, &o[w]))
+			fail_msg("run failed: %s", emu_cluster_report(c));
+		emu_cluster_free(c);
+	}
+	assert_memory_equal(o[0].loss, o[1].loss, sizeof(float) * (size_t)cfg.steps);
+	assert_memory_equal(o[0].step_ns, o[1].step_ns, sizeof(int64_t) * (size_t)cfg.steps);
+	for (int i = 0; i < o[0].np; i++)
+		assert_memory_equal(o[0].params[i], o[1].params[i],
+				    gpt_tensor_numel(&cfg.model, i) * sizeof(float));
+	run_free(&o[0]);
+	run_free(&o[1]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_verify_table),
+		cmocka_unit_test(test_tp_collectives),
+		cmocka_unit_test(test_schedule_times),
+		cmocka_unit_test(test_dropped_sub_batch_fails),
+		cmocka_unit_test(test_deterministic),
+	};
+	int rc;
+
+	data_builtin(&corpus, 1 << 16);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	data_free(&corpus);
+	return rc;
+}
