@@ -316,6 +316,109 @@ static void test_schedule_times(void **state)
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Mixed degrees                                                                        */
+
+/* --tp-first K:T against the serial reference: tiny and moe-tiny (its first layer is
+ * dense), the cut with and without sequence parallelism, with dp 2 and ZeRO-1 and 2, and
+ * under the overlap and Oases's recomputation. */
+static void test_tp_first_verify(void **state)
+{
+	static const struct {
+		const char *preset;
+		int dp, tp, K, T, sp, zero, oases;
+	} cases[] = {
+		{"tiny", 1, 4, 1, 2, 0, 0, 0},     {"tiny", 1, 4, 2, 1, 0, 0, 0},
+		{"tiny", 1, 4, 1, 2, 1, 0, 0},     {"tiny", 2, 4, 1, 2, 0, 1, 0},
+		{"tiny", 2, 4, 2, 2, 1, 2, 0},     {"tiny", 1, 4, 1, 2, 0, 0, 1},
+		{"tiny", 1, 4, 2, 2, 1, 0, 1},     {"moe-tiny", 1, 4, 1, 2, 0, 0, 0},
+		{"moe-tiny", 1, 4, 1, 2, 1, 0, 1},
+	};
+	int failed = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct run_cfg cfg;
+		struct verify_result r;
+
+		make_cfg(&cfg, cases[i].preset, cases[i].dp, cases[i].tp, 1);
+		cfg.mbs = 4;
+		cfg.gbs = 16;
+		cfg.model.num_layers = 4;
+		if (cases[i].K == 2 && !strcmp(cases[i].preset, "tiny"))
+			cfg.model.num_layers = 2; /* all of them at T */
+		cfg.tpf_layers = cases[i].K;
+		cfg.tpf = cases[i].T;
+		cfg.sp = cases[i].sp;
+		cfg.zero = cases[i].zero;
+		if (cases[i].oases) {
+			cfg.tp_overlap = PAR_OVERLAP_OASES;
+			cfg.recompute = PAR_RECOMPUTE_OASES;
+			cfg.mbs = 8;
+			cfg.gbs = 32;
+		}
+		r = test_verify(&cfg, NULL, 0);
+		printf("%-4s %s dp %d tp %d --tp-first %d:%d%s zero %d%s: loss %.2e grad %.2e "
+		       "param %.2e\n",
+		       r.passed ? "ok" : "FAIL", cases[i].preset, cases[i].dp, cases[i].tp,
+		       cases[i].K, cases[i].T, cases[i].sp ? " sp" : "", cases[i].zero,
+		       cases[i].oases ? " oases" : "", r.loss_err, r.grad_err, r.param_err);
+		failed += !r.passed;
+	}
+	assert_int_equal(failed, 0);
+}
+
+/* What mixed degrees add, small at tp 4 with its first 2 of 4 layers at T = 2 and one
+ * micro-batch of 4 (bf16 dry-run), against the same run without: per micro-batch the
+ * cut's all-gather of b s h in forward and the embeddings' in backward (none under
+ * sequence parallelism, whose rows are the same either way); the first layers'
+ * collectives over half the batch (4 all-reduces a layer of b s h / 2 instead of b s h;
+ * under sequence parallelism 4 all-gathers and reduce-scatters); and once a
+ * step one all-reduce per first-layer tensor of its T-way shard over the merge group. */
+static void test_tp_first_volume(void **state)
+{
+	(void)state;
+	for (int sp = 0; sp <= 1; sp++) {
+		struct coll_stats ag[2], ar[2];
+		struct run_cfg cfg;
+		uint64_t h, f, bsh, K = 2, T = 2, elems;
+
+		for (int k = 0; k < 2; k++) {
+			struct run_out o;
+			struct emu_cluster *c;
+
+			make_cfg(&cfg, "small", 1, 4, 1);
+			cfg.mbs = cfg.gbs = 4;
+			cfg.steps = 1;
+			cfg.sp = sp;
+			cfg.tpf_layers = k ? (int)K : 0;
+			cfg.tpf = k ? (int)T : 0;
+			c = test_dry(&cfg, &o, 0);
+			coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &ag[k]);
+			coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &ar[k]);
+			run_free(&o);
+			emu_cluster_free(c);
+		}
+		h = (uint64_t)cfg.model.hidden;
+		f = (uint64_t)cfg.model.ffn;
+		bsh = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len * h;
+		elems = (3 * h * h + 3 * h + h * h + f * h + f + h * f) / T + 6 * h;
+		assert_int_equal(ag[1].calls - ag[0].calls, sp ? 0 : 2);
+		if (sp) /* the first layers' 4 all-gathers a layer gather half the batch */
+			assert_int_equal(ag[0].bytes - ag[1].bytes, K * 4 * (bsh / 2) * 2);
+		else
+			assert_int_equal(ag[1].bytes - ag[0].bytes, 2 * bsh * 2);
+		/* under sequence parallelism the 4 LayerNorm tensors a layer are summed over the
+		 * whole tp group with or without: not in the difference */
+		assert_int_equal(ar[1].calls - ar[0].calls, (sp ? 8 : 12) * K);
+		if (sp) /* and none of the layers' collectives is an all-reduce */
+			assert_int_equal(ar[1].bytes - ar[0].bytes, K * (elems - 4 * h) * 2);
+		else
+			assert_int_equal(ar[1].bytes + K * 4 * (bsh / 2) * 2 - ar[0].bytes,
+					 K * elems * 2);
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Broken and repeated                                                                  */
 
 /* tp 2 under the overlap, forward: the embedding's all-reduce of sub-batch 1 (0) and 2
@@ -383,6 +486,8 @@ int main(void)
 		cmocka_unit_test(test_verify_table),
 		cmocka_unit_test(test_tp_collectives),
 		cmocka_unit_test(test_schedule_times),
+		cmocka_unit_test(test_tp_first_verify),
+		cmocka_unit_test(test_tp_first_volume),
 		cmocka_unit_test(test_dropped_sub_batch_fails),
 		cmocka_unit_test(test_deterministic),
 	};

@@ -37,6 +37,9 @@ const struct cli_opt cli_par_opts[] = {
 	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
 	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
 	 "interleaved, each one's collectives hidden behind the other's compute)"},
+	{"tp-first", 0, 1, CLI_PAR_TP_FIRST, "K:T",
+	 "Oases's mixed degrees: the first K layers with tensor-parallel size T (T divides tp; "
+	 "those layers' data-parallel size is dp tp / T)"},
 	{"sequence-parallel", 0, 0, CLI_PAR_SP, NULL,
 	 "sequence parallelism: LayerNorm regions split by tokens over tp"},
 	{"fold", 0, 1, CLI_PAR_FOLD, "on|off",
@@ -120,6 +123,18 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 	case CLI_PAR_SP:
 		cfg->sp = 1;
 		break;
+	case CLI_PAR_TP_FIRST: {
+		char k[32];
+		const char *colon = strchr(v, ':');
+
+		if (!colon || colon == v || (size_t)(colon - v) >= sizeof k)
+			cli_fail(c, "--tp-first: '%s' is not K:T (layers:degree, e.g. 8:2)", v);
+		memcpy(k, v, (size_t)(colon - v));
+		k[colon - v] = '\0';
+		cfg->tpf_layers = (int)cli_int(c, "--tp-first's layers", k, 1, 1 << 20);
+		cfg->tpf = (int)cli_int(c, "--tp-first's degree", colon + 1, 1, 4096);
+		break;
+	}
 	case CLI_PAR_TP_OVERLAP:
 		if (strcmp(v, "none") && strcmp(v, "oases"))
 			cli_fail(c, "--tp-overlap: '%s' is not none or oases", v);

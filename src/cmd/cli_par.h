@@ -28,6 +28,7 @@ enum {
 	CLI_PAR_SP,
 	CLI_PAR_FOLD,
 	CLI_PAR_TP_OVERLAP,
+	CLI_PAR_TP_FIRST,
 };
 extern const struct cli_opt cli_par_opts[];
 

@@ -49,15 +49,18 @@ static const char *cmd_name(int verify)
 
 static void print_header(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
-	char mesh[96];
+	char mesh[96], first[64] = "";
 	static const char *const recompute[] = {"", ", selective recomputation",
 						", full recomputation", ", Oases's recomputation"};
 
 	mesh_describe(&cfg->mesh, mesh, sizeof mesh);
-	printf("# pemu %s: %s, %zu parameters on %s, ZeRO stage %d%s%s, micro-batch %d, global "
-	       "batch %d, %d steps\n",
-	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, cfg->zero,
-	       recompute[cfg->recompute],
+	if (cfg->tpf_layers)
+		snprintf(first, sizeof first, ", the first %d layers at tp %d", cfg->tpf_layers,
+			 cfg->tpf);
+	printf("# pemu %s: %s, %zu parameters on %s%s, ZeRO stage %d%s%s, micro-batch %d, "
+	       "global batch %d, %d steps\n",
+	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, first,
+	       cfg->zero, recompute[cfg->recompute],
 	       cfg->tp_overlap ? ", Oases's overlapped tp (2 sub-batches)" : "", cfg->mbs, cfg->gbs,
 	       cfg->steps);
 	printf("# ");

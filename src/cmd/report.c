@@ -105,6 +105,8 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		cfg->tp_overlap ? "oases" : "none",
 		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes);
 	report_cluster_json(f, ecfg);
+	if (cfg->tpf_layers) /* Oases's mixed degrees, only when used */
+		fprintf(f, ",\"tp_first\":{\"layers\":%d,\"tp\":%d}", cfg->tpf_layers, cfg->tpf);
 	fputc('}', f);
 }
 

@@ -8,31 +8,35 @@
 #include "attention.h"
 #include "par/internal.h"
 
-static void heads_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la)
+static void heads_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      struct gpt_layer_acts *la)
 {
 	(void)w;
-	attention_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), m->B, m->T, m->NHl, 0, m->NHl,
+	attention_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), c->B, m->T, c->NHl, 0, c->NHl,
 		      m->cfg.hidden / m->cfg.heads);
 }
 
-static void heads_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la)
+static void heads_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      struct gpt_layer_acts *la)
 {
 	par_zero(&w->dqkv);
 	attention_bwd(&m->k, D(w->dqkv), D(w->att_scratch), D(w->datty), D(la->att), D(la->qkv),
-		      m->B, m->T, m->NHl, 0, m->NHl, m->cfg.hidden / m->cfg.heads);
+		      c->B, m->T, c->NHl, 0, c->NHl, m->cfg.hidden / m->cfg.heads);
 }
 
-static void flash_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la)
+static void flash_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      struct gpt_layer_acts *la)
 {
-	attention_flash_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), m->B, m->T, m->NHl, 0,
-			    m->NHl, m->cfg.hidden / m->cfg.heads, D(w->att_scratch));
+	attention_flash_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), c->B, m->T, c->NHl, 0,
+			    c->NHl, m->cfg.hidden / m->cfg.heads, D(w->att_scratch));
 }
 
-static void flash_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la)
+static void flash_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      struct gpt_layer_acts *la)
 {
 	par_zero(&w->dqkv);
 	attention_flash_bwd(&m->k, D(w->dqkv), D(w->att_scratch), D(w->datty), D(la->atty),
-			    D(la->att), D(la->qkv), m->B, m->T, m->NHl, 0, m->NHl,
+			    D(la->att), D(la->qkv), c->B, m->T, c->NHl, 0, c->NHl,
 			    m->cfg.hidden / m->cfg.heads);
 }
 

@@ -310,16 +310,16 @@ int par_dp_sync_grads(struct par_dp_state *s)
 		b->posted = 0;
 	}
 partials:
-	if (rc || !s->m->sp)
+	if (rc || !s->m->partials)
 		return rc;
-	/* Sequence parallelism left the LayerNorm and position gradients partial over tp:
-	 * sum what this rank holds of them. */
+	/* Sequence parallelism left the LayerNorm and position gradients partial over tp,
+	 * mixed degrees the first layers' over their parts: sum what this rank holds. */
 	if (s->zero == 0 || s->dp == 1)
-		return par_sp_sum_partials(s->m, 0, s->m->nflat);
+		return par_tp_sum_partials(s->m, 0, s->m->nflat);
 	for (int k = 0; k < s->nb && !rc; k++) {
 		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
 
-		rc = par_sp_sum_partials(s->m, lo, lo + chunk);
+		rc = par_tp_sum_partials(s->m, lo, lo + chunk);
 	}
 	return rc;
 }

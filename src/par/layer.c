@@ -13,7 +13,46 @@
 
 const float *par_layer_input(const struct par_acts *a, int l)
 {
-	return l > a->l0 ? D(par_la(a, l - 1)->res3) : D(a->enc);
+	if (l == a->l0)
+		return D(a->enc) ? D(a->enc) + a->enc_off : NULL;
+	return l == a->cut ? D(a->cutbuf) : D(par_la(a, l - 1)->res3);
+}
+
+/* Mixed degrees without sequence parallelism (par/tp.h): after the last of the first
+ * layers, the parts of the batch gathered over the merge group into the next layer's
+ * input; in backward, this rank's part of that input's gradient, and at the bottom the
+ * parts' gradients gathered again for the embeddings. */
+static int cut_gather(struct par_model *m, struct par_acts *a, int l)
+{
+	size_t n = (size_t)m->plan[l].tp->Ml * (size_t)m->cfg.hidden;
+
+	if (a->cut != l + 1)
+		return 0;
+	return coll_all_gather(m->k.d, m->merge, D(par_la(a, l)->res3), D(a->cutbuf), n);
+}
+
+static void cut_split(struct par_model *m, struct par_work *w, struct par_acts *a, int l)
+{
+	const struct par_tp *c = m->plan[l].tp;
+	size_t n = (size_t)c->Ml * (size_t)m->cfg.hidden;
+
+	if (a->cut == l + 1 && D(w->dres))
+		memmove(D(w->dres), D(w->dres) + (size_t)c->part * n, n * sizeof(float));
+}
+
+static int bottom_gather(struct par_model *m, struct par_work *w, int l)
+{
+	const struct par_tp *c = m->plan[l].tp;
+	size_t n = (size_t)c->Ml * (size_t)m->cfg.hidden;
+	int rc;
+
+	if (l > 0 || c->parts == 1 || c->sp)
+		return 0;
+	if ((rc = coll_all_gather(m->k.d, m->merge, D(w->dres), D(w->dln), n)))
+		return rc;
+	if (D(w->dres))
+		memcpy(D(w->dres), D(w->dln), (size_t)m->Ml * m->cfg.hidden * sizeof(float));
+	return 0;
 }
 
 int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char *name, float *dw,
@@ -71,40 +110,41 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 {
 	const struct kctx *k = &m->k;
 	const struct par_plan *pl = &m->plan[l];
+	const struct par_tp *c = pl->tp;
 	struct gpt_layer_acts *la = par_la(a, l);
-	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
-	size_t r0 = (size_t)m->row0, mc = (size_t)m->Ml * C;
+	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t, rc;
+	size_t r0 = (size_t)c->row0, mc = (size_t)c->Ml * C;
 	const float *x = par_layer_input(a, l); /* (Ml, h) */
 
 	switch (p) {
 	case PAR_PRE: /* ln1 on this rank's rows, made whole (f) */
 		layernorm_fwd(k, par_rows_at(D(la->ln1), r0, (size_t)C), D(la->ln1_mean),
-			      D(la->ln1_rstd), x, PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), m->Ml, C);
-		return pl->region->enter(m, w, D(la->ln1), (size_t)C);
+			      D(la->ln1_rstd), x, PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), c->Ml, C);
+		return pl->region->enter(m, c, w, D(la->ln1), (size_t)C);
 	case PAR_QKV: /* qkv (B T, 3h/t), this rank's heads */
 		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
 			   C, C3);
 		return 0;
 	case PAR_ATTN:
-		pl->attn->fwd(m, w, la);
+		pl->attn->fwd(m, c, w, la);
 		return 0;
 	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
-		return pl->region->exit(m, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
+		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
 	case PAR_MID: /* res2 = x + the attention's branch; ln2 made whole (f) */
 		residual_fwd(k, D(la->res2), x, w->sum, mc);
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
 			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
-			      m->Ml, C);
-		return pl->region->enter(m, w, D(la->ln2), (size_t)C);
+			      c->Ml, C);
+		return pl->region->enter(m, c, w, D(la->ln2), (size_t)C);
 	case PAR_MLP: /* the MLP's partial sums, summed by g into w->sum */
-		if ((rc = pl->mlp->fwd(m, w, la, l, &a->aux_loss)))
+		if ((rc = pl->mlp->fwd(m, c, w, la, l, &a->aux_loss)))
 			return rc;
-		return pl->region->exit(m, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
+		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
 	case PAR_OUT: /* res3 = res2 + the MLP's branch */
 		residual_fwd(k, D(la->res3), D(la->res2), w->sum, mc);
-		return 0;
+		return cut_gather(m, a, l);
 	default:
 		EMU_ASSERT(0);
 		return 0;
@@ -116,30 +156,32 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 {
 	const struct kctx *k = &m->k;
 	const struct par_plan *pl = &m->plan[l];
+	const struct par_tp *c = pl->tp;
 	struct gpt_layer_acts *la = par_la(a, l);
 	struct par_stash *st = par_stash_at(a, l);
-	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp, rc;
+	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t, rc;
 
 	switch (p) {
 	case PAR_OUT: /* the output's gradient rows for the row-parallel fc2 */
-		return pl->region->rows(m, w);
+		cut_split(m, w, a, l);
+		return pl->region->rows(m, c, w);
 	case PAR_MLP: /* d ln2, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
-		if ((rc = pl->mlp->bwd(m, w, la, l, scale, weight, st)))
+		if ((rc = pl->mlp->bwd(m, c, w, la, l, scale, weight, st)))
 			return rc;
-		return pl->region->exit(m, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		return pl->region->exit(m, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
 	case PAR_MID: /* ln2's backward into dres, then its rows for proj */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
 			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),
-			      m->Ml, C);
-		return pl->region->rows(m, w);
+			      c->Ml, C);
+		return pl->region->rows(m, c, w);
 	case PAR_PROJ: /* d atty (B T, h/t) */
 		par_zero(&w->datty);
 		linear_bwd_input(k, D(w->datty), w->g, PW(m, l, LP_PROJW), BT, Cl, C);
 		return par_weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
 				       PG(m, l, LP_PROJB), w->g, D(la->atty), BT, Cl, C);
 	case PAR_ATTN:
-		pl->attn->bwd(m, w, la);
+		pl->attn->bwd(m, c, w, la);
 		return 0;
 	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
@@ -147,12 +189,12 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		if ((rc = par_weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
 					  PG(m, l, LP_QKVB), D(w->dqkv), D(la->ln1), BT, C, C3)))
 			return rc;
-		return pl->region->exit(m, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		return pl->region->exit(m, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
 	case PAR_PRE: /* ln1's backward into dres */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), w->dl,
 			      par_layer_input(a, l), PW(m, l, LP_LN1W), D(la->ln1_mean),
-			      D(la->ln1_rstd), m->Ml, C);
-		return 0;
+			      D(la->ln1_rstd), c->Ml, C);
+		return bottom_gather(m, w, l);
 	default:
 		EMU_ASSERT(0);
 		return 0;
@@ -170,12 +212,13 @@ static void stash_free(const struct kctx *k, struct par_stash *st)
 void par_layer_bwd_weight(struct par_model *m, struct par_acts *a, int l)
 {
 	const struct kctx *k = &m->k;
+	const struct par_tp *c = m->plan[l].tp;
 	struct gpt_layer_acts *la = par_la(a, l);
 	struct par_stash *st = par_stash_at(a, l);
-	int BT = m->B * m->T, C = m->cfg.hidden, C3 = 3 * C / m->tp, Cl = C / m->tp;
+	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t;
 
 	if (m->plan[l].mlp->bwd_weight)
-		m->plan[l].mlp->bwd_weight(m, la, l, st);
+		m->plan[l].mlp->bwd_weight(m, c, la, l, st);
 	linear_bwd_weight(k, PG(m, l, LP_PROJW), PG(m, l, LP_PROJB), 1, D(st->gproj), D(la->atty),
 			  BT, Cl, C);
 	linear_bwd_weight(k, PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), 1, D(st->dqkv), D(la->ln1), BT,
@@ -241,7 +284,8 @@ int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 		return rc;
 	layernorm_fwd(k, par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf_mean),
 		      D(a->lnf_rstd), x, m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
-	if ((rc = m->ends->enter(m, w, D(a->lnf), (size_t)C)) || (rc = par_use(m, PAR_UNIT_EMB(m))))
+	if ((rc = m->ends->enter(m, &m->tpv[PAR_TPV_MODEL], w, D(a->lnf), (size_t)C)) ||
+	    (rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
 	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */
 	linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
@@ -263,7 +307,8 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 	par_zero(&w->dln);
 	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
 	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
-	if ((rc = m->ends->exit(m, w, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
+	if ((rc = m->ends->exit(m, &m->tpv[PAR_TPV_MODEL], w, D(w->dln), D(w->dlocal), (size_t)C,
+				&dl)) ||
 	    (rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
 	par_zero(&w->dres);

@@ -34,44 +34,51 @@
 
 enum par_piece { PAR_PRE, PAR_QKV, PAR_ATTN, PAR_PROJ, PAR_MID, PAR_MLP, PAR_OUT, PAR_NPIECES };
 
-/* An attention: forward qkv -> atty (and what backward keeps), backward datty -> dqkv,
- * and what selective recomputation runs again (NULL: nothing to run). */
+/* An attention, on the layer's cut c: forward qkv -> atty (and what backward keeps),
+ * backward datty -> dqkv, and what selective recomputation runs again (NULL: nothing to
+ * run). */
 struct par_attn {
 	const char *name;
-	void (*fwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la);
-	void (*bwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la);
-	void (*refwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la);
+	void (*fwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		    struct gpt_layer_acts *la);
+	void (*bwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		    struct gpt_layer_acts *la);
+	void (*refwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      struct gpt_layer_acts *la);
 };
 
-/* An MLP of layer l: forward la->ln2 -> w->tmp (partial sums before the region's exit),
- * adding a MoE layer's load-balancing loss to *aux; backward from w->g (the output's
+/* An MLP of layer l, on its cut c: forward la->ln2 -> w->tmp (partial sums before the region's
+ * exit), adding a MoE layer's load-balancing loss to *aux; backward from w->g (the output's
  * gradient rows) into w->dln, with d loss = scale; weight 0 stashes what bwd_weight (NULL
  * if the MLP computes its weight gradients with its input's) needs. */
 struct par_mlp {
 	const char *name;
-	int (*fwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-		   float *aux);
-	int (*bwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-		   float scale, int weight, struct par_stash *st);
-	void (*bwd_weight)(struct par_model *m, struct gpt_layer_acts *la, int l,
-			   struct par_stash *st);
+	int (*fwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		   struct gpt_layer_acts *la, int l, float *aux);
+	int (*bwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		   struct gpt_layer_acts *la, int l, float scale, int weight, struct par_stash *st);
+	void (*bwd_weight)(struct par_model *m, const struct par_tp *c, struct gpt_layer_acts *la,
+			   int l, struct par_stash *st);
 	/* What backward reads, again from la->ln2 (Oases's recomputation, whose checkpoint
 	 * is the MLP's summed output): fc and GeLU, not fc2. NULL: nothing is kept. */
-	int (*refwd)(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l);
+	int (*refwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la, int l);
 };
 
 /* Megatron's f and g (Shoeybi et al. 2019, section 3): enter makes buf (B T, C) whole
  * before a column-parallel layer from this rank's rows at row0; exit sums the partial
  * (B T, C) of a row-parallel layer into the rows this rank keeps (*out: in partial, or in
  * local (Ml, C)); rows sets w->g to the residual gradient's rows a row-parallel layer's
- * backward reads. Each runs its collective now, or posts it if w posts
- * (par_post_slot). Each returns 0 or a negative enum emu_err. */
+ * backward reads; all over the layer's cut c (its group, rows and shapes). Each runs its
+ * collective now, or posts it if w posts (par_post_slot). Each returns 0 or a negative
+ * enum emu_err. */
 struct par_region {
 	const char *name;
-	int (*enter)(struct par_model *m, struct par_work *w, float *buf, size_t C);
-	int (*exit)(struct par_model *m, struct par_work *w, float *partial, float *local, size_t C,
-		    const float **out);
-	int (*rows)(struct par_model *m, struct par_work *w);
+	int (*enter)(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
+		     size_t C);
+	int (*exit)(struct par_model *m, const struct par_tp *c, struct par_work *w, float *partial,
+		    float *local, size_t C, const float **out);
+	int (*rows)(struct par_model *m, const struct par_tp *c, struct par_work *w);
 };
 
 /* Where a region's collective for w goes: *req NULL, run it now; or, if w posts, the
@@ -125,7 +132,9 @@ int par_backward_part(struct par_model *m, struct par_acts *a, float scale, int 
 int par_forward(struct par_model *m, const int *tokens, const int *targets, float *loss);
 int par_backward(struct par_model *m, float scale);
 
-/* Layer l's input in a: a->enc for its first layer, else the previous layer's output. */
+/* Layer l's input in a: a->enc for its first layer (this rank's part of it under mixed
+ * degrees), the parts gathered at the cut after the first layers, else the previous
+ * layer's output. */
 const float *par_layer_input(const struct par_acts *a, int l);
 
 #endif

@@ -14,12 +14,14 @@
 #include "linear.h"
 #include "moe.h"
 #include "ops.h"
+#include "coll.h"
 #include "par/tp.h"
 
 /* fc and GeLU, kept for backward. */
-static int dense_refwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l)
+static int dense_refwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		       struct gpt_layer_acts *la, int l)
 {
-	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl;
 
 	(void)w;
 	linear_fwd(&m->k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C, F);
@@ -27,23 +29,24 @@ static int dense_refwd(struct par_model *m, struct par_work *w, struct gpt_layer
 	return 0;
 }
 
-static int dense_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-		     float *aux)
+static int dense_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la, int l, float *aux)
 {
-	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl;
 
 	(void)aux;
-	dense_refwd(m, w, la, l);
+	dense_refwd(m, c, w, la, l);
 	linear_fwd(&m->k, D(w->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, BT,
 		   F, C);
 	return 0;
 }
 
-static int dense_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-		     float scale, int weight, struct par_stash *st)
+static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la, int l, float scale, int weight,
+		     struct par_stash *st)
 {
 	const struct kctx *k = &m->k;
-	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl, rc;
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl, rc;
 
 	(void)scale;
 	par_zero(&w->dfch_gelu);
@@ -58,10 +61,10 @@ static int dense_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_a
 			       PG(m, l, LP_FCB), D(w->dfch), D(la->ln2), BT, C, F);
 }
 
-static void dense_bwd_weight(struct par_model *m, struct gpt_layer_acts *la, int l,
-			     struct par_stash *st)
+static void dense_bwd_weight(struct par_model *m, const struct par_tp *c, struct gpt_layer_acts *la,
+			     int l, struct par_stash *st)
 {
-	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl;
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl;
 
 	linear_bwd_weight(&m->k, PG(m, l, LP_FC2W), PG(m, l, LP_FC2B), 1, D(st->gfc2),
 			  D(la->fch_gelu), BT, F, C);
@@ -70,16 +73,16 @@ static void dense_bwd_weight(struct par_model *m, struct gpt_layer_acts *la, int
 }
 
 /* The rows of a chunk: (BT + chunks - 1) / chunks, the last one shorter. */
-static int chunk_rows(const struct par_model *m)
+static int chunk_rows(const struct par_model *m, const struct par_tp *c)
 {
-	return (m->B * m->T + m->pc.mlp_chunks - 1) / m->pc.mlp_chunks;
+	return (c->B * m->T + m->pc.mlp_chunks - 1) / m->pc.mlp_chunks;
 }
 
-static int chunked_fwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-		       float *aux)
+static int chunked_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		       struct gpt_layer_acts *la, int l, float *aux)
 {
 	const struct kctx *k = &m->k;
-	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl, rows = chunk_rows(m);
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl, rows = chunk_rows(m, c);
 
 	(void)aux;
 	for (int r = 0; r < BT; r += rows) {
@@ -95,11 +98,12 @@ static int chunked_fwd(struct par_model *m, struct par_work *w, struct gpt_layer
 }
 
 /* Per chunk: fc and GeLU again, then the fc2 and fc backward, weights included. */
-static int chunked_bwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-		       float scale, int weight, struct par_stash *st)
+static int chunked_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		       struct gpt_layer_acts *la, int l, float scale, int weight,
+		       struct par_stash *st)
 {
 	const struct kctx *k = &m->k;
-	int BT = m->B * m->T, C = m->cfg.hidden, F = m->Fl, rows = chunk_rows(m);
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl, rows = chunk_rows(m, c);
 
 	(void)scale;
 	(void)weight; /* run_check refuses zero-bubble's split with the chunked MLP */
@@ -125,43 +129,45 @@ static int chunked_bwd(struct par_model *m, struct par_work *w, struct gpt_layer
 	return 0;
 }
 
-static int moe_fwd_piece(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-			 float *aux)
+static int moe_fwd_piece(struct par_model *m, const struct par_tp *c, struct par_work *w,
+			 struct gpt_layer_acts *la, int l, float *aux)
 {
-	*aux += moe_fwd(&m->k, &m->moe, &la->moe, D(w->tmp), D(la->ln2), PW(m, l, LP_ROUTER),
+	*aux += moe_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), D(la->ln2), PW(m, l, LP_ROUTER),
 			PW(m, l, LP_FCW), PW(m, l, LP_FCB), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
 	return 0;
 }
 
 /* The routing and the experts' intermediates again: the whole block, whose output
  * (in w->tmp) goes unused, its aux loss counted once already. */
-static int moe_refwd(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l)
+static int moe_refwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la, int l)
 {
 	float aux = 0;
 
-	return moe_fwd_piece(m, w, la, l, &aux);
+	return moe_fwd_piece(m, c, w, la, l, &aux);
 }
 
 /* The router is replicated and sees partial expert outputs: rank 0 alone adds the aux
  * loss, and this micro-batch's router gradient is summed over the group before it joins
  * the accumulated one. The experts' weight gradients come with their input backward,
  * split or not. */
-static int moe_bwd_piece(struct par_model *m, struct par_work *w, struct gpt_layer_acts *la, int l,
-			 float scale, int weight, struct par_stash *st)
+static int moe_bwd_piece(struct par_model *m, const struct par_tp *c, struct par_work *w,
+			 struct gpt_layer_acts *la, int l, float scale, int weight,
+			 struct par_stash *st)
 {
-	float *dr = m->tp == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter);
+	float *dr = c->t == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter);
 	size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
 	int rc;
 
 	(void)weight;
 	(void)st;
 	par_zero(&w->drouter);
-	moe_bwd(&m->k, &m->moe, &la->moe, &w->moe_scratch, D(w->dln), w->g,
-		m->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
+	moe_bwd(&m->k, &c->moe, &la->moe, &w->moe_scratch, D(w->dln), w->g,
+		c->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
 		PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB), PG(m, l, LP_FC2W),
 		PG(m, l, LP_FC2B));
-	if (m->tp > 1) {
-		if ((rc = par_tp_sum(m, dr, nr)))
+	if (c->t > 1) {
+		if ((rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM)))
 			return rc;
 		add_acc(&m->k, PG(m, l, LP_ROUTER), dr, nr);
 	}

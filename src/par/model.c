@@ -40,8 +40,10 @@ static int alloc_params(struct par_model *m, uint64_t seed, size_t pad, int zero
 			m->order[k++] = 2 + l * LP_N + w;
 	m->order[k++] = 1;
 	m->order[k++] = 0;
-	for (int i = 0; i < m->np; i++)
+	for (int i = 0; i < m->np; i++) {
 		par_tp_describe(m, i, &m->p[i]);
+		m->partials |= m->p[i].partial != PAR_PARTIAL_NONE;
+	}
 	/* Every parameter starts at a multiple of pad, so that buckets made of whole
 	 * parameters split evenly into pad shards. */
 	for (int k2 = 0; k2 < m->np; k2++) {
@@ -135,6 +137,7 @@ int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1
 	memset(a, 0, sizeof *a);
 	a->l0 = l0;
 	a->l1 = l1;
+	a->cut = -1;
 	a->la = emu_xcalloc(nl, sizeof *a->la);
 	a->stash = emu_xcalloc(nl, sizeof *a->stash);
 	a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
@@ -145,9 +148,11 @@ int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1
 
 int par_acts_layer(struct par_model *m, struct par_acts *a, int l, unsigned parts)
 {
-	return gpt_layer_acts_alloc(&m->k, par_la(a, l), m->B, m->T, m->Ml, m->cfg.hidden,
-				    m->cfg.hidden / m->tp, m->NHl, m->Fl,
-				    gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL, parts);
+	const struct par_tp *c = m->plan[l].tp;
+
+	return gpt_layer_acts_alloc(&m->k, par_la(a, l), c->B, m->T, c->Ml, m->cfg.hidden,
+				    m->cfg.hidden / c->t, c->NHl, c->Fl,
+				    gpt_layer_is_moe(&m->cfg, l) ? &c->moe : NULL, parts);
 }
 
 int par_acts_head(struct par_model *m, struct par_acts *a)
@@ -185,6 +190,25 @@ void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what
 	}
 }
 
+/* Mixed degrees without sequence parallelism: where layer l0 finds its part of the
+ * batch in enc, and the first layer after the first ones, whose input the parts gathered
+ * (par/tp.h). Under sequence parallelism a rank's rows are the same either way. */
+static int acts_cut(struct par_model *m, struct par_acts *a)
+{
+	const struct par_tp *f = &m->tpv[PAR_TPV_FIRST];
+	int K = m->pc.tpf_layers;
+
+	if (!K || f->parts == 1 || f->sp)
+		return 0;
+	if (a->l0 < K)
+		a->enc_off = (size_t)f->part * (size_t)f->Ml * (size_t)m->cfg.hidden;
+	if (a->l0 >= K || K > a->l1)
+		return 0;
+	a->cut = K;
+	return tensor_alloc(&m->k, &a->cutbuf, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
+			    "the parts gathered");
+}
+
 /* One (sub-)batch's activations. */
 static int acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 {
@@ -193,6 +217,8 @@ static int acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 	if (!rc)
 		rc = tensor_alloc(&m->k, &a->enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
 				  l0 ? "stage input" : "embeddings");
+	if (!rc)
+		rc = acts_cut(m, a);
 	for (int l = l0; l < l1 && !rc; l++) {
 		rc = par_acts_layer(m, a, l, GPT_ACTS_ALL | par_acts_flags(m));
 		par_recompute_drop(m, a, l); /* one layer's worth at a time */
@@ -221,8 +247,8 @@ int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 void par_acts_free(struct par_model *m, struct par_acts *a)
 {
 	const struct kctx *k = &m->k;
-	struct tensor *t[] = {&a->enc,    &a->lnf,  &a->lnf_mean, &a->lnf_rstd, &a->probs,
-			      &a->losses, &a->dout, &a->din2,     &a->gout_a,   &a->gout_x};
+	struct tensor *t[] = {&a->enc,  &a->lnf,  &a->lnf_mean, &a->lnf_rstd, &a->probs, &a->losses,
+			      &a->dout, &a->din2, &a->gout_a,   &a->gout_x,   &a->cutbuf};
 
 	for (int s = 0; s < a->nsub; s++)
 		par_acts_free(m, &a->sub[s]);
@@ -249,12 +275,42 @@ static void make_plans(struct par_model *m)
 
 	m->ends = m->sp ? &par_region_sp : &par_region_tp;
 	m->plan = emu_xcalloc((size_t)m->cfg.num_layers + 1, sizeof *m->plan);
-	for (int l = 0; l < m->cfg.num_layers; l++)
+	for (int l = 0; l < m->cfg.num_layers; l++) {
+		const struct par_tp *c =
+			&m->tpv[l < m->pc.tpf_layers ? PAR_TPV_FIRST : PAR_TPV_MODEL];
+
 		m->plan[l] = (struct par_plan){
 			m->pc.flash ? &par_attn_flash : &par_attn_heads,
 			gpt_layer_is_moe(&m->cfg, l) ? &par_mlp_moe : dense,
-			m->ends,
+			c->sp ? &par_region_sp : &par_region_tp,
+			c,
 		};
+	}
+}
+
+/* A tensor-parallel cut: t ways over g (this rank r in it), part `part` of parts of the
+ * batch of B sequences. */
+static void tp_view(const struct par_model *m, struct par_tp *c, int t, int r, struct emu_group *g,
+		    int parts, int part, int B)
+{
+	const struct gpt_config *cfg = &m->cfg;
+
+	*c = (struct par_tp){.t = t, .r = r, .g = g, .parts = parts, .part = part};
+	c->B = B / parts;
+	c->sp = m->pc.sp && m->pc.tp > 1;
+	c->Ml = c->sp ? c->B * m->T / t : c->B * m->T;
+	c->row0 = c->sp ? r * c->Ml : 0;
+	c->NHl = cfg->heads / t;
+	c->Fl = cfg->ffn / t;
+	if (cfg->num_experts > 0)
+		c->moe = (struct moe_shape){
+			c->B * m->T,
+			cfg->hidden,
+			c->Fl,
+			cfg->num_experts,
+			cfg->moe_top_k,
+			moe_capacity(cfg->capacity_factor, c->B * m->T, cfg->moe_top_k, cfg->num_experts),
+			cfg->aux_coeff};
 }
 
 int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct par_groups *g,
@@ -278,23 +334,20 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->Fl = c->ffn / tp;
 	m->Vl = c->vocab / tp;
 	m->v0 = m->r * m->Vl;
-	m->sp = cfg->sp && tp > 1;
-	m->Ml = m->sp ? B * m->T / tp : B * m->T;
-	m->row0 = m->sp ? m->r * m->Ml : 0;
+	tp_view(m, &m->tpv[PAR_TPV_MODEL], tp, m->r, g->tp, 1, 0, B);
+	if (cfg->tpf_layers > 0) /* the first layers: my tpf ranks of the group, my part */
+		tp_view(m, &m->tpv[PAR_TPV_FIRST], cfg->tpf, m->r % cfg->tpf, g->tpf, tp / cfg->tpf,
+			m->r / cfg->tpf, B);
+	m->merge = g->merge;
+	m->sp = m->tpv[PAR_TPV_MODEL].sp;
+	m->Ml = m->tpv[PAR_TPV_MODEL].Ml;
+	m->row0 = m->tpv[PAR_TPV_MODEL].row0;
+	m->moe = m->tpv[PAR_TPV_MODEL].moe;
 	m->layers = emu_xcalloc((size_t)c->num_layers + 1, 1);
 	for (int l = 0; l < c->num_layers; l++)
 		m->layers[l] = part ? part->layers[l] : PAR_PART_PRE | PAR_PART_POST;
 	m->part = (struct par_part){part ? part->first : 1, part ? part->last : 1, m->layers};
 	make_plans(m);
-	if (c->num_experts > 0)
-		m->moe = (struct moe_shape){
-			B * m->T,
-			c->hidden,
-			m->Fl,
-			c->num_experts,
-			c->moe_top_k,
-			moe_capacity(c->capacity_factor, B * m->T, c->moe_top_k, c->num_experts),
-			c->aux_coeff};
 	if ((rc = alloc_params(m, src->seed, cfg->pad ? (size_t)cfg->pad : 1, cfg->zero)))
 		return rc;
 	if (!part && (rc = par_acts_alloc(m, &m->own, 0, c->num_layers)))

@@ -51,6 +51,8 @@ struct par_cfg {
 	int flash;                    /* memory-efficient attention */
 	int mlp_chunks;               /* the dense MLP over this many chunks of rows (> 1) */
 	enum par_overlap overlap;     /* the tensor-parallel collectives' order */
+	int tpf_layers, tpf;          /* Oases's mixed degrees: the first tpf_layers layers
+				       * cut tpf ways (tpf divides tp), 0 if none */
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets (par/dp.h) */
 };
 
@@ -62,6 +64,10 @@ struct par_groups {
 	struct emu_group *dp; /* the data-parallel group (pad members; par/dp.h) */
 	int dp_rank;          /* this rank's place in it */
 	struct emu_group *pp; /* the pipeline group, or NULL (the norm sums over it) */
+	/* With mixed degrees (tpf_layers > 0): the tpf ranks of the tp group this rank
+	 * shares the first layers with, and the tp / tpf ranks that hold the same shard of
+	 * them (each on its part of the batch), ordered by part */
+	struct emu_group *tpf, *merge;
 };
 
 /* Which part of the model a rank holds: the first pipeline stage holds the embeddings,
@@ -82,6 +88,11 @@ struct par_source {
 
 enum par_split { PAR_REPLICATED, PAR_ROWS, PAR_COLS };
 
+/* Whose part of a gradient a rank holds: none; sequence parallelism's rows (LayerNorms,
+ * positions), summed over the tp group; a first layer's under mixed degrees, whose parts
+ * of the batch are summed over the merge group. */
+enum { PAR_PARTIAL_NONE, PAR_PARTIAL_TP, PAR_PARTIAL_MERGE };
+
 struct par_param {
 	int full;             /* its index among the serial model's tensors */
 	size_t n;             /* local elements */
@@ -90,8 +101,9 @@ struct par_param {
 	int experts;          /* leading expert dimension, 1 if none */
 	size_t rows, cols;    /* one expert's full shape */
 	int owner;            /* this rank's copy is part of the model (norm, verify) */
-	int partial;          /* sequence parallelism: each rank holds part of the gradient
-			       * (LayerNorms, positions), summed over tp by par_sp_sum_partials */
+	int partial;          /* PAR_PARTIAL_*: each rank holds part of the gradient, summed by
+			       * par_tp_sum_partials once a step */
+	int t, q;             /* cut t ways (1: replicated), this rank's shard q */
 	int frozen;           /* a row-parallel bias on a rank other than 0: stays zero */
 	int decay;            /* weight decay applies */
 	float *w;             /* the local shard: a view into the flat weights */
@@ -114,8 +126,14 @@ struct par_stash {
  * (par_sub), and holds nothing itself. */
 struct par_acts {
 	int l0, l1;
-	int nsub;                         /* 0, or the sub-batches in sub */
-	struct par_acts *sub;             /* [nsub] */
+	int nsub;             /* 0, or the sub-batches in sub */
+	struct par_acts *sub; /* [nsub] */
+	/* Mixed degrees: layer l0's input is enc from enc_off (this rank's part of the
+	 * batch), and layer cut's (l0 < cut <= l1, else -1) is cutbuf (Ml, h), the parts
+	 * gathered */
+	size_t enc_off;
+	int cut;
+	struct tensor cutbuf;
 	struct tensor enc;                /* (Ml, h): the embeddings, or the input received */
 	struct gpt_layer_acts *la;        /* [l1 - l0]: layers l0 .. l1 - 1 (par_la) */
 	struct tensor lnf;                /* (B T, h): the final LayerNorm, all rows */
@@ -191,12 +209,31 @@ struct par_work {
 	struct coll_req *req; /* the one posted, until par_work_wait */
 };
 
+/* How a layer is cut by tensor parallelism (par/tp.h), and the shapes this rank computes.
+ * Every layer has the model's (m->tpv[PAR_TPV_MODEL]: its tp group, the whole (sub-)batch),
+ * but under Oases's mixed degrees the first layers have their own (PAR_TPV_FIRST): a
+ * group of t of the model's ranks, working on part `part` of parts of the batch, which
+ * the cut after them gathers over the merge group (par/tp.h). */
+struct par_tp {
+	int t, r;             /* the degree, this rank's place in g */
+	struct emu_group *g;  /* the group */
+	int parts, part;      /* the batch in parts along its sequences, this rank's */
+	int B;                /* the sequences of this rank's part */
+	int sp;               /* sequence parallelism: the residual stream cut by rows */
+	int Ml, row0;         /* this rank's token rows: [row0, row0 + Ml) of B T */
+	int NHl, Fl;          /* local heads, ffn units */
+	struct moe_shape moe; /* the MoE layers' shape */
+};
+enum { PAR_TPV_MODEL, PAR_TPV_FIRST, PAR_NTPV };
+
 /* How one layer runs (par/layer.h): its attention, its MLP, the region around its
- * tensor-parallel parts. One per layer, so that layers may differ. */
+ * tensor-parallel parts, and its tensor-parallel cut. One per layer, so that layers may
+ * differ. */
 struct par_plan {
 	const struct par_attn *attn;
 	const struct par_mlp *mlp;
 	const struct par_region *region;
+	const struct par_tp *tp;
 };
 
 /* Told when parameter i's gradient is final for this micro-batch; i = -1 when backward
@@ -218,17 +255,21 @@ enum { PAR_QUIET_USE = 1, PAR_QUIET_READY = 2 };
 
 struct par_model {
 	struct gpt_config cfg;
-	struct par_cfg pc;     /* as given */
-	struct kctx k;         /* this rank's device, at pc.prec */
-	int tp, r;             /* t, and this rank's place in the group */
-	struct emu_group *g;   /* the tensor-parallel group */
-	int B, T;              /* micro-batch (a sub-batch's under overlap), sequence */
-	int NHl, Fl, Vl, v0;   /* local heads, ffn units, vocabulary rows, first row */
-	int sp;                /* sequence parallelism: the residual stream split by token rows */
-	int Ml, row0;          /* this rank's token rows: [row0, row0 + Ml) of B T */
-	struct par_part part;  /* what this rank holds (the layers copied) */
-	unsigned char *layers; /* [L] part.layers' storage */
-	struct par_plan *plan; /* [L] */
+	struct par_cfg pc;   /* as given */
+	struct kctx k;       /* this rank's device, at pc.prec */
+	int tp, r;           /* t, and this rank's place in the group */
+	struct emu_group *g; /* the tensor-parallel group */
+	int B, T;            /* micro-batch (a sub-batch's under overlap), sequence */
+	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
+	int sp;              /* sequence parallelism: the residual stream split by token rows */
+	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T */
+	struct par_tp tpv[PAR_NTPV]; /* the layers' cuts: the model's (the fields above), and
+				      * the first layers' under mixed degrees */
+	struct emu_group *merge;     /* mixed degrees: the ranks that hold my first layers' shard */
+	int partials;                /* some gradient is partial (par_tp_sum_partials has work) */
+	struct par_part part;        /* what this rank holds (the layers copied) */
+	unsigned char *layers;       /* [L] part.layers' storage */
+	struct par_plan *plan;       /* [L] */
 	const struct par_region *ends; /* the region of the embedding and the output layer */
 	int np;
 	struct par_param *p;            /* [np], in the serial model's order; n = 0 if not held */

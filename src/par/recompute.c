@@ -53,7 +53,7 @@ void par_recompute_drop(struct par_model *m, struct par_acts *a, int l)
 						  &la->ln1_mean, &la->ln1_rstd, &la->ln2,
 						  &la->ln2_mean, &la->ln2_rstd, NULL};
 
-		drop_but(m, la, m->sp ? sp_keep : tp_keep);
+		drop_but(m, la, m->plan[l].tp->sp ? sp_keep : tp_keep);
 		return;
 	}
 	default:
@@ -73,22 +73,23 @@ static int oases_refwd(struct par_model *m, struct par_work *w, struct par_acts 
 {
 	const struct kctx *k = &m->k;
 	const struct par_plan *pl = &m->plan[l];
+	const struct par_tp *c = pl->tp;
 	struct gpt_layer_acts *la = par_la(a, l);
 	int C = m->cfg.hidden, rc;
-	size_t r0 = (size_t)m->row0;
+	size_t r0 = (size_t)c->row0;
 
-	if (!m->sp) /* ln1 and ln2 from the kept input and res2: all rows, no f to run */
+	if (!c->sp) /* ln1 and ln2 from the kept input and res2: all rows, no f to run */
 		layernorm_fwd(k, par_rows_at(D(la->ln1), r0, (size_t)C), D(la->ln1_mean),
 			      D(la->ln1_rstd), par_layer_input(a, l), PW(m, l, LP_LN1W),
-			      PW(m, l, LP_LN1B), m->Ml, C);
+			      PW(m, l, LP_LN1B), c->Ml, C);
 	if ((rc = par_layer_fwd(m, w, a, l, PAR_QKV)))
 		return rc;
-	pl->attn->fwd(m, w, la);
-	if (!m->sp)
+	pl->attn->fwd(m, c, w, la);
+	if (!c->sp)
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
 			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
-			      m->Ml, C);
-	return pl->mlp->refwd ? pl->mlp->refwd(m, w, la, l) : 0;
+			      c->Ml, C);
+	return pl->mlp->refwd ? pl->mlp->refwd(m, c, w, la, l) : 0;
 }
 
 int par_recompute_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, int l)
@@ -104,7 +105,7 @@ int par_recompute_bwd(struct par_model *m, struct par_work *w, struct par_acts *
 		return rc;
 	case PAR_RECOMPUTE_SELECTIVE:
 		if (at->refwd)
-			at->refwd(m, w, par_la(a, l));
+			at->refwd(m, m->plan[l].tp, w, par_la(a, l));
 		return 0;
 	case PAR_RECOMPUTE_OASES:
 		return oases_refwd(m, w, a, l);

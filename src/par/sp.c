@@ -17,62 +17,48 @@ int par_sp_partial(const struct par_model *m, int i)
 	return i >= 2 && (w == LP_LN1W || w == LP_LN1B || w == LP_LN2W || w == LP_LN2B);
 }
 
-int par_sp_sum_partials(struct par_model *m, size_t lo, size_t hi)
-{
-	int rc;
-
-	for (int i = 0; i < m->np; i++) {
-		const struct par_param *p = &m->p[i];
-		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
-
-		if (p->partial && a < b &&
-		    (rc = par_tp_sum(m, p->g ? p->g + (a - p->off) : NULL, b - a)))
-			return rc;
-	}
-	return 0;
-}
-
 /* f: every rank's rows of buf (B T, C), this rank's at row0, gathered into buf. */
-static int sp_enter(struct par_model *m, struct par_work *w, float *buf, size_t C)
+static int sp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
+		    size_t C)
 {
-	float *mine = buf ? buf + (size_t)m->row0 * C : NULL;
-	size_t n = (size_t)m->Ml * C;
+	float *mine = buf ? buf + (size_t)c->row0 * C : NULL;
+	size_t n = (size_t)c->Ml * C;
 	struct coll_req **req;
 	int rc;
 
 	if ((rc = par_post_slot(m, w, &req)))
 		return rc;
-	return req ? coll_iall_gather(m->k.d, m->g, mine, buf, n, req)
-		   : coll_all_gather(m->k.d, m->g, mine, buf, n);
+	return req ? coll_iall_gather(m->k.d, c->g, mine, buf, n, req)
+		   : coll_all_gather(m->k.d, c->g, mine, buf, n);
 }
 
 /* g: partial (B T, C) reduce-scattered into local (Ml, C), this rank's rows. */
-static int sp_exit(struct par_model *m, struct par_work *w, float *partial, float *local, size_t C,
-		   const float **out)
+static int sp_exit(struct par_model *m, const struct par_tp *c, struct par_work *w, float *partial,
+		   float *local, size_t C, const float **out)
 {
-	size_t n = (size_t)m->Ml * C;
+	size_t n = (size_t)c->Ml * C;
 	struct coll_req **req;
 	int rc;
 
 	*out = local;
 	if ((rc = par_post_slot(m, w, &req)))
 		return rc;
-	return req ? coll_ireduce_scatter(m->k.d, m->g, partial, local, n, COLL_SUM, req)
-		   : coll_reduce_scatter(m->k.d, m->g, partial, local, n, COLL_SUM);
+	return req ? coll_ireduce_scatter(m->k.d, c->g, partial, local, n, COLL_SUM, req)
+		   : coll_reduce_scatter(m->k.d, c->g, partial, local, n, COLL_SUM);
 }
 
 /* The residual gradient's rows (Ml, h) of every rank gathered into (B T, h). */
-static int sp_rows(struct par_model *m, struct par_work *w)
+static int sp_rows(struct par_model *m, const struct par_tp *c, struct par_work *w)
 {
-	size_t n = (size_t)m->Ml * (size_t)m->cfg.hidden;
+	size_t n = (size_t)c->Ml * (size_t)m->cfg.hidden;
 	struct coll_req **req;
 	int rc;
 
 	w->g = D(w->gfull);
 	if ((rc = par_post_slot(m, w, &req)))
 		return rc;
-	return req ? coll_iall_gather(m->k.d, m->g, D(w->dres), D(w->gfull), n, req)
-		   : coll_all_gather(m->k.d, m->g, D(w->dres), D(w->gfull), n);
+	return req ? coll_iall_gather(m->k.d, c->g, D(w->dres), D(w->gfull), n, req)
+		   : coll_all_gather(m->k.d, c->g, D(w->dres), D(w->gfull), n);
 }
 
 const struct par_region par_region_sp = {"sequence-parallel all-gather / reduce-scatter", sp_enter,

@@ -7,7 +7,8 @@
  * the flattened (B, T) tokens, which for B = 1 is a chunk of the sequence.
  *
  * The LayerNorms' and the positions' gradients are then partial on each rank (each saw
- * its rows only) and are summed over the group once a step, by par_sp_sum_partials. */
+ * its rows only) and are summed over the group once a step, by par_tp_sum_partials
+ * (par/tp.h). */
 #ifndef PEMU_PAR_SP_H
 #define PEMU_PAR_SP_H
 
@@ -19,11 +20,5 @@
  * sequence parallelism: the LayerNorms and the positions, which see this rank's rows only.
  * 0 without sequence parallelism. */
 int par_sp_partial(const struct par_model *m, int i);
-
-/* Sums over the tensor-parallel group the gradients this rank holds only part of
- * (LayerNorms and positions), within the flat range [lo, hi). Called once the
- * data-parallel sync has summed them over replicas; the order of the two sums does not
- * matter. Nothing without sequence parallelism. */
-int par_sp_sum_partials(struct par_model *m, size_t lo, size_t hi);
 
 #endif

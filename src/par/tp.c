@@ -40,9 +40,12 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 	const struct gpt_config *c = &m->cfg;
 	int np = gpt_num_tensors(c), w = (i - 2) % LP_N, l = (i - 2) / LP_N;
 	int layer = i >= 2 && i < np - 2, moe = layer && gpt_layer_is_moe(c, l);
+	const struct par_tp *v = layer ? m->plan[l].tp : &m->tpv[PAR_TPV_MODEL];
 	size_t h = (size_t)c->hidden, f = (size_t)c->ffn;
 
 	p->full = i;
+	p->t = 1;
+	p->q = 0;
 	p->decay = gpt_tensor_decays(c, i);
 	p->split = PAR_REPLICATED;
 	p->blocks = 1;
@@ -82,7 +85,7 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 			break;
 		case LP_PROJB:
 		case LP_FC2B:
-			p->frozen = m->r != 0; /* a row-parallel bias: rank 0 adds it */
+			p->frozen = v->r != 0; /* a row-parallel bias: rank 0 adds it */
 			break;
 		default:
 			break;
@@ -90,11 +93,18 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 		if (w != LP_FCW && w != LP_FCB && w != LP_FC2W)
 			p->experts = 1; /* only the experts' MLP has an expert dimension */
 	}
-	if (p->split != PAR_REPLICATED)
-		p->owner = 1;
+	if (p->split != PAR_REPLICATED) { /* one copy of each shard is the model's */
+		p->owner = v->part == 0;
+		p->t = v->t;
+		p->q = v->r;
+	}
 	p->n = p->split == PAR_REPLICATED ? gpt_tensor_numel(c, i)
-					  : (size_t)p->experts * p->rows * p->cols / (size_t)m->tp;
-	p->partial = par_sp_partial(m, i);
+					  : (size_t)p->experts * p->rows * p->cols / (size_t)p->t;
+	/* sequence parallelism's rows sum over the whole tp group (which also sums the
+	 * parts of a first layer); the parts alone over the merge group */
+	p->partial = par_sp_partial(m, i)    ? PAR_PARTIAL_TP
+		     : layer && v->parts > 1 ? PAR_PARTIAL_MERGE
+					     : PAR_PARTIAL_NONE;
 	/* A pipeline stage holds its part only. The last stage's copy of the tied wte is
 	 * kept equal to the first stage's, which is the model's (norm, verify). */
 	if (!(i == 0   ? m->part.first || m->part.last
@@ -128,7 +138,7 @@ void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, floa
 			     size_t hi, int to_full)
 {
 	const struct par_param *p = &m->p[i];
-	size_t t = (size_t)m->tp, r = (size_t)m->r;
+	size_t t = (size_t)p->t, r = (size_t)p->q;
 
 	if (p->split == PAR_REPLICATED) {
 		if (!to_full && p->frozen)
@@ -168,9 +178,31 @@ int par_tp_sum(struct par_model *m, float *buf, size_t n)
 	return m->tp == 1 ? 0 : coll_all_reduce(m->k.d, m->g, buf, buf, n, COLL_SUM);
 }
 
-static int tp_enter(struct par_model *m, struct par_work *w, float *buf, size_t C)
+int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi)
+{
+	int rc;
+
+	for (int i = 0; i < m->np; i++) {
+		const struct par_param *p = &m->p[i];
+		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+		float *g = p->g ? p->g + (a - p->off) : NULL;
+
+		if (!p->partial || a >= b)
+			continue;
+		rc = p->partial == PAR_PARTIAL_TP
+			     ? par_tp_sum(m, g, b - a)
+			     : coll_all_reduce(m->k.d, m->merge, g, g, b - a, COLL_SUM);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int tp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
+		    size_t C)
 {
 	(void)m;
+	(void)c;
 	(void)w;
 	(void)buf;
 	(void)C;
@@ -178,27 +210,27 @@ static int tp_enter(struct par_model *m, struct par_work *w, float *buf, size_t 
 }
 
 /* partial (B T, C) all-reduced in place. */
-static int tp_exit(struct par_model *m, struct par_work *w, float *partial, float *local, size_t C,
-		   const float **out)
+static int tp_exit(struct par_model *m, const struct par_tp *c, struct par_work *w, float *partial,
+		   float *local, size_t C, const float **out)
 {
-	size_t n = (size_t)m->B * m->T * C;
+	size_t n = (size_t)c->B * m->T * C;
 	struct coll_req **req;
 	int rc;
 
 	(void)local;
 	*out = partial;
-	if (m->tp == 1)
+	if (c->t == 1)
 		return 0;
 	if ((rc = par_post_slot(m, w, &req)))
 		return rc;
-	if (!req)
-		return par_tp_sum(m, partial, n);
-	return coll_iall_reduce(m->k.d, m->g, partial, partial, n, COLL_SUM, req);
+	return req ? coll_iall_reduce(m->k.d, c->g, partial, partial, n, COLL_SUM, req)
+		   : coll_all_reduce(m->k.d, c->g, partial, partial, n, COLL_SUM);
 }
 
-static int tp_rows(struct par_model *m, struct par_work *w)
+static int tp_rows(struct par_model *m, const struct par_tp *c, struct par_work *w)
 {
 	(void)m;
+	(void)c;
 	w->g = D(w->dres);
 	return 0;
 }
@@ -223,7 +255,7 @@ int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	/* (B T, h): the rows of this rank's vocabulary, zero elsewhere, summed by g */
 	part = m->sp ? D(w->tmp) : D(a->enc);
 	embedding_range_fwd(k, part, a->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B, T, C);
-	if ((rc = rg->exit(m, w, part, D(a->enc), (size_t)C, &branch)))
+	if ((rc = rg->exit(m, &m->tpv[PAR_TPV_MODEL], w, part, D(a->enc), (size_t)C, &branch)))
 		return rc;
 	position_fwd(k, D(a->enc), m->p[1].w, m->Ml, m->row0, T, C);
 	return 0;
@@ -239,7 +271,7 @@ int par_tp_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a
 		return 0;
 	}
 	/* every token's gradient reaches the rank that holds its vocabulary row */
-	if ((rc = m->ends->rows(m, w)))
+	if ((rc = m->ends->rows(m, &m->tpv[PAR_TPV_MODEL], w)))
 		return rc;
 	embedding_range_bwd(k, m->p[0].g, w->g, a->tokens, m->v0, m->v0 + m->Vl, B, T, C);
 	position_bwd(k, m->p[1].g, D(w->dres), m->Ml, m->row0, T, C);

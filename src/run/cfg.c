@@ -219,6 +219,62 @@ static int check_overlap(const struct run_cfg *cfg, char *err, size_t n)
 	return 0;
 }
 
+/* The rules of Oases's mixed degrees (--tp-first K:T): the first K layers cut T ways over
+ * parts of the (sub-)batch, gathered after them (par/tp.h). */
+static int check_tp_first(const struct run_cfg *cfg, char *err, size_t n)
+{
+	const struct gpt_config *m = &cfg->model;
+	int K = cfg->tpf_layers, T = cfg->tpf, tp = cfg->mesh.size[MESH_TP];
+	int B = cfg->tp_overlap ? cfg->mbs / PAR_NSUB : cfg->mbs;
+
+	if (K > m->num_layers) {
+		snprintf(err, n, "--tp-first %d:%d: the model has %d layers", K, T, m->num_layers);
+		return -1;
+	}
+	if (tp % T) {
+		snprintf(err, n, "--tp-first %d:%d: %d does not divide --tp %d", K, T, T, tp);
+		return -1;
+	}
+	if (m->heads % T || m->ffn % T) {
+		snprintf(err, n,
+			 "--tp-first %d:%d: %d does not divide the %d attention heads and the MLP "
+			 "width %d",
+			 K, T, T, m->heads, m->ffn);
+		return -1;
+	}
+	if (B % (tp / T)) {
+		snprintf(err, n,
+			 "--tp-first %d:%d: the first layers cut each %s of %d sequences into "
+			 "tp / T = %d parts",
+			 K, T, cfg->tp_overlap ? "sub-batch" : "micro-batch", B, tp / T);
+		return -1;
+	}
+	if (cfg->sp && B / (tp / T) * m->seq_len % T) {
+		snprintf(err, n,
+			 "--tp-first %d:%d with --sequence-parallel: %d does not divide the %d "
+			 "tokens of a part",
+			 K, T, T, B / (tp / T) * m->seq_len);
+		return -1;
+	}
+	if (cfg->mesh.size[MESH_PP] > 1) {
+		snprintf(err, n,
+			 "--tp-first with --pp %d: mixed degrees run without a pipeline in this "
+			 "build",
+			 cfg->mesh.size[MESH_PP]);
+		return -1;
+	}
+	for (int l = 0; l < K; l++)
+		if (gpt_layer_is_moe(m, l)) {
+			snprintf(
+				err, n,
+				"--tp-first %d:%d: layer %d is a MoE layer, whose router would see "
+				"a part of the batch (its capacity and loss are the whole batch's)",
+				K, T, l);
+			return -1;
+		}
+	return 0;
+}
+
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 {
 	const struct mesh *m = &cfg->mesh;
@@ -276,6 +332,8 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	}
 	if (cfg->tp_overlap && check_overlap(cfg, err, n))
+		return -1;
+	if (cfg->tpf_layers && check_tp_first(cfg, err, n))
 		return -1;
 	if (cfg->gbs / cfg->mbs % dp) {
 		snprintf(err, n,

@@ -45,6 +45,7 @@ struct run_cfg {
 				       * stage): run_cfg_finish derives vpp from it; 0: not given */
 	enum par_recompute recompute; /* activation recomputation */
 	enum par_overlap tp_overlap;  /* the tensor-parallel collectives' order (par/overlap.h) */
+	int tpf_layers, tpf;          /* --tp-first K:T: the first K layers cut T ways, 0 if not */
 	int flash;                    /* memory-efficient attention (no stored scores) */
 	int mlp_chunks;               /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets */

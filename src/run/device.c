@@ -112,7 +112,27 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.flash = cfg->flash,
 				.mlp_chunks = cfg->mlp_chunks,
 				.overlap = cfg->tp_overlap,
+				.tpf_layers = cfg->tpf_layers,
+				.tpf = cfg->tpf,
 				.bucket_bytes = cfg->bucket_bytes};
+}
+
+/* Oases's mixed degrees: of the tp group (tp_devs, this rank r), the tpf ranks r shares
+ * the first layers with (tp ranks j tpf .. j tpf + tpf - 1, j = r / tpf: part j of the
+ * batch), and the merge group of the ranks with the same shard (r % tpf) of every part. */
+static int first_groups(struct emu_dev *d, const struct run_cfg *cfg, const int *tp_devs, int r,
+			struct par_groups *g)
+{
+	int t = cfg->tpf, parts = cfg->mesh.size[MESH_TP] / t, rc = 0;
+	int *merge = emu_xcalloc((size_t)parts, sizeof *merge);
+
+	for (int j = 0; j < parts; j++)
+		merge[j] = tp_devs[j * t + r % t];
+	if (!(g->tpf = emu_group_get(d, tp_devs + r / t * t, t)) ||
+	    !(g->merge = emu_group_get(d, merge, parts)))
+		rc = EMU_EINVAL;
+	free(merge);
+	return rc;
 }
 
 static int par_device(struct emu_dev *d, void *arg)
@@ -164,7 +184,9 @@ static int par_device(struct emu_dev *d, void *arg)
 			goto out;
 		}
 	}
-	groups = (struct par_groups){d, gt, rk.tpr, gd, rk.dpr, gp};
+	groups = (struct par_groups){d, gt, rk.tpr, gd, rk.dpr, gp, NULL, NULL};
+	if (cfg->tpf_layers && (rc = first_groups(d, cfg, tp_devs, rk.tpr, &groups)))
+		goto out;
 	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))
 		goto out;
 	coll_set_wire_bytes(d, m.k.ab);

@@ -125,7 +125,9 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	}
 	p.ga = emu_xmalloc((size_t)big * sizeof *p.ga);
 	p.gb = emu_xmalloc((size_t)big * sizeof *p.gb);
-	nrun = best_plan(&p, me->size[MESH_DP] > 1 && cfg->zero == 0, me->size[MESH_TP] > 2, rep);
+	/* mixed degrees give tp ranks of different parts different owners: not folded */
+	nrun = best_plan(&p, me->size[MESH_DP] > 1 && cfg->zero == 0,
+			 me->size[MESH_TP] > 2 && !cfg->tpf_layers, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);
 	free(p.ga);
