@@ -9,19 +9,24 @@
  *   ovl-full   Oases's overlapped tp (two sub-batches), full recomputation
  *   oases      both: Oases
  *
- * and the throughput of each against megatron's, beside the paper's Oases figure. The
+ * and the throughput of each against megatron's, beside the paper's Oases figure, and of
+ * the plan Oases's search picks (pemu plan --oases: the first K layers at a smaller
+ * degree T under the overlap and its recomputation, run/oases_plan.h). The
  * benchmark model has no vocabulary to speak of (1024 entries: the paper's has 100
  * classes), and runs at bf16 with ZeRO-1 over dp (Adam's state of 12288 x 4 does not fit
- * a 24 GB GPU unsharded). The plan Oases's search would pick (issue 11, item 5) is not
- * in this build. Writes DIR/oases.csv (plots/oases.gp draws it) and prints the table.
+ * a 24 GB GPU unsharded). Writes DIR/oases.csv (plots/oases.gp draws it) and prints the
+ * table.
  * usage: bench/oases [DIR]   (default build/bench/out) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 #include "cluster.h"
 #include "mem.h"
 #include "presets.h"
+#include "run/oases_plan.h"
 #include "run/run.h"
 
 static const struct shape {
@@ -47,18 +52,15 @@ static const struct variant {
 
 static const char *const clusters[] = {"rtx3090-nvlink", "rtx3090-pcie"};
 
-/* One dry-run step; 0 with its step time, exposed communication and peak memory of
- * device 0, or 1 if it does not run (the report on stderr). */
-static int one(const char *cluster, const struct shape *sh, const struct variant *v, double *step_s,
-	       double *exposed_s, double *peak_gib)
+/* The experiment's configuration of shape sh under variant v on cluster, into out and
+ * eout. */
+static void setup(const char *cluster, const struct shape *sh, const struct variant *v,
+		  struct run_cfg *out, struct emu_config *eout)
 {
 	const int tp = 4, dp = 8, mbs = 4, accum = 20;
 	struct emu_config ec;
-	struct emu_cluster *c;
 	struct run_cfg cfg;
-	struct run_out o;
 	char err[256];
-	int rc;
 
 	memset(&cfg, 0, sizeof cfg);
 	cfg.model = model_preset("small")->cfg;
@@ -91,6 +93,22 @@ static int one(const char *cluster, const struct shape *sh, const struct variant
 	ec.topo.nodes = 8;
 	ec.ndev = tp * dp;
 	ec.dry_run = 1;
+	*out = cfg;
+	*eout = ec;
+}
+
+/* One dry-run step; 0 with its step time, exposed communication and peak memory of
+ * device 0, or 1 if it does not run (the report on stderr). */
+static int one(const char *cluster, const struct shape *sh, const struct variant *v, double *step_s,
+	       double *exposed_s, double *peak_gib)
+{
+	struct emu_config ec;
+	struct emu_cluster *c;
+	struct run_cfg cfg;
+	struct run_out o;
+	int rc;
+
+	setup(cluster, sh, v, &cfg, &ec);
 	c = emu_cluster_new(&ec);
 	run_alloc(&o, &cfg, 0);
 	rc = run_parallel(c, &cfg, &o);
@@ -103,6 +121,30 @@ static int one(const char *cluster, const struct shape *sh, const struct variant
 	run_free(&o);
 	emu_cluster_free(c);
 	return rc ? 1 : 0;
+}
+
+/* The plan Oases's search picks for the row (pemu plan --oases), dry-run: its throughput
+ * against megatron's step (s), printed and as a CSV row of variant "plan K:T". */
+static void searched(FILE *csv, const char *cluster, const struct shape *sh, double megatron)
+{
+	struct oases_result *r = emu_xcalloc(1, sizeof *r);
+	struct emu_config ec;
+	struct run_cfg cfg;
+	char err[512];
+
+	setup(cluster, sh, &variants[NV - 1], &cfg, &ec);
+	if (oases_plan(&ec, &cfg, r, err, sizeof err)) {
+		printf(" %14s\n", "none fits");
+		fprintf(stderr, "bench/oases: %s\n", err);
+	} else {
+		double s = r->checked_ns / 1e9;
+
+		printf(" %6.2fx (%d:%d)\n", megatron / s, r->K, r->T);
+		fprintf(csv, "%s,%d,%d,plan %d:%d,%.6f,,%.2f,%.4f,%.2f\n", cluster, sh->hidden,
+			sh->layers, r->K, r->T, s, r->checked_peak / (1 << 30), megatron / s,
+			sh->paper[cluster[7] == 'n' ? 0 : 1]);
+	}
+	free(r);
 }
 
 int main(int argc, char **argv)
@@ -124,9 +166,9 @@ int main(int argc, char **argv)
 	       "stream waits (exposed communication);\n# the others: throughput against "
 	       "megatron; oases's exposed share; paper: Oases / Megatron from its figures\n");
 	for (int k = 0; k < 2; k++) {
-		printf("%-15s %6s %3s %9s %8s %9s %9s %9s %9s %7s %8s\n", clusters[k], "hidden",
-		       "L", "megatron", "exposed", "rc-oases", "ovl-full", "oases", "exposed",
-		       "paper", "peak GiB");
+		printf("%-15s %6s %3s %9s %8s %9s %9s %9s %9s %7s %8s %14s\n", clusters[k],
+		       "hidden", "L", "megatron", "exposed", "rc-oases", "ovl-full", "oases",
+		       "exposed", "paper", "peak GiB", "searched plan");
 		for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
 			const struct shape *sh = &shapes[s];
 			double step[NV], exposed[NV], peak[NV];
@@ -144,12 +186,13 @@ int main(int argc, char **argv)
 			       100 * exposed[0] / step[0]);
 			for (int v = 1; v < NV; v++)
 				printf(" %8.2fx", step[0] / step[v]);
-			printf(" %8.0f%% %6.2fx %8.1f\n", 100 * exposed[NV - 1] / step[NV - 1],
+			printf(" %8.0f%% %6.2fx %8.1f", 100 * exposed[NV - 1] / step[NV - 1],
 			       sh->paper[k], peak[NV - 1]);
 			for (int v = 0; v < NV; v++)
 				fprintf(csv, "%s,%d,%d,%s,%.6f,%.6f,%.2f,%.4f,%.2f\n", clusters[k],
 					sh->hidden, sh->layers, variants[v].name, step[v],
 					exposed[v], peak[v], step[0] / step[v], sh->paper[k]);
+			searched(csv, clusters[k], sh, step[0]);
 		}
 	}
 	fclose(csv);

@@ -362,6 +362,40 @@ static void test_verify(void **state)
 	assert_non_null(strstr(out, "{\"device\":3,"));
 }
 
+/* pemu plan --oases: a plan on a small model over 8 RTX 3090s over PCIe, in JSON; the
+ * pemu run command it prints runs the plan it checked (the same step time, to the
+ * nanosecond); without --oases it says what is not built. */
+static void test_plan_oases(void **state)
+{
+	static char out[65536], out2[65536];
+	char cmd[1024], *r, *e;
+	double planned, ran;
+
+	(void)state;
+	assert_int_equal(run("plan --oases --cluster rtx3090-pcie --gpus-per-node 4 --nodes 2 "
+			     "--tp 4 --dp 2 --hidden-size 1024 --num-layers 4 "
+			     "--num-attention-heads 16 --seq-length 512 --vocab-size 1024 "
+			     "--micro-batch-size 8 --global-batch-size 64 --json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"command\":\"plan\""));
+	assert_non_null(strstr(out, "\"degrees\":[1,2,4]"));
+	assert_non_null(r = strstr(out, "\"plan_s\":"));
+	planned = atof(r + strlen("\"plan_s\":"));
+	assert_non_null(r = strstr(out, "\"run\":\"pemu run "));
+	r += strlen("\"run\":\"pemu ");
+	assert_non_null(e = strchr(r, '"'));
+	*e = '\0';
+	snprintf(cmd, sizeof cmd, "%s --steps 1 --json", r);
+	assert_int_equal(run(cmd, 0, out2, sizeof out2), 0);
+	assert_non_null(r = strstr(out2, "\"time\":{\"step_time_s\":"));
+	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
+	if (planned <= 0 || ran != planned)
+		fail_msg("the plan's dry-run %.9g s, its pemu run command %.9g s", planned, ran);
+	assert_int_equal(run("plan --model tiny --tp 2", 1, out, sizeof out), 2);
+	assert_non_null(strstr(out, "only Oases's search (--oases)"));
+}
+
 static void test_coll_oom_is_a_report(void **state)
 {
 	char out[8192];
@@ -386,6 +420,7 @@ int main(void)
 		cmocka_unit_test(test_train_blas_threads),
 		cmocka_unit_test(test_blas_kernels),
 		cmocka_unit_test(test_verify),
+		cmocka_unit_test(test_plan_oases),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

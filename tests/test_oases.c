@@ -23,9 +23,12 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+
 #include "coll.h"
 #include "common.h"
 #include "presets.h"
+#include "run/oases_plan.h"
 #include "run/run.h"
 #include "trace.h"
 #include "verify.h"
@@ -419,6 +422,85 @@ static void test_tp_first_volume(void **state)
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* The search                                                                           */
+
+/* Random costs for 3 layers (6 blocks) and 3 degrees, the memory cap binding or not: the
+ * chain's dynamic programme finds the cheapest of the 729 assignments whose memory units
+ * fit, and the rounding the cheapest of its family (the first K layers at T, the rest at
+ * the top degree), both exactly as enumeration does. */
+static void test_chain_search(void **state)
+{
+	(void)state;
+	for (uint64_t seed = 0; seed < 40; seed++) {
+		struct oases_costs c;
+		int d[6], fits = 0, K = -1, T = -1, rfits = 0;
+		double best = 0, cost = 0, rbest = 0, rcost = 0;
+		uint64_t x = 0;
+
+		memset(&c, 0, sizeof c);
+		c.layers = 3;
+		c.ndeg = 3;
+		c.micro = 1 + (int)(seed % 4);
+		c.mem_cap = seed % 3 == 0 ? 1e9 : 50 + (double)(seed % 7) * 8;
+		for (int k = 0; k < 3; k++)
+			c.deg[k] = 1 << k;
+		for (int b = 0; b < 2; b++)
+			for (int k = 0; k < 3; k++) {
+				struct oases_block *o = &c.blk[b][k];
+				double *v[] = {&o->c, &o->m, &o->b, &o->r, &o->mb, &o->dp, &o->mem};
+
+				for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+					*v[i] = 1 + 20 * (test_uniform(seed, x++) + 1);
+			}
+		for (int a = 0; a < 3; a++)
+			for (int b = 0; b < 3; b++)
+				c.edge[a][b] = a == b ? 0 : 5 * (test_uniform(seed, x++) + 1);
+		for (int e = 0; e < 729; e++) {
+			int u = 0, y = e;
+			double v, mem;
+
+			for (int i = 0; i < 6; i++, y /= 3) {
+				d[i] = y % 3;
+				u += oases_mem_units(&c, c.blk[i % 2][d[i]].mem);
+			}
+			v = oases_cost(&c, d, &mem);
+			if (u <= OASES_MEM_UNITS && (!fits || v < best)) {
+				fits = 1;
+				best = v;
+			}
+		}
+		/* the rounded family: blocks 0 .. 2K - 1 at degree t, the rest at the top */
+		for (int t = 0; t < 3; t++)
+			for (int k = 0; k <= 3; k++) {
+				double v, mem;
+
+				for (int i = 0; i < 6; i++)
+					d[i] = i < 2 * k ? t : 2;
+				v = oases_cost(&c, d, &mem);
+				if (mem <= c.mem_cap && (!rfits || v < rbest)) {
+					rfits = 1;
+					rbest = v;
+				}
+			}
+		assert_int_equal(oases_solve(&c, d, &cost), fits ? 0 : -1);
+		assert_int_equal(oases_round(&c, &K, &T, &rcost), rfits ? 0 : -1);
+		if (fits) {
+			assert_true(fabs(cost - best) < 1e-9 * best);
+			assert_true(fabs(oases_cost(&c, d, NULL) - best) < 1e-9 * best);
+		}
+		if (rfits) {
+			double mem;
+
+			assert_true(fabs(rcost - rbest) < 1e-9 * rbest);
+			for (int i = 0; i < 6; i++) /* and the plan it names costs that */
+				d[i] = i < 2 * K ? T : 2;
+			assert_true(fabs(oases_cost(&c, d, &mem) - rbest) < 1e-9 * rbest);
+			assert_true(mem <= c.mem_cap);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Broken and repeated                                                                  */
 
 /* tp 2 under the overlap, forward: the embedding's all-reduce of sub-batch 1 (0) and 2
@@ -488,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_schedule_times),
 		cmocka_unit_test(test_tp_first_verify),
 		cmocka_unit_test(test_tp_first_volume),
+		cmocka_unit_test(test_chain_search),
 		cmocka_unit_test(test_dropped_sub_batch_fails),
 		cmocka_unit_test(test_deterministic),
 	};

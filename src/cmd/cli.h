@@ -27,7 +27,7 @@ struct cli {
 	int argc;
 	char **argv;
 	int i;                         /* next argument */
-	const struct cli_opt *opts[4]; /* option tables, NULL-terminated list */
+	const struct cli_opt *opts[5]; /* option tables, NULL-terminated list */
 };
 
 /* The next option: its id, with *val its value (or NULL); 0 at the end. An unknown

@@ -8,6 +8,7 @@ int cmd_coll(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 /* OpenBLAS picks its GEMM kernels from the CPU's model, and on a model it does not know
  * (a recent Xeon, or a virtual machine that hides the model) falls back to its baseline

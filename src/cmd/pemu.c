@@ -24,8 +24,9 @@ static void usage(FILE *f)
 		"--zero-stage, ...\n"
 		"  verify    the same plus the serial reference, compared; exit 1 on a mismatch\n"
 		"  coll      collective benchmark in the manner of nccl-tests\n"
+		"  plan      --oases: Oases's search for tensor-parallel degrees, in dry-run\n"
 		"'pemu COMMAND --help' lists a command's options. Context and expert\n"
-		"parallelism and plan are not in this build.\n\n"
+		"parallelism and the full layout search are not in this build.\n\n"
 		"cluster presets (--cluster):");
 	for (int i = 0; topo_preset_names[i]; i++) {
 		struct topo t;
@@ -64,6 +65,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "verify"))
 		return cmd_verify(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "plan"))
+		return cmd_plan(argc - 1, argv + 1);
 	fprintf(stderr, "pemu: unknown command '%s' (try 'pemu --help')\n", argv[1]);
 	return CLI_EXIT_USAGE;
 }
