@@ -12,6 +12,7 @@
 #include "cmd/cli_par.h"
 #include "cmd/cmd.h"
 #include "run/oases_plan.h"
+#include "units.h"
 #include "util.h"
 
 enum { CLI_PLAN_OASES = 2000 };
@@ -95,6 +96,17 @@ static void print_chain(FILE *f, const struct oases_result *r)
 	}
 }
 
+/* ns as a time with its unit (one of a few rotating buffers, for one printf). */
+static const char *t_of(double ns)
+{
+	static char buf[6][32];
+	static int k;
+
+	k = (k + 1) % 6;
+	units_fmt_time(buf[k], sizeof buf[k], (int64_t)ns);
+	return buf[k];
+}
+
 static void print_text(int argc, char **argv, const struct run_cfg *cfg,
 		       const struct emu_config *ec, const struct oases_result *r)
 {
@@ -118,30 +130,32 @@ static void print_text(int argc, char **argv, const struct run_cfg *cfg,
 			       x->b / 1e6, x->r / 1e6, x->mb / 1e6, x->dp / 1e6,
 			       x->mem / (1 << 30));
 		}
-	printf("# the chain's optimum, %.3f s a step by the cost model (memory under %.2f "
-	       "GiB):\n",
-	       r->best_ns / 1e9, c->mem_cap / (1 << 30));
+	printf("# the chain's optimum, %s a step by the cost model (memory under %.2f GiB):\n",
+	       t_of(r->best_ns), c->mem_cap / (1 << 30));
 	print_chain(stdout, r);
 	if (r->rK == c->layers)
 		printf("# rounded to two degrees and one cut: every layer at tp %d (--tp-first "
-		       "%d:%d): %.3f s a step by the model\n",
-		       r->rT, r->rK, r->rT, r->rounded_ns / 1e9);
+		       "%d:%d): %s a step by the model\n",
+		       r->rT, r->rK, r->rT, t_of(r->rounded_ns));
 	else if (r->rK)
 		printf("# rounded to two degrees and one cut: the first %d layers at tp %d, the "
-		       "rest at tp %d: %.3f s a step by the model\n",
-		       r->rK, r->rT, cfg->mesh.size[MESH_TP], r->rounded_ns / 1e9);
+		       "rest at tp %d: %s a step by the model\n",
+		       r->rK, r->rT, cfg->mesh.size[MESH_TP], t_of(r->rounded_ns));
 	else
-		printf("# rounded to two degrees and one cut: every layer at tp %d: %.3f s a step "
-		       "by the model\n",
-		       cfg->mesh.size[MESH_TP], r->rounded_ns / 1e9);
+		printf("# rounded to two degrees and one cut: every layer at tp %d: %s a step by "
+		       "the model\n",
+		       cfg->mesh.size[MESH_TP], t_of(r->rounded_ns));
 	if (r->fell_back)
 		printf("# the rounded plan ran slower in dry-run than tp %d throughout, which is "
 		       "the plan\n",
 		       cfg->mesh.size[MESH_TP]);
-	printf("# checked by dry-run: Megatron (full recomputation) %.3f s, Oases at tp %d "
-	       "%.3f s, the plan %.3f s (%.2fx Megatron), peak %.2f GiB on device 0\n",
-	       r->megatron_ns / 1e9, cfg->mesh.size[MESH_TP], r->uniform_ns / 1e9,
-	       r->checked_ns / 1e9, r->megatron_ns / r->checked_ns, r->checked_peak / (1 << 30));
+	printf("# checked by dry-run: Megatron (full recomputation) %s, Oases at tp %d %s, the "
+	       "plan %s (%.2fx Megatron), peak %.2f GiB on device 0\n",
+	       t_of(r->megatron_ns), cfg->mesh.size[MESH_TP], t_of(r->uniform_ns),
+	       t_of(r->checked_ns), r->megatron_ns / r->checked_ns, r->checked_peak / (1 << 30));
+	if (r->megatron_ns < r->checked_ns)
+		printf("# Megatron's order runs faster here: the two sub-batches' smaller kernels "
+		       "cost more than the collectives they hide\n");
 	run_args(stdout, argc, argv, r);
 	printf("\n");
 }
