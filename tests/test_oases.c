@@ -156,19 +156,20 @@ static void count(struct run_cfg cfg, int L, const char *op, struct coll_stats *
 
 /* Per layer and micro-batch, tensor parallelism issues 2 collectives forward and 2
  * backward (all-reduces; under sequence parallelism each is an all-gather and a
- * reduce-scatter); full recomputation runs the forward's 2 again (6), Oases's none (4).
+ * reduce-scatter); selective recomputation none again (4), full the forward's 2 again
+ * (6), Oases's none (4).
  * The overlap cuts each in two calls of half the size. Counted as the difference of 4
  * layers and 2, on small (dense) with tp 4 and one micro-batch of 4. */
 static void test_tp_collectives(void **state)
 {
-	static const enum par_recompute rec[] = {PAR_RECOMPUTE_NONE, PAR_RECOMPUTE_FULL,
-						 PAR_RECOMPUTE_OASES};
-	static const uint64_t per_layer[] = {4, 6, 4};
+	static const enum par_recompute rec[] = {PAR_RECOMPUTE_NONE, PAR_RECOMPUTE_SELECTIVE,
+						 PAR_RECOMPUTE_FULL, PAR_RECOMPUTE_OASES};
+	static const uint64_t per_layer[] = {4, 4, 6, 4};
 
 	(void)state;
 	for (int sp = 0; sp <= 1; sp++)
 		for (int ovl = 0; ovl <= 1; ovl++)
-			for (int r = 0; r < 3; r++) {
+			for (int r = 0; r < 4; r++) {
 				const char *ops[2] = {sp ? "all-gather" : "all-reduce",
 						      "reduce-scatter"};
 				struct run_cfg cfg;
