@@ -491,32 +491,37 @@ static void test_broken_strategies_fail(void **state)
 	assert_false(v.passed);
 	assert_true(isnan(v.loss_err));
 	assert_int_equal(v.loss_step, 0);
-	/* ZeRO-1's last all-gather of updated weights left out: the losses and the first
-	 * gradients agree, the final parameters do not, and no gradient difference excuses
-	 * them as rounding */
-	{
+	/* A collective of the last step left out, which no loss sees: ZeRO-1's last
+	 * all-gather of updated weights (only the parameters differ, and no gradient
+	 * difference excuses them as rounding), and tp 2's last backward all-reduce before
+	 * the gradient norm's (the last step's gradients differ, by their own size) */
+	for (int k = 0; k < 2; k++) {
 		struct run_cfg dry_cfg;
 		struct run_out o;
 		struct emu_cluster *c;
 		struct coll_stats st;
+		const char *op = k ? "all-reduce" : "all-gather";
 
-		make_cfg(&cfg, "tiny", 2, 1, 1);
+		make_cfg(&cfg, "tiny", k ? 1 : 2, k ? 2 : 1, k ? 0 : 1);
 		dry_cfg = cfg; /* in dry-run, at fp32 for the same buckets */
 		dry_cfg.data = NULL;
 		c = test_cluster("dgx-a100", 1, 2, 1, 0);
 		run_alloc(&o, &dry_cfg, 0);
 		if (run_parallel(c, &dry_cfg, &o))
 			fail_msg("dry run failed: %s", emu_cluster_report(c));
-		coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &st);
+		coll_stats_get(emu_cluster_dev(c, 0), op, &st);
 		run_free(&o);
 		emu_cluster_free(c);
-		fault_op = "all-gather";
-		fault_nth = (int)st.calls - 1;
+		fault_op = op;
+		fault_nth = (int)st.calls - 1 - k;
 		v = verify(&cfg);
 		fault_op = NULL;
 		assert_false(v.passed);
 		assert_true(v.loss_err <= v.loss_tol && v.grad_err <= v.grad_tol);
-		assert_true(v.param_err > 1e-2);
+		if (k)
+			assert_true(v.later_err > 1e-2 && v.later_step == cfg.steps - 1);
+		else
+			assert_true(v.param_err > 1e-2);
 	}
 	/* and the unbroken one passes; what it leaves out as noise-driven is every key bias
 	 * (L h entries, gradient zero in exact arithmetic) and a few entries whose first

@@ -22,9 +22,9 @@ static void usage(FILE *f)
 		   "and\n"
 		   "bytes per collective; verify also runs the serial reference on the same "
 		   "seed and\n"
-		   "data and compares losses, first-step gradients and final parameters (exit "
-		   "1 on a\n"
-		   "mismatch).\n\n"
+		   "data and compares losses, gradients (the first step's, and more loosely the "
+		   "later\n"
+		   "ones) and final parameters (exit 1 on a mismatch).\n\n"
 		   "  pemu verify --model tiny --dp 2 --tp 2 --zero-stage 1 --steps 3\n"
 		   "  pemu run --model gpt3-175b --dry-run --tp 8 --dp 16 --zero-stage 1 "
 		   "--nodes 16\n"
@@ -87,6 +87,15 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 	printf("#   worst gradient   %.3g (%s, first step), tolerance %g; largest absolute error "
 	       "%.3g\n",
 	       v->grad_err, gname, v->grad_tol, v->grad_abs);
+	if (v->later_step) {
+		char lname[48];
+
+		gpt_tensor_name(&cfg->model, v->later_tensor, lname, sizeof lname);
+		printf("#   worst gradient of a later step %.3g (%s, step %d), tolerance %g; "
+		       "largest "
+		       "absolute error %.3g\n",
+		       v->later_err, lname, v->later_step + 1, v->later_tol, v->later_abs);
+	}
 	printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest absolute "
 	       "error %.3g\n",
 	       v->param_err, pname, cfg->steps, v->param_tol, v->param_abs);
@@ -155,13 +164,16 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	}
 	printf("],");
 	if (verify)
-		printf("\"verify\":{\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,\"param\":%.6g},"
-		       "\"max_abs_err\":{\"loss\":%.6g,\"grad\":%.6g,\"param\":%.6g},\"tolerance\":"
-		       "{\"loss\":%g,\"grad\":%g,\"param\":%g},\"noise_driven_params\":%zu,"
+		printf("\"verify\":{\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,\"grad_later\":%."
+		       "6g,"
+		       "\"param\":%.6g},\"max_abs_err\":{\"loss\":%.6g,\"grad\":%.6g,"
+		       "\"grad_later\":%.6g,\"param\":%.6g},\"tolerance\":{\"loss\":%g,\"grad\":%g,"
+		       "\"grad_later\":%g,\"param\":%g},\"noise_driven_params\":%zu,"
 		       "\"routing_decisions\":%zu,\"routing_flips\":%zu,\"passed\":%s},",
-		       v->loss_err, v->grad_err, v->param_err, v->loss_abs, v->grad_abs,
-		       v->param_abs, v->loss_tol, v->grad_tol, v->param_tol, v->noise_params,
-		       v->routes, v->route_flips, v->passed ? "true" : "false");
+		       v->loss_err, v->grad_err, v->later_err, v->param_err, v->loss_abs,
+		       v->grad_abs, v->later_abs, v->param_abs, v->loss_tol, v->grad_tol,
+		       v->later_tol, v->param_tol, v->noise_params, v->routes, v->route_flips,
+		       v->passed ? "true" : "false");
 	printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_"
 	       "s\":%.9g,\"bubble_fraction\":%.6g,\"mfu\":%.6g},",
 	       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,

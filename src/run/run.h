@@ -79,6 +79,11 @@ struct verify_result {
 	double loss_abs, grad_abs, param_abs; /* the worst absolute error max |a - b| */
 	int loss_step, grad_tensor, param_tensor;
 	double loss_tol, grad_tol, param_tol;
+	/* every later step's gradients kept (run_out.gsteps), at a looser tolerance: Adam's
+	 * updates have moved the two runs' parameters apart by rounding, but a strategy error
+	 * of a later step moves them by their own size */
+	double later_err, later_abs, later_tol;
+	int later_step, later_tensor;
 	size_t noise_params; /* entries left out: moved by rounding */
 	/* routing decisions that differ from the reference's (docs/formulas.md, Verification: a
 	 * flip is rounding amplified by a discrete choice, not a strategy error), of routes; the
