@@ -329,13 +329,13 @@ static void test_tp_first_verify(void **state)
 {
 	static const struct {
 		const char *preset;
-		int dp, tp, K, T, sp, zero, oases;
+		int dp, tp, K, T, sp, zero, oases, chunks;
 	} cases[] = {
-		{"tiny", 1, 4, 1, 2, 0, 0, 0},     {"tiny", 1, 4, 2, 1, 0, 0, 0},
-		{"tiny", 1, 4, 1, 2, 1, 0, 0},     {"tiny", 2, 4, 1, 2, 0, 1, 0},
-		{"tiny", 2, 4, 2, 2, 1, 2, 0},     {"tiny", 1, 4, 1, 2, 0, 0, 1},
-		{"tiny", 1, 4, 2, 2, 1, 0, 1},     {"moe-tiny", 1, 4, 1, 2, 0, 0, 0},
-		{"moe-tiny", 1, 4, 1, 2, 1, 0, 1},
+		{"tiny", 1, 4, 1, 2, 0, 0, 0, 0},     {"tiny", 1, 4, 2, 1, 0, 0, 0, 0},
+		{"tiny", 1, 4, 1, 2, 1, 0, 0, 0},     {"tiny", 2, 4, 1, 2, 0, 1, 0, 0},
+		{"tiny", 2, 4, 2, 2, 1, 2, 0, 0},     {"tiny", 1, 4, 1, 2, 0, 0, 1, 0},
+		{"tiny", 1, 4, 2, 2, 1, 0, 1, 0},     {"moe-tiny", 1, 4, 1, 2, 0, 0, 0, 0},
+		{"moe-tiny", 1, 4, 1, 2, 1, 0, 1, 0}, {"tiny", 1, 4, 2, 2, 0, 0, 0, 7},
 	};
 	int failed = 0;
 
@@ -354,6 +354,9 @@ static void test_tp_first_verify(void **state)
 		cfg.tpf = cases[i].T;
 		cfg.sp = cases[i].sp;
 		cfg.zero = cases[i].zero;
+		cfg.mlp_chunks = cases[i].chunks ? cases[i].chunks : 1;
+		if (cases[i].chunks) /* chunk rows that differ between the two cuts */
+			cfg.mbs = 8;
 		if (cases[i].oases) {
 			cfg.tp_overlap = PAR_OVERLAP_OASES;
 			cfg.recompute = PAR_RECOMPUTE_OASES;
@@ -377,16 +380,17 @@ static void test_tp_first_verify(void **state)
  * sequence parallelism, whose rows are the same either way); the first layers'
  * collectives over half the batch (4 all-reduces a layer of b s h / 2 instead of b s h;
  * under sequence parallelism 4 all-gathers and reduce-scatters); and once a
- * step one all-reduce per first-layer tensor of its T-way shard over the merge group. */
+ * step one all-reduce per first-layer tensor of its T-way shard over the merge group.
+ * Full recomputation does not gather the parts again. */
 static void test_tp_first_volume(void **state)
 {
 	(void)state;
 	for (int sp = 0; sp <= 1; sp++) {
-		struct coll_stats ag[2], ar[2];
+		struct coll_stats ag[3], ar[3];
 		struct run_cfg cfg;
 		uint64_t h, f, bsh, K = 2, T = 2, elems;
 
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 3; k++) { /* without, with, with full recomputation */
 			struct run_out o;
 			struct emu_cluster *c;
 
@@ -396,6 +400,7 @@ static void test_tp_first_volume(void **state)
 			cfg.sp = sp;
 			cfg.tpf_layers = k ? (int)K : 0;
 			cfg.tpf = k ? (int)T : 0;
+			cfg.recompute = k == 2 ? PAR_RECOMPUTE_FULL : PAR_RECOMPUTE_NONE;
 			c = test_dry(&cfg, &o, 0);
 			coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &ag[k]);
 			coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &ar[k]);
@@ -407,6 +412,9 @@ static void test_tp_first_volume(void **state)
 		bsh = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len * h;
 		elems = (3 * h * h + 3 * h + h * h + f * h + f + h * f) / T + 6 * h;
 		assert_int_equal(ag[1].calls - ag[0].calls, sp ? 0 : 2);
+		/* recomputing the layers before the cut does not gather the parts again */
+		if (!sp)
+			assert_int_equal(ag[2].calls, ag[1].calls);
 		if (sp) /* the first layers' 4 all-gathers a layer gather half the batch */
 			assert_int_equal(ag[0].bytes - ag[1].bytes, K * 4 * (bsh / 2) * 2);
 		else

@@ -26,7 +26,7 @@ static int cut_gather(struct par_model *m, struct par_acts *a, int l)
 {
 	size_t n = (size_t)m->plan[l].tp->Ml * (size_t)m->cfg.hidden;
 
-	if (a->cut != l + 1)
+	if (a->cut != l + 1 || m->rerun)
 		return 0;
 	return coll_all_gather(m->k.d, m->merge, D(par_la(a, l)->res3), D(a->cutbuf), n);
 }

@@ -97,13 +97,20 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 	A(&w->tmp, bt * h, "branch out");
 	A(&w->dqkv, 3 * bt * h / (size_t)m->tp, "d qkv");
 	A(&w->datty, bt * h / (size_t)m->tp, "d attention out");
-	if (m->pc.mlp_chunks > 1) { /* the MLP runs chunk by chunk of rows */
-		size_t rows = (bt + (size_t)m->pc.mlp_chunks - 1) / (size_t)m->pc.mlp_chunks;
+	if (m->pc.mlp_chunks > 1) { /* the MLP runs chunk by chunk of rows, of any cut */
+		size_t n = 0;
 
-		A(&w->fch_c, rows * f, "fc chunk");
-		A(&w->fchg_c, rows * f, "fc.gelu chunk");
-		A(&w->dfch, rows * f, "d fc chunk");
-		A(&w->dfch_gelu, rows * f, "d fc.gelu chunk");
+		for (int x = 0; x < (m->pc.tpf_layers ? PAR_NTPV : 1); x++) {
+			const struct par_tp *c = &m->tpv[x];
+			size_t rows = ((size_t)c->B * m->T + (size_t)m->pc.mlp_chunks - 1) /
+				      (size_t)m->pc.mlp_chunks;
+
+			n = rows * (size_t)c->Fl > n ? rows * (size_t)c->Fl : n;
+		}
+		A(&w->fch_c, n, "fc chunk");
+		A(&w->fchg_c, n, "fc.gelu chunk");
+		A(&w->dfch, n, "d fc chunk");
+		A(&w->dfch_gelu, n, "d fc.gelu chunk");
 	} else {
 		A(&w->dfch, bt * f, "d fc");
 		A(&w->dfch_gelu, bt * f, "d fc.gelu");

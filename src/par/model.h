@@ -282,6 +282,8 @@ struct par_model {
 	struct par_work work[PAR_NSUB]; /* the (sub-)batches in flight's scratch ([0] if 1) */
 	struct par_work *inflight;      /* whose posted collective is in flight, or NULL */
 	unsigned quiet;       /* PAR_QUIET_*: hooks not told (par/overlap.c's sub-batches) */
+	int rerun;            /* a full recomputation runs the forward pieces again: what
+			       * forward kept across them (the cut's gathered parts) stays */
 	struct moe_shape moe; /* the MoE layers' shape */
 	par_grad_hook hook;   /* or NULL */
 	par_use_hook use;     /* or NULL */

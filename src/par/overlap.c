@@ -59,9 +59,11 @@ static int bwd_run(struct par_model *m, struct lane *ln, float scale, int weight
 			rc = par_layer_bwd(m, ln->w, ln->a, l,
 					   (enum par_piece)(2 * PAR_NPIECES - 1 - k), scale,
 					   weight);
-		else if (m->pc.recompute == PAR_RECOMPUTE_FULL)
+		else if (m->pc.recompute == PAR_RECOMPUTE_FULL) {
+			m->rerun = 1;
 			rc = par_layer_fwd(m, ln->w, ln->a, l, (enum par_piece)k);
-		else if (k == 0)
+			m->rerun = 0;
+		} else if (k == 0)
 			rc = par_recompute_bwd(m, ln->w, ln->a, l);
 		if (rc)
 			return rc;

@@ -100,7 +100,9 @@ int par_recompute_bwd(struct par_model *m, struct par_work *w, struct par_acts *
 
 	switch (m->pc.recompute) {
 	case PAR_RECOMPUTE_FULL:
+		m->rerun = 1;
 		rc = par_layer_fwd_all(m, w, a, l);
+		m->rerun = 0;
 		a->aux_loss = aux;
 		return rc;
 	case PAR_RECOMPUTE_SELECTIVE:
