@@ -50,12 +50,40 @@ static void usage(FILE *f)
 	cli_print_opts(f, cli_cluster_opts);
 }
 
+/* One argument as a shell reads it back: as is if it is plain, else in single quotes;
+ * and with json, escaped for a JSON string. */
+static void put_arg(FILE *f, const char *a, int json)
+{
+	int plain = *a != '\0';
+
+	for (const char *p = a; *p; p++)
+		plain &= strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+				"_./:=,+-@%",
+				*p) != NULL;
+	fputc(' ', f);
+	if (!plain)
+		fputc('\'', f);
+	for (const char *p = a; *p; p++) {
+		if (!plain && *p == '\'')
+			fputs("'\\''", f);
+		else if (json && (*p == '"' || *p == '\\'))
+			fprintf(f, "\\%c", *p);
+		else if (json && (unsigned char)*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	if (!plain)
+		fputc('\'', f);
+}
+
 /* The pemu run arguments of the plan: the user's, but for the ones the plan sets. */
-static void run_args(FILE *f, int argc, char **argv, const struct oases_result *r)
+static void run_args(FILE *f, int argc, char **argv, const struct oases_result *r, int json)
 {
 	static const char *const drop1[] = {"--oases", "--json", "--dry-run", NULL};
 	static const char *const drop2[] = {"--tp-overlap", "--recompute",
 					    "--recompute-granularity", "--tp-first", NULL};
+	char tail[64];
 
 	fprintf(f, "pemu run");
 	for (int i = 1; i < argc; i++) {
@@ -72,11 +100,13 @@ static void run_args(FILE *f, int argc, char **argv, const struct oases_result *
 				skip = 1;
 			}
 		if (!skip)
-			fprintf(f, " %s", argv[i]);
+			put_arg(f, argv[i], json);
 	}
 	fprintf(f, " --tp-overlap oases --recompute oases");
-	if (r->K)
-		fprintf(f, " --tp-first %d:%d", r->K, r->T);
+	if (r->K) {
+		snprintf(tail, sizeof tail, "%d:%d", r->K, r->T);
+		fprintf(f, " --tp-first %s", tail);
+	}
 	fprintf(f, " --dry-run");
 }
 
@@ -149,14 +179,20 @@ static void print_text(int argc, char **argv, const struct run_cfg *cfg,
 		printf("# the rounded plan ran slower in dry-run than tp %d throughout, which is "
 		       "the plan\n",
 		       cfg->mesh.size[MESH_TP]);
-	printf("# checked by dry-run: Megatron (full recomputation) %s, Oases at tp %d %s, the "
-	       "plan %s (%.2fx Megatron), peak %.2f GiB on device 0\n",
-	       t_of(r->megatron_ns), cfg->mesh.size[MESH_TP], t_of(r->uniform_ns),
-	       t_of(r->checked_ns), r->megatron_ns / r->checked_ns, r->checked_peak / (1 << 30));
-	if (r->megatron_ns < r->checked_ns)
+	if (r->megatron_ns > 0)
+		printf("# checked by dry-run: Megatron (full recomputation) %s, Oases at tp %d %s, "
+		       "the plan %s (%.2fx Megatron), peak %.2f GiB on device 0\n",
+		       t_of(r->megatron_ns), cfg->mesh.size[MESH_TP], t_of(r->uniform_ns),
+		       t_of(r->checked_ns), r->megatron_ns / r->checked_ns,
+		       r->checked_peak / (1 << 30));
+	else
+		printf("# checked by dry-run: Megatron (full recomputation) does not fit, the plan "
+		       "%s, peak %.2f GiB on device 0\n",
+		       t_of(r->checked_ns), r->checked_peak / (1 << 30));
+	if (r->megatron_ns > 0 && r->megatron_ns < r->checked_ns)
 		printf("# Megatron's order runs faster here: the two sub-batches' smaller kernels "
 		       "cost more than the collectives they hide\n");
-	run_args(stdout, argc, argv, r);
+	run_args(stdout, argc, argv, r, 0);
 	printf("\n");
 }
 
@@ -189,7 +225,7 @@ static void print_json(int argc, char **argv, const struct oases_result *r)
 	printf("\"dry_run\":{\"megatron_s\":%.9g,\"oases_uniform_s\":%.9g,\"plan_s\":%.9g,"
 	       "\"plan_peak\":%.0f},\"run\":\"",
 	       r->megatron_ns / 1e9, r->uniform_ns / 1e9, r->checked_ns / 1e9, r->checked_peak);
-	run_args(stdout, argc, argv, r);
+	run_args(stdout, argc, argv, r, 1);
 	printf("\"}\n");
 }
 
@@ -236,6 +272,7 @@ int cmd_plan(int argc, char **argv)
 	cfg.log_every = 0;
 	cfg.tp_overlap = PAR_OVERLAP_OASES;
 	cfg.recompute = PAR_RECOMPUTE_OASES;
+	cfg.tpf_layers = cfg.tpf = 0; /* the search's to choose (a --tp-first given is dropped) */
 	if (run_cfg_finish(&cfg, cfg.mesh.world, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	cli_cluster_finish(&cc, &c, cfg.mesh.world);

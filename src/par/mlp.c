@@ -166,8 +166,9 @@ static int moe_bwd_piece(struct par_model *m, const struct par_tp *c, struct par
 		c->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
 		PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB), PG(m, l, LP_FC2W),
 		PG(m, l, LP_FC2B));
-	if (c->t > 1) {
-		if ((rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM)))
+	if (c->t > 1) { /* after the collective in flight: one at a time (par_post_slot) */
+		if ((rc = par_work_wait(m, m->inflight)) ||
+		    (rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM)))
 			return rc;
 		add_acc(&m->k, PG(m, l, LP_ROUTER), dr, nr);
 	}

@@ -268,12 +268,13 @@ static int probe_device(struct emu_dev *d, void *arg)
 		b->b += (double)(emu_compute_ns(d) - c0);
 		b->mb += (double)(comm_ns(d) - m0);
 	}
-	/* memory: each block's parameters at this degree, its state (Adam's over dp with
-	 * ZeRO-1), and what Oases's recomputation keeps of both sub-batches (res2 or res3,
+	/* memory: each block's parameters at this degree, its state (Adam's over the run's dp
+	 * with ZeRO), and what Oases's recomputation keeps of both sub-batches (res2 or res3,
 	 * and under sp the gathered LayerNorm output) */
 	for (int i = 2; i < 2 + LP_N && !rc; i++) {
 		int w2 = i - 2, bk = w2 >= LP_LN2W;
-		double per = ab + gb + (double)ob / (cfg->zero >= 1 ? p->dp : 1);
+		/* ZeRO shards over the run's data-parallel group, whatever the degree */
+		double per = ab + gb + (double)ob / (cfg->zero >= 1 ? cfg->mesh.size[MESH_DP] : 1);
 
 		mine[bk].mem += (double)m.p[i].n * per;
 		elems[bk] += (double)m.p[i].n;
@@ -394,7 +395,7 @@ static int degrees(const struct run_cfg *cfg, int *deg)
 			continue;
 		deg[n++] = t;
 	}
-	return deg[n - 1] == tp ? n : 0;
+	return n > 0 && deg[n - 1] == tp ? n : 0;
 }
 
 int oases_plan(const struct emu_config *ecfg, const struct run_cfg *cfg, struct oases_result *res,
@@ -406,16 +407,32 @@ int oases_plan(const struct emu_config *ecfg, const struct run_cfg *cfg, struct 
 	size_t h = (size_t)cfg->model.hidden, S = (size_t)cfg->model.seq_len;
 
 	memset(res, 0, sizeof *res);
-	if (cfg->mesh.size[MESH_PP] > 1 || 2 * cfg->model.num_layers > 2 * 1024) {
+	if (cfg->mesh.size[MESH_PP] > 1) {
 		snprintf(err, n, "pemu plan --oases: pipelines are not in its space (--pp 1)");
+		return EMU_EINVAL;
+	}
+	if (cfg->model.num_layers > 1024) {
+		snprintf(err, n, "pemu plan --oases: it plans up to 1024 layers, not %d",
+			 cfg->model.num_layers);
+		return EMU_EINVAL;
+	}
+	if (cfg->model.num_experts > 0) {
+		snprintf(err, n,
+			 "pemu plan --oases: MoE models are not in its space (--tp-first refuses "
+			 "MoE layers among the first)");
+		return EMU_EINVAL;
+	}
+	if (tp & (tp - 1)) {
+		snprintf(err, n,
+			 "pemu plan --oases: --tp %d is not a power of two (the degrees are)", tp);
 		return EMU_EINVAL;
 	}
 	c->layers = cfg->model.num_layers;
 	c->micro = cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP];
 	if (!(c->ndeg = degrees(cfg, c->deg))) {
 		snprintf(err, n,
-			 "pemu plan --oases: --tp %d and --micro-batch-size %d leave no degree "
-			 "(each part of a micro-batch needs 2 sub-batches)",
+			 "pemu plan --oases: --tp %d does not cut the heads, the MLP and the "
+			 "micro-batch of %d into two sub-batches (Oases's overlap)",
 			 tp, cfg->mbs);
 		return EMU_EINVAL;
 	}
@@ -432,6 +449,7 @@ int oases_plan(const struct emu_config *ecfg, const struct run_cfg *cfg, struct 
 		ec.ndev = c->deg[k];
 		ec.dry_run = 1;
 		ec.trace = 0;
+		ec.mem_cap = 1ULL << 60; /* what fits is the chain's constraint, not the probe's */
 		cl = emu_cluster_new(&ec);
 		if ((rc = emu_cluster_run(cl, probe_device, &p)))
 			snprintf(err, n, "pemu plan --oases: measuring degree %d: %s", c->deg[k],
@@ -472,8 +490,10 @@ int oases_plan(const struct emu_config *ecfg, const struct run_cfg *cfg, struct 
 		return rc;
 	/* what the blocks do not hold (the embeddings, the output layer, the scratch) from
 	 * the uniform plan's dry-run, off the cap */
-	rc = dry_step(ecfg, cfg, PAR_OVERLAP_OASES, PAR_RECOMPUTE_OASES, 0, 0, &res->uniform_ns,
-		      &peak);
+	peak = 0;
+	if (dry_step(ecfg, cfg, PAR_OVERLAP_OASES, PAR_RECOMPUTE_OASES, 0, 0, &res->uniform_ns,
+		     &peak))
+		res->uniform_ns = 0; /* it does not run (or fit): the chain may still find one */
 	base = peak - c->layers * (c->blk[0][top].mem + c->blk[1][top].mem);
 	c->mem_cap = 0.95 * (double)(ecfg->mem_cap ? ecfg->mem_cap : ecfg->topo.gpu.hbm_bytes) -
 		     (base > 0 ? base : 0);

@@ -8,8 +8,9 @@
  *
  *   forward    sum over blocks i of max(c_i, m_i) + max(c_{i+1}, m_i)   (c after the last: 0)
  *   backward   sum over blocks of 2 max(b_i + r_i, mb_i)
- *   edges      between blocks of different degrees: the parts gathered forward and
- *              backward (2 all-gathers a sub-batch)
+ *   edges      where consecutive blocks' degrees differ (the embeddings and the output
+ *              layer at tp): an all-gather of a part's rows a sub-batch, forward where
+ *              the degree grows, backward where it falls
  * and once a step each block's gradient all-reduce over its data-parallel group (not
  * overlapped: an upper bound). Memory per device, each block's parameters, gradients and
  * optimizer state at its degree (the optimizer's sharded over dp with ZeRO-1) and the
