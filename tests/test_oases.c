@@ -37,20 +37,7 @@ static struct data corpus;
 
 static void make_cfg(struct run_cfg *cfg, const char *preset, int dp, int tp, int pp)
 {
-	memset(cfg, 0, sizeof *cfg);
-	cfg->model = model_preset(preset)->cfg;
-	cfg->mbs = 2;
-	cfg->gbs = 8;
-	cfg->steps = 3;
-	cfg->seed = 11;
-	cfg->prec = PREC_FP32;
-	optim_defaults(&cfg->opt);
-	cfg->opt.warmup = 1;
-	mesh_init(&cfg->mesh, tp, 1, 1, dp, pp);
-	cfg->schedule = SCHED_1F1B;
-	cfg->vpp = 1;
-	cfg->bucket_bytes = 64 << 10;
-	cfg->data = &corpus;
+	test_make_cfg(cfg, preset, dp, tp, pp, &corpus);
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -5,7 +5,30 @@
 #define TESTS_VERIFY_H
 
 #include "common.h"
+#include "presets.h"
 #include "run/run.h"
+
+/* The test programs' configuration: preset with micro-batch 2, global batch 8, 3 steps,
+ * seed 11, fp32, AdamW with one warm-up step, a tp x dp x pp mesh (1F1B, one chunk a
+ * stage), 64 KiB buckets, training on data. */
+static inline void test_make_cfg(struct run_cfg *cfg, const char *preset, int dp, int tp, int pp,
+				 const struct data *data)
+{
+	memset(cfg, 0, sizeof *cfg);
+	cfg->model = model_preset(preset)->cfg;
+	cfg->mbs = 2;
+	cfg->gbs = 8;
+	cfg->steps = 3;
+	cfg->seed = 11;
+	cfg->prec = PREC_FP32;
+	optim_defaults(&cfg->opt);
+	cfg->opt.warmup = 1;
+	mesh_init(&cfg->mesh, tp, 1, 1, dp, pp);
+	cfg->schedule = SCHED_1F1B;
+	cfg->vpp = 1;
+	cfg->bucket_bytes = 64 << 10;
+	cfg->data = data;
+}
 
 /* Runs cfg on 2 nodes of 8 A100s and its reference on one; returns verify's result.
  * fault_op (or NULL) and fault_nth: a collective the parallel run drops
