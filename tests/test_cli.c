@@ -362,6 +362,32 @@ static void test_verify(void **state)
 	assert_non_null(strstr(out, "{\"device\":3,"));
 }
 
+/* A training that diverges: pemu run stops at the step whose loss is not finite, saying
+ * so (exit 1); pemu verify runs on and says both runs diverged, in JSON that is JSON
+ * (no inf or nan: null). */
+static void test_divergence(void **state)
+{
+	static char out[65536];
+
+	(void)state;
+	assert_int_equal(
+		run("run --model tiny --dp 2 --lr 10 --clip-grad 0 --steps 5", 1, out, sizeof out),
+		1);
+	assert_non_null(strstr(out, "at step 3: training diverged (try a lower --lr"));
+	assert_int_equal(run("verify --model tiny --dp 2 --lr 10 --clip-grad 0 --steps 5", 0, out,
+			     sizeof out),
+			 1);
+	assert_non_null(strstr(out, "the reference diverged too"));
+	assert_non_null(strstr(out, "verify: FAILED (training diverged)"));
+	assert_int_equal(run("verify --model tiny --dp 2 --lr 10 --clip-grad 0 --steps 5 --json", 0,
+			     out, sizeof out),
+			 1);
+	assert_non_null(strstr(out, "\"reference_diverged\":true"));
+	assert_non_null(strstr(out, "\"loss\":null"));
+	assert_null(strstr(out, "inf"));
+	assert_null(strstr(out, "nan"));
+}
+
 /* pemu plan --oases: a plan on a small model over 8 RTX 3090s over PCIe, in JSON; the
  * pemu run command it prints runs the plan it checked (the same step time, to the
  * nanosecond); without --oases it says what is not built. */
@@ -421,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_blas_kernels),
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_plan_oases),
+		cmocka_unit_test(test_divergence),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

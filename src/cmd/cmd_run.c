@@ -3,6 +3,7 @@
  * (Verification) says. The options are cli_model's and cli_par's; run/cfg.h derives the defaults
  * and checks the configuration before any thread starts. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 
 #include "cmd/cli.h"
@@ -40,6 +41,29 @@ static void usage(FILE *f)
 	cli_print_opts(f, cli_model_opts);
 	fprintf(f, "\nCluster options:\n");
 	cli_print_opts(f, cli_cluster_opts);
+}
+
+/* The first step (from 1) whose loss in o is not finite, or 0. */
+static int diverged_at(const struct run_cfg *cfg, const struct run_out *o)
+{
+	for (int s = 0; s < cfg->steps; s++)
+		if (!isfinite(o->loss[s]))
+			return s + 1;
+	return 0;
+}
+
+/* x for JSON with prec significant digits: JSON has no infinity nor NaN, so those are
+ * null (one of a few rotating buffers, for one printf). */
+static const char *jnum(double x, int prec)
+{
+	static char buf[16][32];
+	static int k;
+
+	k = (k + 1) % 16;
+	if (!isfinite(x))
+		return "null";
+	snprintf(buf[k], sizeof buf[k], "%.*g", prec, x);
+	return buf[k];
 }
 
 static const char *cmd_name(int verify)
@@ -112,9 +136,15 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 		       "that follow come from that decision, not from the strategy. Another --seed "
 		       "gives a clean comparison.\n",
 		       v->flip_step + 1, v->flip_layer, v->flip_token);
-	printf("verify: %s\n", v->passed        ? "PASSED"
-			       : v->route_flips ? "FAILED (routing flip)"
-						: "FAILED");
+	if (diverged_at(cfg, ref))
+		printf("#   the reference diverged too (its loss is %g at step %d): training "
+		       "diverged, which is no strategy's mismatch (try a lower --lr or "
+		       "--clip-grad)\n",
+		       (double)ref->loss[diverged_at(cfg, ref) - 1], diverged_at(cfg, ref));
+	printf("verify: %s\n", v->passed               ? "PASSED"
+			       : diverged_at(cfg, ref) ? "FAILED (training diverged)"
+			       : v->route_flips        ? "FAILED (routing flip)"
+						       : "FAILED");
 }
 
 /* The report as text: time, pipeline, memory, communication, and verify's comparison. */
@@ -156,28 +186,30 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	report_config_json_run(stdout, cfg, ecfg);
 	printf(",\"steps\":[");
 	for (int s = 0; s < cfg->steps; s++) {
-		printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g", s ? "," : "", s + 1,
-		       (double)par->loss[s], (double)par->step_ns[s] / 1e9);
+		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "", s + 1,
+		       jnum(par->loss[s], 9), (double)par->step_ns[s] / 1e9);
 		if (verify)
-			printf(",\"ref_loss\":%.9g", (double)ref->loss[s]);
+			printf(",\"ref_loss\":%s", jnum(ref->loss[s], 9));
 		printf("}");
 	}
 	printf("],");
 	if (verify)
-		printf("\"verify\":{\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,\"grad_later\":%."
-		       "6g,"
-		       "\"param\":%.6g},\"max_abs_err\":{\"loss\":%.6g,\"grad\":%.6g,"
-		       "\"grad_later\":%.6g,\"param\":%.6g},\"tolerance\":{\"loss\":%g,\"grad\":%g,"
+		printf("\"verify\":{\"max_rel_err\":{\"loss\":%s,\"grad\":%s,\"grad_later\":%s,"
+		       "\"param\":%s},\"max_abs_err\":{\"loss\":%s,\"grad\":%s,"
+		       "\"grad_later\":%s,\"param\":%s},\"tolerance\":{\"loss\":%g,\"grad\":%g,"
 		       "\"grad_later\":%g,\"param\":%g},\"noise_driven_params\":%zu,"
-		       "\"routing_decisions\":%zu,\"routing_flips\":%zu,\"passed\":%s},",
-		       v->loss_err, v->grad_err, v->later_err, v->param_err, v->loss_abs,
-		       v->grad_abs, v->later_abs, v->param_abs, v->loss_tol, v->grad_tol,
+		       "\"routing_decisions\":%zu,\"routing_flips\":%zu,\"reference_diverged\":%s,"
+		       "\"passed\":%s},",
+		       jnum(v->loss_err, 6), jnum(v->grad_err, 6), jnum(v->later_err, 6),
+		       jnum(v->param_err, 6), jnum(v->loss_abs, 6), jnum(v->grad_abs, 6),
+		       jnum(v->later_abs, 6), jnum(v->param_abs, 6), v->loss_tol, v->grad_tol,
 		       v->later_tol, v->param_tol, v->noise_params, v->routes, v->route_flips,
-		       v->passed ? "true" : "false");
+		       diverged_at(cfg, ref) ? "true" : "false", v->passed ? "true" : "false");
 	printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_"
-	       "s\":%.9g,\"bubble_fraction\":%.6g,\"mfu\":%.6g},",
+	       "s\":%.9g,\"bubble_fraction\":%s,\"mfu\":%s},",
 	       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
-	       (double)(step - comp) / 1e9, report_bubble_fraction(cfg, par, step), mfu);
+	       (double)(step - comp) / 1e9, jnum(report_bubble_fraction(cfg, par, step), 6),
+	       jnum(mfu, 6));
 	if (cfg->mesh.size[MESH_PP] > 1)
 		report_pipeline_json(stdout, cl, cfg, par);
 	report_memory_json(stdout, cl, cfg->mesh.world);
@@ -290,6 +322,8 @@ static int run_or_verify(int argc, char **argv, int verify)
 	cli_par_finish(&po, &cfg);
 	if (verify && !cfg.steps) /* verify compares a few steps (docs/formulas.md, Verification) */
 		cfg.steps = 3;
+	if (verify) /* it runs on past a loss that is not finite, to say which run went wrong */
+		cfg.stop_diverged = 0;
 	if (cc.json)
 		cfg.log_every = 0;
 	if (run_cfg_finish(&cfg, cfg.mesh.world, err, sizeof err))

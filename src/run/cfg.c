@@ -26,6 +26,7 @@ void run_cfg_init(struct run_cfg *cfg)
 	cfg->bucket_bytes = 25000000;
 	cfg->log_every = -1; /* unset: about 30 lines */
 	cfg->fold = 1;
+	cfg->stop_diverged = 1;
 }
 
 /* Megatron's padded vocabulary: a multiple of divisible-by x tp, so that every

@@ -51,7 +51,9 @@ struct run_cfg {
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets */
 	const struct data *data;      /* NULL in dry-run */
 	int log_every;                /* print a progress line every this many steps; 0: quiet */
-	int fold; /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
+	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
+	int stop_diverged; /* stop when the loss is no longer finite (pemu run, as run_cfg_init
+			    * sets); verify runs on, to compare with the reference */
 };
 
 /* Every default, as pemu's --help states them: the small preset, seed 1234, AdamW's

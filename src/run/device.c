@@ -3,6 +3,7 @@
  * ZeRO over it (par/dp.h), and the step loop: the micro-batches through the plain
  * executor, or through the pipeline stage (pipe/stage.h), then the gradient sync and the
  * optimizer step. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,14 @@ static int par_device(struct emu_dev *d, void *arg)
 			    (rc = par_dp_after_backward(&s)))
 				goto out;
 			loss += (double)l / accum;
+		}
+		if (cfg->stop_diverged && !isfinite(loss)) {
+			rc = emu_dev_fail(
+				d,
+				"the loss is %g at step %d: training diverged (try a lower "
+				"--lr or --clip-grad)",
+				loss, step + 1);
+			goto out;
 		}
 		if ((rc = par_dp_sync_grads(&s)))
 			goto out;
