@@ -353,30 +353,6 @@ static int vcase_passes(const struct vcase *c, const struct verify_result *v,
 	return !why[0];
 }
 
-/* Whether name contains one of the comma-separated substrings of filter (blanks around
- * each ignored; an empty one selects nothing). */
-static int vcase_selected(const char *name, const char *filter)
-{
-	while (*filter) {
-		size_t n = strcspn(filter, ",");
-		const char *s = filter, *e = filter + n;
-		char piece[64];
-
-		while (s < e && *s == ' ')
-			s++;
-		while (e > s && e[-1] == ' ')
-			e--;
-		if (e > s && (size_t)(e - s) < sizeof piece) {
-			memcpy(piece, s, (size_t)(e - s));
-			piece[e - s] = 0;
-			if (strstr(name, piece))
-				return 1;
-		}
-		filter += n + (filter[n] == ',');
-	}
-	return 0;
-}
-
 /* Every case of the table that PEMU_TEST_FILTER and PEMU_TEST_SCALE select, one line each;
  * fails at the end, naming the first failed case, if any failed. */
 static void test_verify_table(void **state)
@@ -393,7 +369,7 @@ static void test_verify_table(void **state)
 	vcases_build();
 	for (int i = 0; i < vcases_n; i++) {
 		sel[i] = 0;
-		if (filter && !vcase_selected(vcases[i].name, filter))
+		if (filter && !test_name_selected(vcases[i].name, filter))
 			by_filter++;
 		else if (small && vcases[i].large)
 			by_scale++;

@@ -30,6 +30,30 @@ static inline void test_make_cfg(struct run_cfg *cfg, const char *preset, int dp
 	cfg->data = data;
 }
 
+/* Whether name contains one of the comma-separated substrings of filter (blanks around
+ * each ignored; an empty one selects nothing). */
+static inline int test_name_selected(const char *name, const char *filter)
+{
+	while (*filter) {
+		size_t n = strcspn(filter, ",");
+		const char *s = filter, *e = filter + n;
+		char piece[64];
+
+		while (s < e && *s == ' ')
+			s++;
+		while (e > s && e[-1] == ' ')
+			e--;
+		if (e > s && (size_t)(e - s) < sizeof piece) {
+			memcpy(piece, s, (size_t)(e - s));
+			piece[e - s] = 0;
+			if (strstr(name, piece))
+				return 1;
+		}
+		filter += n + (filter[n] == ',');
+	}
+	return 0;
+}
+
 /* Runs cfg on 2 nodes of 8 A100s and its reference on one; returns verify's result.
  * fault_op (or NULL) and fault_nth: a collective the parallel run drops
  * (emu_cluster_set_fault). */

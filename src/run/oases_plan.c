@@ -187,7 +187,7 @@ static int64_t comm_ns(const struct emu_dev *d)
  * overlap (one sub-batch measured) and Oases's recomputation. */
 struct probe {
 	const struct run_cfg *cfg;
-	int t, dp;                 /* the degree and its data-parallel size */
+	int t;                     /* the degree */
 	struct oases_block blk[2]; /* the attention's and the MLP's costs */
 	double elems[2];           /* and their parameters' elements on a device */
 };
@@ -445,7 +445,6 @@ int oases_plan(const struct emu_config *ecfg, const struct run_cfg *cfg, struct 
 		memset(&p, 0, sizeof p);
 		p.cfg = cfg;
 		p.t = c->deg[k];
-		p.dp = N / c->deg[k];
 		ec.ndev = c->deg[k];
 		ec.dry_run = 1;
 		ec.trace = 0;
