@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "clock.h"
+#include "util.h"
 
 /* Softmax in place over the keys [0, last] of a row of n scores, zero beyond (the causal
  * mask); returns the log of the sum of exponentials, log-sum-exp of the row. */
@@ -121,22 +122,15 @@ static struct attn_view qkv_view(float *out, float *att, const float *qkv, int B
 				 int h0, int h1, int hs)
 {
 	int C = NH * hs;
-	struct attn_view a = {B,
-			      T,
-			      T,
-			      0,
-			      h0,
-			      h1,
-			      hs,
-			      qkv,
-			      qkv ? qkv + C : NULL,
-			      qkv ? qkv + 2 * C : NULL,
-			      3 * C,
-			      3 * C,
-			      3 * C,
-			      out,
-			      C,
-			      att};
+	struct attn_view a = {.B = B, .Tq = T, .Tk = T, .h0 = h0, .h1 = h1, .hs = hs};
+
+	a.q = qkv;
+	a.k = qkv ? qkv + C : NULL;
+	a.v = qkv ? qkv + 2 * C : NULL;
+	a.ldq = a.ldk = a.ldv = 3 * C;
+	a.out = out;
+	a.ldo = C;
+	a.att = att;
 
 	return a;
 }
@@ -162,77 +156,124 @@ void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const floa
 /* ------------------------------------------------------------------------------------ */
 /* Memory-efficient attention                                                           */
 
-void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const float *qkv, int B,
-			 int T, int NH, int h0, int h1, int hs, float *scratch)
+/* The batch strides of a view, in floats. */
+static size_t stride_q(const struct attn_view *a)
 {
-	double heads = (double)B * (h1 - h0), qk = (double)T * T;
-	int C = NH * hs, nh = h1 - h0;
+	return a->bsq ? a->bsq : (size_t)a->Tq * a->ldq;
+}
+
+static size_t stride_k(const struct attn_view *a, int ld)
+{
+	return a->bsk ? a->bsk : (size_t)a->Tk * ld;
+}
+
+static size_t stride_o(const struct attn_view *a)
+{
+	return a->bso ? a->bso : (size_t)a->Tq * a->ldo;
+}
+
+/* The keys a block of queries [r0, r0 + nr) sees: [0, nk). */
+static int block_keys(const struct attn_view *a, int r0, int nr)
+{
+	int nk = a->q0 + r0 + nr;
+
+	return nk < a->Tk ? nk : a->Tk;
+}
+
+/* The (query, key) pairs the blocks of queries compute, a head: the visible keys of each
+ * block, as FlashAttention skips the blocks the causal mask hides. */
+static double flash_pairs(const struct attn_view *a)
+{
+	double n = 0;
+
+	for (int r0 = 0; r0 < a->Tq; r0 += FLASH_ROWS) {
+		int nr = a->Tq - r0 < FLASH_ROWS ? a->Tq - r0 : FLASH_ROWS;
+
+		n += (double)nr * block_keys(a, r0, nr);
+	}
+	return n;
+}
+
+void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
+			      float *scratch)
+{
+	double heads = (double)a->B * (a->h1 - a->h0), qk = flash_pairs(a);
+	int Tq = a->Tq, hs = a->hs, nh = a->h1 - a->h0;
 	float scale = 1.0f / sqrtf((float)hs);
 
+	EMU_ASSERT(a->q0 >= 0); /* every query sees a key */
+	ldl = ldl ? ldl : Tq;
 	emu_compute(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
-		    heads * ((double)4 * T * hs + T) * k->ab);
+		    heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
 	if (!kctx_math(k))
 		return;
-	for (int b = 0; b < B; b++)
-		for (int h = h0; h < h1; h++) {
-			const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-			float *o = out + (size_t)b * T * C + (size_t)h * hs;
-			float *l = lse + ((size_t)b * nh + (h - h0)) * T;
+	for (int b = 0; b < a->B; b++)
+		for (int h = a->h0; h < a->h1; h++) {
+			const float *q = a->q + b * stride_q(a) + (size_t)h * hs;
+			const float *kk = a->k + b * stride_k(a, a->ldk) + (size_t)h * hs;
+			const float *v = a->v + b * stride_k(a, a->ldv) + (size_t)h * hs;
+			float *o = a->out + b * stride_o(a) + (size_t)h * hs;
+			float *l = lse + ((size_t)b * nh + (h - a->h0)) * ldl;
 
-			for (int r0 = 0; r0 < T; r0 += FLASH_ROWS) {
-				int nr = T - r0 < FLASH_ROWS ? T - r0 : FLASH_ROWS, nk = r0 + nr;
+			for (int r0 = 0; r0 < Tq; r0 += FLASH_ROWS) {
+				int nr = Tq - r0 < FLASH_ROWS ? Tq - r0 : FLASH_ROWS;
+				int nk = block_keys(a, r0, nr);
 
-				/* the keys this block can see: [0, r0 + nr) */
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
-					    scale, q + (size_t)r0 * 3 * C, 3 * C, q + C, 3 * C,
+					    scale, q + (size_t)r0 * a->ldq, a->ldq, kk, a->ldk,
 					    0.0f, scratch, nk);
 				for (int i = 0; i < nr; i++)
 					l[r0 + i] = causal_softmax_row(scratch + (size_t)i * nk,
-								       r0 + i, nk);
+								       last_key(a, r0 + i), nk);
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
-					    1.0f, scratch, nk, q + 2 * C, 3 * C, 0.0f,
-					    o + (size_t)r0 * C, C);
+					    1.0f, scratch, nk, v, a->ldv, 0.0f,
+					    o + (size_t)r0 * a->ldo, a->ldo);
 			}
 		}
 }
 
-void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
-			 const float *out, const float *lse, const float *qkv, int B, int T, int NH,
-			 int h0, int h1, int hs)
+void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, const float *lse,
+			      int ldl, float *dq, float *dk, float *dv, float *scratch,
+			      const float *dout)
 {
-	double heads = (double)B * (h1 - h0), qk = (double)T * T;
-	int C = NH * hs, nh = h1 - h0;
+	double heads = (double)a->B * (a->h1 - a->h0), qk = flash_pairs(a);
+	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
 	float scale = 1.0f / sqrtf((float)hs);
 
+	EMU_ASSERT(a->q0 >= 0);
+	ldl = ldl ? ldl : Tq;
 	emu_compute(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
-		    heads * ((double)8 * T * hs + T) * k->ab);
+		    heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
 	if (!kctx_math(k))
 		return;
-	for (int b = 0; b < B; b++)
-		for (int h = h0; h < h1; h++) {
-			size_t base = (size_t)b * T * 3 * C + (size_t)h * hs;
-			const float *q = qkv + base, *kk = q + C, *v = q + 2 * C;
-			float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
-			const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-			const float *o = out + (size_t)b * T * C + (size_t)h * hs;
-			const float *l = lse + ((size_t)b * nh + (h - h0)) * T;
+	for (int b = 0; b < a->B; b++)
+		for (int h = a->h0; h < a->h1; h++) {
+			size_t oq = b * stride_q(a) + (size_t)h * hs;
+			size_t ok = b * stride_k(a, a->ldk) + (size_t)h * hs;
+			size_t ov = b * stride_k(a, a->ldv) + (size_t)h * hs;
+			size_t oo = b * stride_o(a) + (size_t)h * hs;
+			const float *q = a->q + oq, *kk = a->k + ok, *v = a->v + ov;
+			const float *dy = dout + oo, *o = a->out + oo;
+			const float *l = lse + ((size_t)b * nh + (h - a->h0)) * ldl;
 
-			for (int r0 = 0; r0 < T; r0 += FLASH_ROWS) {
-				int nr = T - r0 < FLASH_ROWS ? T - r0 : FLASH_ROWS, nk = r0 + nr;
-				float *p = scratch, *dp = scratch + (size_t)FLASH_ROWS * T;
+			for (int r0 = 0; r0 < Tq; r0 += FLASH_ROWS) {
+				int nr = Tq - r0 < FLASH_ROWS ? Tq - r0 : FLASH_ROWS;
+				int nk = block_keys(a, r0, nr);
+				float *p = scratch, *dp = scratch + (size_t)FLASH_ROWS * Tk;
 
 				/* P = exp(S - lse), recomputed; dP = dout V^T */
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
-					    scale, q + (size_t)r0 * 3 * C, 3 * C, kk, 3 * C, 0.0f,
-					    p, nk);
+					    scale, q + (size_t)r0 * a->ldq, a->ldq, kk, a->ldk,
+					    0.0f, p, nk);
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
-					    1.0f, dy + (size_t)r0 * C, C, v, 3 * C, 0.0f, dp, nk);
+					    1.0f, dy + (size_t)r0 * a->ldo, a->ldo, v, a->ldv, 0.0f,
+					    dp, nk);
 				for (int i = 0; i < nr; i++) {
 					float *pr = p + (size_t)i * nk, *dr = dp + (size_t)i * nk,
 					      dot = 0;
-					const float *yi = dy + (size_t)(r0 + i) * C;
-					const float *oi = o + (size_t)(r0 + i) * C;
-					int last = r0 + i;
+					const float *yi = dy + (size_t)(r0 + i) * a->ldo;
+					const float *oi = o + (size_t)(r0 + i) * a->ldo;
+					int last = last_key(a, r0 + i);
 
 					for (int e = 0; e < hs; e++) /* D = rowsum(dout * out) */
 						dot += yi[e] * oi[e];
@@ -245,13 +286,63 @@ void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, cons
 				}
 				/* dV += P^T dout; dQ += scale dS K; dK += scale dS^T Q */
 				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr,
-					    1.0f, p, nk, dy + (size_t)r0 * C, C, 1.0f, dv, 3 * C);
+					    1.0f, p, nk, dy + (size_t)r0 * a->ldo, a->ldo, 1.0f,
+					    dv + ov, a->ldv);
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
-					    scale, dp, nk, kk, 3 * C, 1.0f, dq + (size_t)r0 * 3 * C,
-					    3 * C);
+					    scale, dp, nk, kk, a->ldk, 1.0f,
+					    dq + oq + (size_t)r0 * a->ldq, a->ldq);
 				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr,
-					    scale, dp, nk, q + (size_t)r0 * 3 * C, 3 * C, 1.0f, dk,
-					    3 * C);
+					    scale, dp, nk, q + (size_t)r0 * a->ldq, a->ldq, 1.0f,
+					    dk + ok, a->ldk);
 			}
 		}
+}
+
+void attention_lse_merge(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
+			 const float *bout, const float *blse)
+{
+	int Tq = a->Tq, hs = a->hs, nh = a->h1 - a->h0;
+	double n = (double)a->B * nh * Tq;
+
+	ldl = ldl ? ldl : Tq;
+	emu_compute(k->d, "attention.merge", n * (4.0 * hs + 6), n * (3.0 * hs + 3) * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int b = 0; b < a->B; b++)
+		for (int h = a->h0; h < a->h1; h++) {
+			size_t oo = b * stride_o(a) + (size_t)h * hs;
+			size_t ol = ((size_t)b * nh + (h - a->h0)) * ldl;
+
+			for (int i = 0; i < Tq; i++) {
+				float *o = a->out + oo + (size_t)i * a->ldo;
+				const float *x = bout + oo + (size_t)i * a->ldo;
+				float l0 = lse[ol + i], l1 = blse[ol + i];
+				float mx = l0 > l1 ? l0 : l1;
+				float e0 = expf(l0 - mx), e1 = expf(l1 - mx), s = e0 + e1;
+
+				for (int e = 0; e < hs; e++)
+					o[e] = (o[e] * e0 + x[e] * e1) / s;
+				lse[ol + i] = mx + logf(s);
+			}
+		}
+}
+
+/* The whole-sequence view of a qkv buffer, for the flash kernels. */
+void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const float *qkv, int B,
+			 int T, int NH, int h0, int h1, int hs, float *scratch)
+{
+	struct attn_view a = qkv_view(out, NULL, qkv, B, T, NH, h0, h1, hs);
+
+	attention_flash_fwd_view(k, &a, lse, 0, scratch);
+}
+
+void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
+			 const float *out, const float *lse, const float *qkv, int B, int T, int NH,
+			 int h0, int h1, int hs)
+{
+	struct attn_view a = qkv_view((float *)out, NULL, qkv, B, T, NH, h0, h1, hs);
+	int C = NH * hs;
+
+	attention_flash_bwd_view(k, &a, lse, 0, dqkv, dqkv ? dqkv + C : NULL,
+				 dqkv ? dqkv + 2 * C : NULL, scratch, dout);
 }

@@ -25,6 +25,9 @@ struct attn_view {
 	float *out;
 	int ldo;
 	float *att; /* (B, h1-h0, Tq, Tk) */
+	/* The memory-efficient kernels' batch strides, in floats, of q, of k and v, and of
+	 * out (0: rows x ld), so that a view may be a chunk of each sequence. */
+	size_t bsq, bsk, bso;
 };
 
 void attention_fwd_view(const struct kctx *k, const struct attn_view *a);
@@ -33,13 +36,30 @@ void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *
 
 /* Memory-efficient attention, after FlashAttention (Dao et al. 2022, arXiv 2205.14135):
  * the same function without keeping the (Tq, Tk) scores. Forward runs blocks of
- * FLASH_ROWS queries, each against all the keys it sees (FlashAttention also tiles the
- * keys; a block of rows is enough to drop the T^2 memory), and keeps each query's
- * log-sum-exp, lse (B, NH, T) for heads [h0, h1); backward recomputes each block's
- * scores from q, k and lse, and needs out for the softmax gradient's row sums. Scratch
- * holds 2 FLASH_ROWS T floats. FLOPs: forward as above, backward 10 instead of 8
- * B Tq Tk hs a head (the scores computed again). */
+ * FLASH_ROWS queries, each against the keys it sees (FlashAttention also tiles the keys;
+ * a block of rows is enough to drop the T^2 memory), and keeps each query's
+ * log-sum-exp, lse (B, h1-h0, ldl) from the view's first query (ldl 0: Tq); backward
+ * recomputes each block's scores from q, k and lse, and needs out for the softmax
+ * gradient's row sums. Scratch holds FLASH_ROWS Tk floats forward, twice that backward.
+ * The view's q0 must be >= 0 (every query sees a key). FLOPs are charged for the
+ * (query, key) pairs the blocks compute, the visible keys of each block of rows (the
+ * blocks above the causal diagonal skipped, as FlashAttention does): per head 4 P hs + 5 P
+ * forward, 10 P hs + 6 P backward (the scores computed again).
+ *
+ * The backward takes the lse and out of the queries' whole attention, of which this view
+ * may be one block of keys: so the blocks of a ring (context parallelism) each add their
+ * part of dq, dk, dv. attention_lse_merge folds a block's normalised output and lse
+ * (bout, blse: out's and lse's layouts) into the running ones, in place:
+ * out = (out e^lse + bout e^blse) / (e^lse + e^blse), lse = log(e^lse + e^blse). */
 #define FLASH_ROWS 64
+void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
+			      float *scratch);
+void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, const float *lse,
+			      int ldl, float *dq, float *dk, float *dv, float *scratch,
+			      const float *dout);
+void attention_lse_merge(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
+			 const float *bout, const float *blse);
+/* The whole sequence of a qkv buffer (below), lse (B, h1-h0, T). */
 void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const float *qkv, int B,
 			 int T, int NH, int h0, int h1, int hs, float *scratch);
 void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,

@@ -633,6 +633,97 @@ static void test_flash_attention_blocks(void **state)
 		free(f.out[i]), free(f.dqkv[i]);
 }
 
+/* The blockwise form a context-parallel ring computes: two sequences of RT tokens whose
+ * keys come in two halves; queries [0, RH) against the first half (the causal diagonal),
+ * queries [RH, RT) against the first half (all visible) and the second (the diagonal),
+ * the two merged by log-sum-exp, each view a chunk of every sequence (batch strides).
+ * Forward and the three blocks' backward (from the merged lse and out) give the whole
+ * sequence's memory-efficient attention within 1e-5. */
+enum { RT = 3 * FLASH_ROWS, RH = RT / 2, RB = 2 };
+
+struct ring_blocks {
+	float *qkv, *r, *out[2], *lse[2], *bout, *blse, *dqkv[2], *scratch;
+};
+
+static void ring_dev(const struct kctx *k, void *ctx)
+{
+	struct ring_blocks *f = ctx;
+	size_t C3 = 3 * FC, seq = (size_t)RT * C3;
+	struct attn_view a = {.B = RB,
+			      .Tq = RH,
+			      .Tk = RH,
+			      .h1 = FH,
+			      .hs = FS,
+			      .bsq = seq,
+			      .bsk = seq,
+			      .bso = (size_t)RT * FC};
+	struct attn_view lo, hi;
+	float *dq = f->dqkv[1];
+
+	attention_flash_fwd(k, f->out[0], f->lse[0], f->qkv, RB, RT, FH, 0, FH, FS, f->scratch);
+	attention_flash_bwd(k, f->dqkv[0], f->scratch, f->r, f->out[0], f->lse[0], f->qkv, RB, RT,
+			    FH, 0, FH, FS);
+	a.ldq = a.ldk = a.ldv = (int)C3;
+	a.ldo = FC;
+	a.q = f->qkv;
+	a.k = f->qkv + FC;
+	a.v = f->qkv + 2 * FC;
+	a.out = f->out[1];
+	lo = hi = a;
+	hi.q = f->qkv + RH * C3; /* queries [RH, RT) */
+	hi.out = f->out[1] + RH * FC;
+	hi.q0 = RH; /* the first half all visible */
+	attention_flash_fwd_view(k, &lo, f->lse[1], RT, f->scratch);
+	attention_flash_fwd_view(k, &hi, f->lse[1] + RH, RT, f->scratch);
+	hi.k += RH * C3; /* the second half: the diagonal */
+	hi.v += RH * C3;
+	hi.q0 = 0;
+	hi.out = f->bout + RH * FC;
+	attention_flash_fwd_view(k, &hi, f->blse + RH, RT, f->scratch);
+	hi.out = f->out[1] + RH * FC;
+	attention_lse_merge(k, &hi, f->lse[1] + RH, RT, f->bout + RH * FC, f->blse + RH);
+	attention_flash_bwd_view(k, &hi, f->lse[1] + RH, RT, dq + RH * C3, dq + RH * C3 + FC,
+				 dq + RH * C3 + 2 * FC, f->scratch, f->r + RH * FC);
+	hi.k -= RH * C3;
+	hi.v -= RH * C3;
+	hi.q0 = RH;
+	attention_flash_bwd_view(k, &hi, f->lse[1] + RH, RT, dq + RH * C3, dq + FC, dq + 2 * FC,
+				 f->scratch, f->r + RH * FC);
+	attention_flash_bwd_view(k, &lo, f->lse[1], RT, dq, dq + FC, dq + 2 * FC, f->scratch, f->r);
+}
+
+static void test_flash_ring_blocks(void **state)
+{
+	struct ring_blocks f;
+	size_t no = (size_t)RB * RT * FC, nq = 3 * no, nl = (size_t)RB * FH * RT;
+	double *ref = calloc(nq, sizeof *ref);
+
+	(void)state;
+	f.qkv = rnd(nq, 43, 2);
+	f.r = rnd(no, 44, 1);
+	for (int i = 0; i < 2; i++) {
+		f.out[i] = calloc(no, sizeof(float));
+		f.lse[i] = calloc(nl, sizeof(float));
+		f.dqkv[i] = calloc(nq, sizeof(float));
+	}
+	f.bout = calloc(no, sizeof(float));
+	f.blse = calloc(nl, sizeof(float));
+	f.scratch = calloc(2 * (size_t)FLASH_ROWS * RT, sizeof(float));
+	run_on_device(ring_dev, &f);
+	for (size_t i = 0; i < no; i++)
+		ref[i] = f.out[0][i];
+	fwd_check("ring blocks out", f.out[1], ref, no, 1e-5);
+	for (size_t i = 0; i < nl; i++)
+		ref[i] = f.lse[0][i];
+	fwd_check("ring blocks lse", f.lse[1], ref, nl, 1e-5);
+	for (size_t i = 0; i < nq; i++)
+		ref[i] = f.dqkv[0][i];
+	fwd_check("ring blocks dqkv", f.dqkv[1], ref, nq, 1e-5);
+	free(f.qkv), free(f.r), free(f.bout), free(f.blse), free(f.scratch), free(ref);
+	for (int i = 0; i < 2; i++)
+		free(f.out[i]), free(f.lse[i]), free(f.dqkv[i]);
+}
+
 /* A linear layer on shards of its weight, as Megatron's tensor parallelism runs it:
  * column shards (rows of w, out features) concatenate to the full output; row shards
  * (columns of w, in features, with the matching slice of the input) give partial outputs
@@ -699,11 +790,17 @@ struct chunks {
 static void chunks_dev(const struct kctx *k, void *ctx)
 {
 	struct chunks *c = ctx;
-	struct attn_view a1 = {1,      3,      3,      0,           0,
-			       QH,     QS,     c->qkv, c->qkv + QC, c->qkv + 2 * QC,
-			       3 * QC, 3 * QC, 3 * QC, c->part,     QC,
-			       c->att1};
-	struct attn_view a2 = a1;
+	struct attn_view a1 = {.B = 1, .Tq = 3, .Tk = 3, .h1 = QH, .hs = QS};
+	struct attn_view a2;
+
+	a1.q = c->qkv;
+	a1.k = c->qkv + QC;
+	a1.v = c->qkv + 2 * QC;
+	a1.ldq = a1.ldk = a1.ldv = 3 * QC;
+	a1.out = c->part;
+	a1.ldo = QC;
+	a1.att = c->att1;
+	a2 = a1;
 
 	attention_fwd(k, c->full, c->att, c->qkv, 1, QT, QH, 0, QH, QS);
 	attention_bwd(k, c->dfull, c->scratch, c->r, c->att, c->qkv, 1, QT, QH, 0, QH, QS);
@@ -790,6 +887,7 @@ int main(void)
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_flash_attention_blocks),
+		cmocka_unit_test(test_flash_ring_blocks),
 		cmocka_unit_test(test_attention_chunks),
 		cmocka_unit_test(test_linear_shards),
 		cmocka_unit_test(test_dry_run_charges_the_same),
