@@ -155,6 +155,12 @@ int emu_group_size(const struct emu_group *g)
 	return g->n;
 }
 
+int emu_group_dev(const struct emu_group *g, int i)
+{
+	EMU_ASSERT(i >= 0 && i < g->n);
+	return g->devs[i];
+}
+
 int emu_group_rank(const struct emu_group *g, const struct emu_dev *d)
 {
 	for (int i = 0; i < g->n; i++)

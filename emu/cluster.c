@@ -151,6 +151,7 @@ static void dev_reset_results(struct emu_dev *d)
 	d->err_report = NULL;
 	d->err = 0;
 	memset(&d->stats, 0, sizeof d->stats);
+	d->tag = 0;
 	memset(d->stream, 0, sizeof d->stream);
 	d->flops = 0;
 	d->compute_ns = 0;

@@ -92,7 +92,9 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg);
  * its groups, posted or blocking) of the group collective named op ("all-reduce",
  * "all-gather", ... as coll.h and the reports name them): nothing moves and no time
  * passes, as if the strategy had forgotten the call; a posted one gives a NULL request,
- * which coll_wait takes. Set it between runs, never during one; a fault that a group's
+ * which coll_wait takes. op "send" loses the data of every device's nth send instead: it
+ * takes its time and its receive completes, but the receiver's buffer keeps what it
+ * held. Set it between runs, never during one; a fault that a group's
  * members must agree on needs them to make the same calls. op NULL clears the plan. 0, or
  * -1 if op names no collective or nth < 0. */
 int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth);
@@ -137,6 +139,8 @@ struct emu_group *emu_group_get(struct emu_dev *d, const int *devs, int n);
 /* All devices, in id order. */
 struct emu_group *emu_world(struct emu_dev *d);
 int emu_group_size(const struct emu_group *g);
+/* The device id of group rank i (0 <= i < size). */
+int emu_group_dev(const struct emu_group *g, int i);
 /* The group rank of device d in g, or -1 if not a member. */
 int emu_group_rank(const struct emu_group *g, const struct emu_dev *d);
 

@@ -52,8 +52,8 @@ int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
 		return 0;
 	if (nth < 0)
 		return -1;
-	for (int k = OP_BROADCAST; k < OP_NKIND; k++)
-		if (!strcmp(kinds[k].name, op)) {
+	for (int k = OP_SEND; k < OP_NKIND; k++)
+		if (k != OP_RECV && !strcmp(kinds[k].name, op)) {
 			c->fault_kind = k;
 			c->fault_nth = nth;
 			return 0;
@@ -515,7 +515,8 @@ void coll_op_run_task(struct op *op, int task)
 	switch (a->kind) {
 	case OP_SEND:
 	case OP_RECV:
-		copy(op->arg[1].recv + lo, op->arg[0].send + lo, hi - lo);
+		if (op->arg[0].send) /* else lost (the fault plan): the receiver's buffer stays */
+			copy(op->arg[1].recv + lo, op->arg[0].send + lo, hi - lo);
 		break;
 	case OP_BROADCAST:
 		for (int m = 0; m < n; m++)
@@ -628,6 +629,9 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	d->stats.ops[a->kind]++;
 	d->stats.bytes[a->kind] += op->bytes;
 	d->stats.time_ns[a->kind] += op->t_end - op->t_start;
+	d->stats.tagged[r->tag][a->kind].ops++;
+	d->stats.tagged[r->tag][a->kind].bytes += op->bytes;
+	d->stats.tagged[r->tag][a->kind].time_ns += op->t_end - op->t_start;
 	count_link_bytes(d, op, r->member);
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = op->t_start,
@@ -635,6 +639,7 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 				      .bytes = op->bytes,
 				      .stream = (uint8_t)r->stream,
 				      .lane = (uint8_t)r->lane,
+				      .tag = (uint8_t)r->tag,
 				      .posted = (uint8_t)!r->blocking,
 				      .sym = kinds[a->kind].sym};
 
@@ -674,6 +679,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->stream = stream;
 	r->eager_end = -1;
 	r->lane = d->lane;
+	r->tag = d->tag;
 	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
 		r->eager_end =
 			arg->t_issue + p2p_ns(&d->c->cfg.topo.link[ch->link],
@@ -710,6 +716,9 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	d->stats.ops[OP_SEND]++;
 	d->stats.bytes[OP_SEND] += S;
 	d->stats.time_ns[OP_SEND] += r->eager_end - t0;
+	d->stats.tagged[r->tag][OP_SEND].ops++;
+	d->stats.tagged[r->tag][OP_SEND].bytes += S;
+	d->stats.tagged[r->tag][OP_SEND].time_ns += r->eager_end - t0;
 	if (op->ch->n > 1)
 		d->stats.link_bytes[op->ch->link] += S;
 	if (d->c->cfg.trace) {
@@ -718,6 +727,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 				      .bytes = S,
 				      .stream = (uint8_t)r->stream,
 				      .lane = (uint8_t)r->lane,
+				      .tag = (uint8_t)r->tag,
 				      .posted = (uint8_t)!r->blocking,
 				      .sym = kinds[OP_SEND].sym};
 
@@ -822,6 +832,8 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 		return dev_fail(d, EMU_EINVAL, "%s: NULL buffer in execute mode", kinds[kind].name);
 	if ((rc = dev_check_failed(d)))
 		return rc;
+	if (is_send && (int)kind == d->c->fault_kind && d->fault_calls++ == d->c->fault_nth)
+		send = arg.send = NULL;     /* the fault plan: its data is lost on the way */
 	if (is_send && send && count > 0) { /* eager: the data leaves now (see coll.h) */
 		arg.owned = emu_xmalloc(count * sizeof *arg.owned);
 		memcpy(arg.owned, send, count * sizeof *arg.owned);
@@ -1001,6 +1013,30 @@ int coll_stats_get(const struct emu_dev *d, const char *op_name, struct coll_sta
 			out->calls = d->stats.ops[k];
 			out->bytes = d->stats.bytes[k];
 			out->time_ns = d->stats.time_ns[k];
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int coll_set_tag(struct emu_dev *d, int tag)
+{
+	int old = d->tag;
+
+	EMU_ASSERT(tag >= 0 && tag < COLL_NTAGS);
+	d->tag = tag;
+	return old;
+}
+
+int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
+		       struct coll_stats *out)
+{
+	EMU_ASSERT(tag >= 0 && tag < COLL_NTAGS);
+	for (int k = 0; k < OP_NKIND; k++) {
+		if (!strcmp(kinds[k].name, op_name)) {
+			out->calls = d->stats.tagged[tag][k].ops;
+			out->bytes = d->stats.tagged[tag][k].bytes;
+			out->time_ns = d->stats.tagged[tag][k].time_ns;
 			return 0;
 		}
 	}

@@ -133,4 +133,13 @@ struct coll_stats {
 int coll_stats_get(const struct emu_dev *d, const char *op_name, struct coll_stats *out);
 uint64_t coll_link_bytes(const struct emu_dev *d, int link_class);
 
+/* A traffic tag: the caller's label of whose traffic d's later calls are (a strategy's),
+ * 0 to COLL_NTAGS - 1, 0 at the start of each run. The statistics above count every call;
+ * coll_stats_tag_get counts those posted under tag. coll_set_tag returns the previous
+ * tag. */
+#define COLL_NTAGS 4
+int coll_set_tag(struct emu_dev *d, int tag);
+int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
+		       struct coll_stats *out);
+
 #endif

@@ -112,6 +112,7 @@ struct coll_req {
 	int waited;                   /* data movement finished */
 	int64_t eager_end;            /* an eager send: when its data has left (else -1) */
 	int lane;                     /* the device's trace lane when it was posted */
+	int tag;                      /* the device's traffic tag then (coll_set_tag) */
 	int blocking;                 /* a blocking call's: waited for as soon as posted */
 	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
@@ -126,6 +127,10 @@ struct dev_stats {
 	uint64_t bytes[OP_NKIND];              /* message bytes S, summed */
 	int64_t time_ns[OP_NKIND];             /* modelled duration, summed */
 	uint64_t link_bytes[TOPO_LINK_NCLASS]; /* bytes this device put on each link class */
+	struct {                               /* the same by traffic tag (coll_set_tag) */
+		uint64_t ops, bytes;
+		int64_t time_ns;
+	} tagged[COLL_NTAGS][OP_NKIND];
 };
 
 struct mem_state {
@@ -148,6 +153,7 @@ struct trace_ev {
 	uint8_t flow_end; /* 1: this is the receiving end of flow */
 	uint8_t lane;     /* the device's lane (trace_set_lane) when it ran or was posted */
 	uint8_t posted;   /* communication: a posted call's (coll_i*), not a blocking one's */
+	uint8_t tag;      /* communication: its traffic tag (coll_set_tag) */
 	char sym;         /* letter for the ASCII timeline */
 };
 
@@ -200,6 +206,7 @@ struct emu_dev {
 	struct mem_state mem;
 	struct trace_buf trace;
 	int lane; /* whose ops the device records now (trace_set_lane), 0 each run */
+	int tag;  /* the traffic tag of its calls now (coll_set_tag), 0 each run */
 	struct dev_stats stats;
 
 	int err;          /* this device's own error (enum emu_err), 0 if none */

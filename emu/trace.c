@@ -62,7 +62,8 @@ void trace_op_get(const struct emu_cluster *c, int id, size_t k, struct trace_op
 
 	EMU_ASSERT(id >= 0 && id < c->cfg.ndev && k < c->devs[id].trace.nev);
 	e = &c->devs[id].trace.ev[k];
-	*op = (struct trace_op){e->t0, e->t1, e->bytes, e->name, e->stream, e->lane, e->posted};
+	*op = (struct trace_op){e->t0,     e->t1,   e->bytes,  e->name,
+				e->stream, e->lane, e->posted, e->tag};
 }
 
 /* The highest lane of d's compute ops (0: none). */

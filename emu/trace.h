@@ -31,6 +31,7 @@ struct trace_op {
 	uint64_t bytes;
 	const char *name; /* valid until the cluster runs again or is freed */
 	int stream, lane, posted;
+	int tag; /* communication: its traffic tag (coll_set_tag in coll.h), else 0 */
 };
 
 /* Op k (k < trace_count) of device id, in the order recorded. */

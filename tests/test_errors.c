@@ -423,7 +423,7 @@ static void test_fault_plan(void **state)
 	(void)state;
 	assert_int_equal(emu_cluster_set_fault(c, "all-reduse", 1), -1);
 	assert_int_equal(emu_cluster_set_fault(c, "all-reduce", -1), -1);
-	assert_int_equal(emu_cluster_set_fault(c, "send", 0), -1); /* not a group collective */
+	assert_int_equal(emu_cluster_set_fault(c, "recv", 0), -1); /* a send's other end */
 	assert_int_equal(emu_cluster_set_fault(c, NULL, 0), 0);
 	assert_int_equal(emu_cluster_run(c, fault_device, &clean), 0);
 	assert_int_equal(emu_cluster_set_fault(c, "all-reduce", 1), 0);
@@ -438,6 +438,48 @@ static void test_fault_plan(void **state)
 	/* counted afresh each run */
 	assert_int_equal(emu_cluster_run(c, fault_device, &j), 0);
 	assert_true(j.out[0][1] == 1.0f && j.out[0][2] == 10.0f);
+	emu_cluster_free(c);
+}
+
+/* The send fault: device 0 sends 3 messages to device 1; with the plan on "send" 1 the
+ * second arrives empty (the receive buffer keeps its -1) in the same time. */
+struct lost_job {
+	float got[3];
+	int64_t t;
+};
+
+static int lost_device(struct emu_dev *d, void *arg)
+{
+	struct lost_job *j = arg;
+	int rc;
+
+	for (int k = 0; k < 3; k++) {
+		float x = (float)(k + 1);
+
+		if (emu_dev_id(d) == 0 && (rc = coll_send(d, 1, &x, 1)))
+			return rc;
+		if (emu_dev_id(d) == 1) {
+			j->got[k] = -1.0f;
+			if ((rc = coll_recv(d, 0, &j->got[k], 1)))
+				return rc;
+			j->t = emu_now(d);
+		}
+	}
+	return 0;
+}
+
+static void test_fault_lost_send(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 2, 0, 0);
+	struct lost_job j, clean;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, lost_device, &clean), 0);
+	assert_int_equal(emu_cluster_set_fault(c, "send", 1), 0);
+	assert_int_equal(emu_cluster_run(c, lost_device, &j), 0);
+	assert_true(clean.got[1] == 2.0f);
+	assert_true(j.got[0] == 1.0f && j.got[1] == -1.0f && j.got[2] == 3.0f);
+	assert_int_equal(j.t, clean.t);
 	emu_cluster_free(c);
 }
 
@@ -457,6 +499,7 @@ int main(void)
 		cmocka_unit_test(test_device_failure),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_fault_plan),
+		cmocka_unit_test(test_fault_lost_send),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
