@@ -197,7 +197,7 @@ void embedding_range_bwd(const struct kctx *k, float *dwte, const float *dout, c
 	}
 }
 
-void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, int row0, int T, int C)
+void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, const int *pos, int C)
 {
 	double mc = (double)M * C;
 
@@ -206,9 +206,10 @@ void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, int
 		return;
 	for (int i = 0; i < M; i++)
 		for (int c = 0; c < C; c++)
-			out[(size_t)i * C + c] += wpe[(size_t)((row0 + i) % T) * C + c];
+			out[(size_t)i * C + c] += wpe[(size_t)pos[i] * C + c];
 }
-void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, int row0, int T,
+
+void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, const int *pos,
 		  int C)
 {
 	double mc = (double)M * C;
@@ -218,8 +219,9 @@ void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, i
 		return;
 	for (int i = 0; i < M; i++)
 		for (int c = 0; c < C; c++)
-			dwpe[(size_t)((row0 + i) % T) * C + c] += dout[(size_t)i * C + c];
+			dwpe[(size_t)pos[i] * C + c] += dout[(size_t)i * C + c];
 }
+
 /* y (n) = softmax(x), subtracting the max first; y may be x. */
 static void softmax_row(float *y, const float *x, int n)
 {

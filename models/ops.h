@@ -40,15 +40,14 @@ void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const floa
 
 /* The vocabulary-parallel pieces of the embedding: out (B, T, C) = wte[token - v0] for
  * tokens in [v0, v1) and 0 for the others, wte holding rows v0..v1-1; and the positions
- * added on their own to M token rows starting at flat row row0 of a (B, T) batch:
- * out[i] += wpe[(row0 + i) mod T]. Backward accumulates. */
+ * added on their own to M token rows, row i at position pos[i] (a sequence- or
+ * context-parallel rank's rows): out[i] += wpe[pos[i]]. Backward accumulates. */
 void embedding_range_fwd(const struct kctx *k, float *out, const int *tokens, const float *wte,
 			 int v0, int v1, int B, int T, int C);
 void embedding_range_bwd(const struct kctx *k, float *dwte, const float *dout, const int *tokens,
 			 int v0, int v1, int B, int T, int C);
-void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, int row0, int T,
-		  int C);
-void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, int row0, int T,
+void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, const int *pos, int C);
+void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, const int *pos,
 		  int C);
 
 /* probs (M, V) = softmax(logits); losses (M) = -log probs[target]. */

@@ -135,7 +135,8 @@ static void test_rules(void **state)
 	} cases[] = {
 		{1, 1, 1, 1, 1, 1, "hidden size 100 is not divisible by 3 attention heads"},
 		{1, 1, 1, 1, 1, 2, "--global-batch-size 5 is not a multiple of"},
-		{3, 1, 1, 2, 1, 0, "--cp 2: context parallelism is not in this build"},
+		{1, 1, 1, 3, 1, 0, "--cp 3 cuts each sequence into 2 x 3 chunks"},
+		{3, 1, 1, 2, 1, 0, "--tp 3 does not divide the 4 attention heads"},
 		{1, 1, 1, 1, 2, 0, "--ep 2: expert parallelism is not in this build"},
 		{4096, 4096, 1, 1, 1, 0, "is more devices than pemu runs"},
 		{1, 1, 1, 1, 1, 3, "--vpp: virtual pipeline stages need --pp > 1"},

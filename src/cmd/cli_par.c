@@ -26,8 +26,15 @@ const struct cli_opt cli_par_opts[] = {
 	 "memory-efficient attention: no (s, s) scores kept, recomputed in backward"},
 	{"mlp-chunks", 0, 1, CLI_PAR_MLP_CHUNKS, "N",
 	 "run the MLP over N chunks of rows, keeping none of it for backward (HelixPipe's)"},
-	{"cp", 0, 1, CLI_PAR_CP, "N", "context-parallel size (only 1 in this build)"},
+	{"cp", 0, 1, CLI_PAR_CP, "N",
+	 "context-parallel size: each sequence cut over N ranks (2N chunks, load-balanced)"},
 	{"context-parallel-size", 0, 1, CLI_PAR_CP, "N", "the same as --cp"},
+	{"cp-comm-type", 0, 1, CLI_PAR_CP_COMM, "TYPE",
+	 "context parallelism's attention: p2p (default, the ring, overlapped), all_gather (K, V "
+	 "gathered), a2a (Ulysses: all-to-all to heads)"},
+	{"cp-layout", 0, 1, CLI_PAR_CP_LAYOUT, "L",
+	 "balanced (default: rank r holds chunks r and 2N-1-r of 2N) or contiguous (chunk r of "
+	 "N: the ring's ranks do unequal work, for comparison)"},
 	{"ep", 0, 1, CLI_PAR_EP, "N", "expert-parallel size (only 1 in this build)"},
 	{"expert-model-parallel-size", 0, 1, CLI_PAR_EP, "N", "the same as --ep"},
 	{"zero-stage", 0, 1, CLI_PAR_ZERO, "0-3",
@@ -82,6 +89,21 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_CP:
 		p->cp = (int)cli_int(c, "--cp", v, 1, 4096);
+		break;
+	case CLI_PAR_CP_COMM:
+		if (!strcmp(v, "p2p"))
+			cfg->cp_comm = PAR_CP_P2P;
+		else if (!strcmp(v, "all_gather"))
+			cfg->cp_comm = PAR_CP_ALL_GATHER;
+		else if (!strcmp(v, "a2a"))
+			cfg->cp_comm = PAR_CP_A2A;
+		else
+			cli_fail(c, "--cp-comm-type: '%s' is not p2p, all_gather or a2a", v);
+		break;
+	case CLI_PAR_CP_LAYOUT:
+		if (strcmp(v, "balanced") && strcmp(v, "contiguous"))
+			cli_fail(c, "--cp-layout: '%s' is not balanced or contiguous", v);
+		cfg->cp_contiguous = !strcmp(v, "contiguous");
 		break;
 	case CLI_PAR_EP:
 		p->ep = (int)cli_int(c, "--ep", v, 1, 4096);

@@ -81,6 +81,12 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	if (cfg->tpf_layers)
 		snprintf(first, sizeof first, ", the first %d layers at tp %d", cfg->tpf_layers,
 			 cfg->tpf);
+	else if (cfg->mesh.size[MESH_CP] > 1)
+		snprintf(first, sizeof first, " (cp: %s)",
+			 cfg->cp_comm == PAR_CP_A2A          ? "Ulysses all-to-all"
+			 : cfg->cp_comm == PAR_CP_ALL_GATHER ? "K, V all-gathered"
+			 : cfg->cp_contiguous                ? "the ring, p2p, contiguous chunks"
+							     : "the ring, p2p");
 	printf("# pemu %s: %s, %zu parameters on %s%s, ZeRO stage %d%s%s, micro-batch %d, "
 	       "global batch %d, %d steps\n",
 	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, first,

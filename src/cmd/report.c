@@ -95,16 +95,23 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 
 	fprintf(f,
 		"\"config\":{\"model\":\"%s\",\"parameters\":%zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
-		"\"cp\":1,\"ep\":1,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_size\":"
+		"\"cp\":%d,\"ep\":1,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_"
+		"size\":"
 		"%d,\"steps\":%d,\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
 		"\"tp_overlap\":\"%s\",\"schedule\":\"%s\",\"bucket_size\":%" PRIu64
 		",\"cluster\":",
 		model_name(cfg), gpt_num_params(&cfg->model), size[MESH_DP], size[MESH_TP],
-		size[MESH_PP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
+		size[MESH_PP], size[MESH_CP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
 		prec_name(cfg->prec), recompute_names[cfg->recompute],
 		cfg->tp_overlap ? "oases" : "none",
 		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes);
 	report_cluster_json(f, ecfg);
+	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
+		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
+			cfg->cp_comm == PAR_CP_A2A          ? "a2a"
+			: cfg->cp_comm == PAR_CP_ALL_GATHER ? "all_gather"
+							    : "p2p",
+			cfg->cp_contiguous ? "contiguous" : "balanced");
 	if (cfg->tpf_layers) /* Oases's mixed degrees, only when used */
 		fprintf(f, ",\"tp_first\":{\"layers\":%d,\"tp\":%d}", cfg->tpf_layers, cfg->tpf);
 	fputc('}', f);
@@ -192,6 +199,17 @@ int64_t report_comm_ns(const struct emu_dev *d)
 	return t;
 }
 
+/* The strategies' names for their tagged traffic (enum par_traffic). */
+static const char *const traffic_names[PAR_NTRAFFIC] = {"other", "cp"};
+
+static const char *traffic_label(int tag, const char *op)
+{
+	static char buf[64];
+
+	snprintf(buf, sizeof buf, "%s %s", traffic_names[tag], op);
+	return buf;
+}
+
 void report_comm_table(FILE *f, struct emu_cluster *cl)
 {
 	struct emu_dev *d = emu_cluster_dev(cl, 0);
@@ -208,6 +226,17 @@ void report_comm_table(FILE *f, struct emu_cluster *cl)
 		fprintf(f, "#   %-15s %6" PRIu64 " calls %12s %12s\n", coll_names[k], st.calls, b,
 			t);
 	}
+	for (int tag = 1; tag < PAR_NTRAFFIC; tag++)
+		for (int k = 0; k < NCOLL; k++) {
+			struct coll_stats st;
+
+			if (coll_stats_tag_get(d, tag, coll_names[k], &st) || !st.calls)
+				continue;
+			units_fmt_bytes(b, sizeof b, st.bytes);
+			units_fmt_time(t, sizeof t, st.time_ns);
+			fprintf(f, "#     of which %-25s %6" PRIu64 " calls %12s %12s\n",
+				traffic_label(tag, coll_names[k]), st.calls, b, t);
+		}
 	units_fmt_bytes(b, sizeof b, coll_link_bytes(d, TOPO_LINK_INTRA));
 	units_fmt_bytes(t, sizeof t, coll_link_bytes(d, TOPO_LINK_INTER));
 	fprintf(f, "#   sent over links in a node %s, between nodes %s\n", b, t);
@@ -228,6 +257,26 @@ void report_comm_json(FILE *f, struct emu_cluster *cl)
 			first ? "" : ",", coll_names[k], st.calls, st.bytes,
 			(double)st.time_ns / 1e9);
 		first = 0;
+	}
+	fprintf(f, "},\"by_strategy\":{");
+	for (int tag = 1, any = 0; tag < PAR_NTRAFFIC; tag++) {
+		first = 1;
+		for (int k = 0; k < NCOLL; k++) {
+			struct coll_stats st;
+
+			if (coll_stats_tag_get(d, tag, coll_names[k], &st) || !st.calls)
+				continue;
+			if (first)
+				fprintf(f, "%s\"%s\":{", any++ ? "," : "", traffic_names[tag]);
+			fprintf(f,
+				"%s\"%s\":{\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64
+				",\"time_s\":%.9g}",
+				first ? "" : ",", coll_names[k], st.calls, st.bytes,
+				(double)st.time_ns / 1e9);
+			first = 0;
+		}
+		if (!first)
+			fputc('}', f);
 	}
 	fprintf(f,
 		"},\"by_link\":{\"intra\":%" PRIu64 ",\"inter\":%" PRIu64 ",\"dc\":%" PRIu64 "}}",

@@ -8,36 +8,40 @@
 #include "attention.h"
 #include "par/internal.h"
 
-static void heads_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la)
+static int heads_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la)
 {
 	(void)w;
 	attention_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), c->B, m->T, c->NHl, 0, c->NHl,
 		      m->cfg.hidden / m->cfg.heads);
+	return 0;
 }
 
-static void heads_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la)
+static int heads_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la)
 {
 	par_zero(&w->dqkv);
 	attention_bwd(&m->k, D(w->dqkv), D(w->att_scratch), D(w->datty), D(la->att), D(la->qkv),
 		      c->B, m->T, c->NHl, 0, c->NHl, m->cfg.hidden / m->cfg.heads);
+	return 0;
 }
 
-static void flash_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la)
+static int flash_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la)
 {
 	attention_flash_fwd(&m->k, D(la->atty), D(la->att), D(la->qkv), c->B, m->T, c->NHl, 0,
 			    c->NHl, m->cfg.hidden / m->cfg.heads, D(w->att_scratch));
+	return 0;
 }
 
-static void flash_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la)
+static int flash_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la)
 {
 	par_zero(&w->dqkv);
 	attention_flash_bwd(&m->k, D(w->dqkv), D(w->att_scratch), D(w->datty), D(la->atty),
 			    D(la->att), D(la->qkv), c->B, m->T, c->NHl, 0, c->NHl,
 			    m->cfg.hidden / m->cfg.heads);
+	return 0;
 }
 
 const struct par_attn par_attn_heads = {"attention", heads_fwd, heads_bwd, heads_fwd};

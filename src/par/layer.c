@@ -126,8 +126,7 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 			   C, C3);
 		return 0;
 	case PAR_ATTN:
-		pl->attn->fwd(m, c, w, la);
-		return 0;
+		return pl->attn->fwd(m, c, w, la);
 	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
@@ -181,8 +180,7 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		return par_weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
 				       PG(m, l, LP_PROJB), w->g, D(la->atty), BT, Cl, C);
 	case PAR_ATTN:
-		pl->attn->bwd(m, c, w, la);
-		return 0;
+		return pl->attn->bwd(m, c, w, la);
 	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
 		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
@@ -236,15 +234,21 @@ void par_stash_free(struct par_model *m, struct par_stash *st)
 
 void par_set_batch(struct par_model *m, struct par_acts *a, const int *tokens, const int *targets)
 {
-	int BT = m->B * m->T;
+	int BT = m->B * m->T, s = m->T * m->cp;
 
 	if (!kctx_math(&m->k))
 		return;
-	memcpy(a->tokens, tokens, (size_t)BT * sizeof *tokens);
-	memcpy(a->targets, targets, (size_t)BT * sizeof *targets);
-	for (int i = 0; i < BT; i++)
-		a->ltargets[i] =
-			targets[i] >= m->v0 && targets[i] < m->v0 + m->Vl ? targets[i] - m->v0 : -1;
+	for (int i = 0; i < BT; i++) { /* this rank's rows of each sequence (par/cp.h) */
+		int b = i / m->T, t = m->pos[i % m->T];
+
+		a->tokens[i] = tokens[b * s + t];
+		a->targets[i] = targets[b * s + t];
+	}
+	for (int i = 0; i < BT; i++) {
+		int t = a->targets[i];
+
+		a->ltargets[i] = t >= m->v0 && t < m->v0 + m->Vl ? t - m->v0 : -1;
+	}
 }
 
 float par_part_loss(const struct par_model *m, const struct par_acts *a, int head)

@@ -36,15 +36,15 @@ enum par_piece { PAR_PRE, PAR_QKV, PAR_ATTN, PAR_PROJ, PAR_MID, PAR_MLP, PAR_OUT
 
 /* An attention, on the layer's cut c: forward qkv -> atty (and what backward keeps),
  * backward datty -> dqkv, and what selective recomputation runs again (NULL: nothing to
- * run). */
+ * run). Each returns 0 or a negative enum emu_err (context parallelism's communicate). */
 struct par_attn {
 	const char *name;
-	void (*fwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		    struct gpt_layer_acts *la);
-	void (*bwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		    struct gpt_layer_acts *la);
-	void (*refwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la);
+	int (*fwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		   struct gpt_layer_acts *la);
+	int (*bwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		   struct gpt_layer_acts *la);
+	int (*refwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     struct gpt_layer_acts *la);
 };
 
 /* An MLP of layer l, on its cut c: forward la->ln2 -> w->tmp (partial sums before the region's

@@ -6,6 +6,7 @@
 
 #include "attention.h"
 #include "coll.h"
+#include "par/cp.h"
 #include "par/internal.h"
 #include "par/recompute.h"
 #include "par/tp.h"
@@ -118,7 +119,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 	if (m->part.last)
 		A(&w->dlogits, bt * v, "d logits");
 	A(&w->att_scratch,
-	  m->pc.flash ? 2 * (size_t)FLASH_ROWS * (size_t)m->T : (size_t)m->T * m->T,
+	  m->pc.flash ? 2 * (size_t)FLASH_ROWS * (size_t)(m->cp > 1 ? par_cp_keys(m) : m->T)
+		      : (size_t)m->T * m->T,
 	  "attention scratch");
 	if (m->tp > 1 && m->part.last) {
 		A(&w->ce_max, bt, "cross-entropy max");
@@ -128,6 +130,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 		A(&w->drouter, (size_t)m->cfg.num_experts * h, "d router");
 	if (!rc && m->cfg.num_experts > 0)
 		rc = moe_scratch_alloc(k, &w->moe_scratch, &m->moe);
+	if (!rc && m->cp > 1)
+		rc = par_cp_alloc_work(m, w);
 #undef A
 	return rc;
 }
@@ -287,7 +291,9 @@ static void make_plans(struct par_model *m)
 			&m->tpv[l < m->pc.tpf_layers ? PAR_TPV_FIRST : PAR_TPV_MODEL];
 
 		m->plan[l] = (struct par_plan){
-			m->pc.flash ? &par_attn_flash : &par_attn_heads,
+			m->cp > 1     ? par_cp_attn(m)
+			: m->pc.flash ? &par_attn_flash
+				      : &par_attn_heads,
 			gpt_layer_is_moe(&m->cfg, l) ? &par_mlp_moe : dense,
 			c->sp ? &par_region_sp : &par_region_tp,
 			c,
@@ -336,7 +342,10 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->g = g->tp;
 	m->B = B;
 	m->nsub = nsub;
-	m->T = c->seq_len;
+	m->cp = cfg->cp > 1 ? cfg->cp : 1;
+	m->cpr = m->cp > 1 ? g->cp_rank : 0;
+	m->cpg = m->cp > 1 ? g->cp : NULL;
+	m->T = c->seq_len / m->cp;
 	m->NHl = c->heads / tp;
 	m->Fl = c->ffn / tp;
 	m->Vl = c->vocab / tp;
@@ -350,6 +359,12 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->Ml = m->tpv[PAR_TPV_MODEL].Ml;
 	m->row0 = m->tpv[PAR_TPV_MODEL].row0;
 	m->moe = m->tpv[PAR_TPV_MODEL].moe;
+	m->pos = emu_xcalloc((size_t)m->T, sizeof *m->pos);
+	m->pos_rows = emu_xcalloc((size_t)m->Ml, sizeof *m->pos_rows);
+	for (int i = 0; i < m->T; i++)
+		m->pos[i] = par_cp_position(c->seq_len, m->cp, m->cpr, i, m->pc.cp_contiguous);
+	for (int i = 0; i < m->Ml; i++)
+		m->pos_rows[i] = m->pos[(m->row0 + i) % m->T];
 	m->layers = emu_xcalloc((size_t)c->num_layers + 1, 1);
 	for (int l = 0; l < c->num_layers; l++)
 		m->layers[l] = part ? part->layers[l] : PAR_PART_PRE | PAR_PART_POST;
@@ -369,6 +384,8 @@ void par_model_free(struct par_model *m)
 	if (par_acts_held(&m->own))
 		par_acts_free(m, &m->own);
 	free(m->layers);
+	free(m->pos);
+	free(m->pos_rows);
 	free(m->plan);
 	free(m->p);
 	free(m->order);

@@ -9,10 +9,10 @@
  * come from. Nothing is set before it or changed after it but the hooks, which the
  * strategy that owns the flat buffers (par/dp.c) installs.
  *
- * Per-rank shapes below: B the micro-batch, T the sequence, h the hidden size, f the MLP
- * width, V the vocabulary, a the heads, E the experts, t the tensor-parallel degree; Ml
- * the token rows this rank's residual stream holds (B T, or B T / t under sequence
- * parallelism). */
+ * Per-rank shapes below: B the micro-batch, T this rank's part of each sequence (s, or
+ * s / cp under context parallelism, par/cp.h), h the hidden size, f the MLP width, V the
+ * vocabulary, a the heads, E the experts, t the tensor-parallel degree; Ml the token rows
+ * this rank's residual stream holds (B T, or B T / t under sequence parallelism). */
 #ifndef PEMU_PAR_MODEL_H
 #define PEMU_PAR_MODEL_H
 
@@ -35,6 +35,14 @@ enum par_recompute {
  * collective hides behind the other's compute (par/overlap.c). */
 enum par_overlap { PAR_OVERLAP_NONE, PAR_OVERLAP_OASES };
 
+/* How context parallelism's attention meets the other ranks' keys and values
+ * (par/cp.h; Megatron-Core's --cp-comm-type): the ring, all-gather, Ulysses all-to-all. */
+enum par_cp_comm { PAR_CP_P2P, PAR_CP_ALL_GATHER, PAR_CP_A2A };
+
+/* Whose traffic a collective is, for the statistics (coll_set_tag): the strategies that
+ * communicate inside a layer's pieces tag their calls; the rest is untagged. */
+enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_NTRAFFIC };
+
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
 #define PAR_NSUB 2
 
@@ -45,8 +53,13 @@ struct par_cfg {
 	enum prec prec;               /* memory and traffic accounting */
 	int tp;                       /* t: the tensor-parallel degree */
 	int sp;                       /* sequence parallelism (only with t > 1) */
+	int cp;                       /* the context-parallel degree (par/cp.h) */
+	enum par_cp_comm cp_comm;     /* and how its attention communicates */
+	int cp_contiguous;            /* each rank one contiguous chunk (p2p only): the
+				       * unbalanced ring, for comparison */
 	int zero;                     /* ZeRO stage (>= 2: gradients sharded, 3: weights) */
-	int pad;                      /* the data-parallel degree: shards of the flat buffers */
+	int pad;                      /* the data-parallel degree (dp x cp): shards of the flat
+				       * buffers */
 	enum par_recompute recompute; /* what a layer keeps between forward and backward */
 	int flash;                    /* memory-efficient attention */
 	int mlp_chunks;               /* the dense MLP over this many chunks of rows (> 1) */
@@ -61,8 +74,11 @@ struct par_groups {
 	struct emu_dev *dev;
 	struct emu_group *tp; /* the tensor-parallel group (t members) */
 	int tp_rank;          /* this rank's place in it */
-	struct emu_group *dp; /* the data-parallel group (pad members; par/dp.h) */
+	struct emu_group *dp; /* the group gradients are reduced over (pad members; par/dp.h):
+			       * data parallelism's, times context parallelism's */
 	int dp_rank;          /* this rank's place in it */
+	struct emu_group *cp; /* the context-parallel group (cp members), or NULL if cp 1 */
+	int cp_rank;          /* this rank's place in it */
 	struct emu_group *pp; /* the pipeline group, or NULL (the norm sums over it) */
 	/* With mixed degrees (tpf_layers > 0): the tpf ranks of the tp group this rank
 	 * shares the first layers with, and the tp / tpf ranks that hold the same shard of
@@ -201,6 +217,8 @@ struct par_work {
 	struct tensor ce_max;        /* (B T), t > 1: vocab-parallel cross-entropy's max */
 	struct tensor ce_sums;       /* (B T, 2): its sums of exponentials, target logits */
 	struct tensor drouter;       /* (E, h): one micro-batch's router gradient */
+	struct tensor kv[2], dkv[2]; /* context parallelism's KV buffers, by comm type (par/cp.c) */
+	struct tensor bout, blse;    /* (B T, h/t), (B, a/t, T), the ring: a block's out, lse */
 	struct moe_scratch moe_scratch;
 	const float *sum;     /* forward: the rows the region's exit summed */
 	const float *g;       /* backward: the rows a row-parallel layer reads */
@@ -255,14 +273,19 @@ enum { PAR_QUIET_USE = 1, PAR_QUIET_READY = 2 };
 
 struct par_model {
 	struct gpt_config cfg;
-	struct par_cfg pc;   /* as given */
-	struct kctx k;       /* this rank's device, at pc.prec */
-	int tp, r;           /* t, and this rank's place in the group */
-	struct emu_group *g; /* the tensor-parallel group */
-	int B, T;            /* micro-batch (a sub-batch's under overlap), sequence */
-	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
-	int sp;              /* sequence parallelism: the residual stream split by token rows */
-	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T */
+	struct par_cfg pc;     /* as given */
+	struct kctx k;         /* this rank's device, at pc.prec */
+	int tp, r;             /* t, and this rank's place in the group */
+	struct emu_group *g;   /* the tensor-parallel group */
+	int B, T;              /* micro-batch (a sub-batch's under overlap), this rank's rows of
+				* each sequence */
+	int cp, cpr;           /* the context-parallel degree, this rank's place in cpg */
+	struct emu_group *cpg; /* the context-parallel group, or NULL */
+	int *pos;              /* [T]: the position of each of this rank's rows in its sequence */
+	int *pos_rows;         /* [Ml]: the positions of the residual stream's rows */
+	int NHl, Fl, Vl, v0;   /* local heads, ffn units, vocabulary rows, first row */
+	int sp;                /* sequence parallelism: the residual stream split by token rows */
+	int Ml, row0;          /* this rank's token rows: [row0, row0 + Ml) of B T */
 	struct par_tp tpv[PAR_NTPV]; /* the layers' cuts: the model's (the fields above), and
 				      * the first layers' under mixed degrees */
 	struct emu_group *merge;     /* mixed degrees: the ranks that hold my first layers' shard */

@@ -84,7 +84,8 @@ static int oases_refwd(struct par_model *m, struct par_work *w, struct par_acts 
 			      PW(m, l, LP_LN1B), c->Ml, C);
 	if ((rc = par_layer_fwd(m, w, a, l, PAR_QKV)))
 		return rc;
-	pl->attn->fwd(m, c, w, la);
+	if ((rc = pl->attn->fwd(m, c, w, la)))
+		return rc;
 	if (!c->sp)
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
 			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
@@ -106,9 +107,7 @@ int par_recompute_bwd(struct par_model *m, struct par_work *w, struct par_acts *
 		a->aux_loss = aux;
 		return rc;
 	case PAR_RECOMPUTE_SELECTIVE:
-		if (at->refwd)
-			at->refwd(m, m->plan[l].tp, w, par_la(a, l));
-		return 0;
+		return at->refwd ? at->refwd(m, m->plan[l].tp, w, par_la(a, l)) : 0;
 	case PAR_RECOMPUTE_OASES:
 		return oases_refwd(m, w, a, l);
 	default:

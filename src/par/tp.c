@@ -248,8 +248,13 @@ int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	const float *branch;
 	float *part;
 
-	if (m->tp == 1) {
+	if (m->tp == 1 && m->cp == 1) {
 		embedding_fwd(k, D(a->enc), a->tokens, m->p[0].w, m->p[1].w, B, T, C, 0);
+		return 0;
+	}
+	if (m->tp == 1) { /* context parallelism: this rank's positions */
+		embedding_range_fwd(k, D(a->enc), a->tokens, m->p[0].w, 0, m->Vl, B, T, C);
+		position_fwd(k, D(a->enc), m->p[1].w, m->Ml, m->pos_rows, C);
 		return 0;
 	}
 	/* (B T, h): the rows of this rank's vocabulary, zero elsewhere, summed by g */
@@ -257,7 +262,7 @@ int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	embedding_range_fwd(k, part, a->tokens, m->p[0].w, m->v0, m->v0 + m->Vl, B, T, C);
 	if ((rc = rg->exit(m, &m->tpv[PAR_TPV_MODEL], w, part, D(a->enc), (size_t)C, &branch)))
 		return rc;
-	position_fwd(k, D(a->enc), m->p[1].w, m->Ml, m->row0, T, C);
+	position_fwd(k, D(a->enc), m->p[1].w, m->Ml, m->pos_rows, C);
 	return 0;
 }
 
@@ -266,15 +271,20 @@ int par_tp_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, C = m->cfg.hidden, rc;
 
-	if (m->tp == 1) {
+	if (m->tp == 1 && m->cp == 1) {
 		embedding_bwd(k, m->p[0].g, m->p[1].g, D(w->dres), a->tokens, B, T, C, 0);
+		return 0;
+	}
+	if (m->tp == 1) {
+		embedding_range_bwd(k, m->p[0].g, D(w->dres), a->tokens, 0, m->Vl, B, T, C);
+		position_bwd(k, m->p[1].g, D(w->dres), m->Ml, m->pos_rows, C);
 		return 0;
 	}
 	/* every token's gradient reaches the rank that holds its vocabulary row */
 	if ((rc = m->ends->rows(m, &m->tpv[PAR_TPV_MODEL], w)))
 		return rc;
 	embedding_range_bwd(k, m->p[0].g, w->g, a->tokens, m->v0, m->v0 + m->Vl, B, T, C);
-	position_bwd(k, m->p[1].g, D(w->dres), m->Ml, m->row0, T, C);
+	position_bwd(k, m->p[1].g, D(w->dres), m->Ml, m->pos_rows, C);
 	return 0;
 }
 

@@ -33,7 +33,7 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 		     struct emu_dev *d, const int *dev, int local, int accum,
 		     const struct pipe_io *io)
 {
-	size_t bt = (size_t)m->nsub * m->B * m->T, chunks = (size_t)local * (size_t)sc->v;
+	size_t bt = (size_t)m->nsub * m->B * m->cfg.seq_len, chunks = (size_t)local * (size_t)sc->v;
 	size_t msgs = chunks * (size_t)m->nsub;
 	int helix = sc->kind == SCHED_HELIX;
 

@@ -79,6 +79,8 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n)
 		cfg->opt.decay_steps = cfg->steps;
 	if (cfg->log_every < 0)
 		cfg->log_every = cfg->steps > 30 ? cfg->steps / 30 : 1;
+	if (cfg->mesh.size[MESH_CP] > 1)
+		cfg->flash = 1;
 	return run_check(cfg, ndev, err, n);
 }
 
@@ -103,16 +105,17 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 	int dp = size[MESH_DP], tp = size[MESH_TP], pp = size[MESH_PP];
 	int cp = size[MESH_CP], ep = size[MESH_EP], L = cfg->model.num_layers;
 
-	if (cp > 1 || ep > 1) {
+	if (ep > 1) {
 		snprintf(err, n,
-			 "--%s %d: %s parallelism is not in this build yet (dp, ZeRO, tp, sp and "
-			 "pp are)",
-			 cp > 1 ? "cp" : "ep", cp > 1 ? cp : ep, cp > 1 ? "context" : "expert");
+			 "--ep %d: expert parallelism is not in this build yet (dp, ZeRO, tp, sp, "
+			 "cp and pp are)",
+			 ep);
 		return -1;
 	}
-	if ((long long)dp * tp * pp > RUN_CFG_MAX_DEVICES) {
-		snprintf(err, n, "--dp %d x --tp %d x --pp %d is more devices than pemu runs", dp,
-			 tp, pp);
+	if ((long long)dp * tp * pp * cp > RUN_CFG_MAX_DEVICES) {
+		snprintf(err, n,
+			 "--dp %d x --tp %d x --pp %d x --cp %d is more devices than pemu runs", dp,
+			 tp, pp, cp);
 		return -1;
 	}
 	if (pp == 1 && (cfg->vpp > 1 || cfg->vpp_layers)) {
@@ -175,6 +178,71 @@ static int check_pipeline(const struct run_cfg *cfg, char *err, size_t n)
 	rc = sched_check(&sc, err, n);
 	sched_free(&sc);
 	return rc ? -1 : 0;
+}
+
+/* The rules of context parallelism (par/cp.h): each sequence in 2 cp chunks, and what
+ * this build combines it with. */
+static int check_cp(const struct run_cfg *cfg, char *err, size_t n)
+{
+	const struct gpt_config *m = &cfg->model;
+	int cp = cfg->mesh.size[MESH_CP], tp = cfg->mesh.size[MESH_TP];
+	static const char *const kind[] = {"p2p", "all_gather", "a2a"};
+
+	if (m->seq_len % (cfg->cp_contiguous ? cp : 2 * cp)) {
+		if (cfg->cp_contiguous)
+			snprintf(
+				err, n,
+				"--cp %d --cp-layout contiguous cuts each sequence into %d chunks: "
+				"--seq-length %d does not split so",
+				cp, cp, m->seq_len);
+		else
+			snprintf(err, n,
+				 "--cp %d cuts each sequence into 2 x %d chunks (Megatron's load "
+				 "balance of causal attention): --seq-length %d does not split so",
+				 cp, cp, m->seq_len);
+		return -1;
+	}
+	if (cfg->cp_comm == PAR_CP_A2A && m->heads / tp % cp) {
+		snprintf(err, n,
+			 "--cp-comm-type a2a (Ulysses) gives each of the %d context-parallel ranks "
+			 "a share of the %d heads a tensor-parallel rank holds: %d does not divide "
+			 "%d",
+			 cp, m->heads / tp, cp, m->heads / tp);
+		return -1;
+	}
+	if (cfg->cp_contiguous && cfg->cp_comm != PAR_CP_P2P) {
+		snprintf(err, n,
+			 "--cp-layout contiguous is the ring's (--cp-comm-type p2p): %s puts the "
+			 "keys in position order whatever the layout",
+			 kind[cfg->cp_comm]);
+		return -1;
+	}
+	if (!cfg->flash) {
+		snprintf(err, n,
+			 "--cp %d runs the memory-efficient attention (--use-flash-attn), as "
+			 "Megatron-Core's context parallelism runs TransformerEngine's fused one",
+			 cp);
+		return -1;
+	}
+	if (m->num_experts > 0) {
+		snprintf(err, n,
+			 "--cp %d with --num-experts %d: the router's capacity and load-balancing "
+			 "loss are the whole sequence's, which context parallelism cuts (not in "
+			 "this build yet)",
+			 cp, m->num_experts);
+		return -1;
+	}
+	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
+	    cfg->recompute == PAR_RECOMPUTE_OASES) {
+		snprintf(err, n, "--cp %d (%s) with %s: not combined in this build", cp,
+			 kind[cfg->cp_comm],
+			 cfg->schedule == SCHED_HELIX ? "--schedule helix"
+			 : cfg->tp_overlap            ? "--tp-overlap oases"
+			 : cfg->tpf_layers            ? "--tp-first"
+						      : "--recompute oases");
+		return -1;
+	}
+	return 0;
 }
 
 /* The rules of Oases's overlap (par/overlap.h): two sub-batches of a micro-batch, each
@@ -280,7 +348,7 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 {
 	const struct mesh *m = &cfg->mesh;
 	int dp = m->size[MESH_DP], tp = m->size[MESH_TP], pp = m->size[MESH_PP];
-	int tokens = cfg->mbs * cfg->model.seq_len;
+	int tokens = cfg->mbs * (cfg->model.seq_len / m->size[MESH_CP]);
 
 	if (gpt_config_check(&cfg->model, err, n))
 		return -1;
@@ -306,6 +374,8 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 	}
 	if (par_tp_check(&cfg->model, tp, err, n))
 		return -1;
+	if (m->size[MESH_CP] > 1 && check_cp(cfg, err, n))
+		return -1;
 	if (cfg->mlp_chunks > 1 && pp > 1 &&
 	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {
 		snprintf(err, n,
@@ -328,8 +398,8 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 	if (cfg->sp && tokens % tp) {
 		snprintf(err, n,
 			 "--sequence-parallel: --tp %d does not divide the %d tokens of a "
-			 "micro-batch",
-			 tp, tokens);
+			 "micro-batch%s",
+			 tp, tokens, m->size[MESH_CP] > 1 ? " a context-parallel rank holds" : "");
 		return -1;
 	}
 	if (cfg->tp_overlap && check_overlap(cfg, err, n))

@@ -34,7 +34,9 @@ struct run_cfg {
 	enum prec prec;
 	int prec_set; /* prec was chosen; else run_cfg_finish takes bf16 in dry-run, else fp32 */
 	struct optim_cfg opt;
-	struct mesh mesh;             /* tp, dp and pp (cp and ep only 1 in this build) */
+	struct mesh mesh;             /* tp, cp, dp and pp (ep only 1 in this build) */
+	enum par_cp_comm cp_comm;     /* context parallelism's attention (par/cp.h) */
+	int cp_contiguous;            /* --cp-layout contiguous: the unbalanced ring */
 	int zero;                     /* ZeRO stage: 0 to 3 */
 	int sp;                       /* sequence parallelism (with tp > 1) */
 	enum sched_kind schedule;     /* the pipeline schedule (pp > 1) */
@@ -46,7 +48,8 @@ struct run_cfg {
 	enum par_recompute recompute; /* activation recomputation */
 	enum par_overlap tp_overlap;  /* the tensor-parallel collectives' order (par/overlap.h) */
 	int tpf_layers, tpf;          /* --tp-first K:T: the first K layers cut T ways, 0 if not */
-	int flash;                    /* memory-efficient attention (no stored scores) */
+	int flash;                    /* memory-efficient attention (no stored scores); cp > 1
+				       * needs it, and run_cfg_finish sets it then */
 	int mlp_chunks;               /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets */
 	const struct data *data;      /* NULL in dry-run */
@@ -69,14 +72,15 @@ void run_cfg_init(struct run_cfg *cfg);
  * pp of them with a pipeline); the schedule (interleaved when vpp > 1 or vpp_layers is
  * given, else 1f1b); vpp (from vpp_layers when the layers split so, else 2 for an
  * interleaved pipeline, else 1); steps (300, or 3 in dry-run); prec (bf16 in dry-run,
- * else fp32); opt.min_lr (lr / 10); opt.decay_steps (steps); log_every (about 30 lines).
+ * else fp32); opt.min_lr (lr / 10); opt.decay_steps (steps); log_every (about 30 lines);
+ * flash with cp > 1 (context parallelism runs the memory-efficient attention).
  * Dry-run is data == NULL; only whether data is NULL is read, so the corpus may be loaded
  * later. Then returns run_check(cfg, ndev, err, n). Call it once: it pads model.vocab. */
 int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
 
 /* The ONE checker: why cfg cannot run on ndev devices, as one line in err (the options
  * named as pemu's command line spells them), and -1; or 0. Checks the model's sizes, the
- * batches, the mesh (and that only tp, dp and pp are in this build), the virtual
+ * batches, the mesh (and that ep is not in this build), the virtual
  * pipeline, the schedule, the vocabulary the byte data needs, the strategies'
  * divisibility, and proves the pipeline schedule (sched_check) before anything runs.
  * Rules are tried in a fixed order; the first broken one is reported. */

@@ -107,8 +107,11 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.prec = cfg->prec,
 				.tp = cfg->mesh.size[MESH_TP],
 				.sp = cfg->sp,
+				.cp = cfg->mesh.size[MESH_CP],
+				.cp_comm = cfg->cp_comm,
+				.cp_contiguous = cfg->cp_contiguous,
 				.zero = cfg->zero,
-				.pad = cfg->mesh.size[MESH_DP],
+				.pad = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
 				.recompute = cfg->recompute,
 				.flash = cfg->flash,
 				.mlp_chunks = cfg->mlp_chunks,
@@ -143,10 +146,12 @@ static int par_device(struct emu_dev *d, void *arg)
 	struct run_out *o = j->o;
 	const struct mesh *me = &cfg->mesh;
 	int id = emu_dev_id(d), tp = me->size[MESH_TP], dp = me->size[MESH_DP];
-	int pp = me->size[MESH_PP], L = cfg->model.num_layers;
-	int ppr = mesh_coord(me, id, MESH_PP), accum = cfg->gbs / cfg->mbs, rc;
+	int pp = me->size[MESH_PP], cp = me->size[MESH_CP], L = cfg->model.num_layers;
+	int ppr = mesh_coord(me, id, MESH_PP), cpr = mesh_coord(me, id, MESH_CP);
+	int accum = cfg->gbs / cfg->mbs, rc;
 	int *tp_devs = emu_xcalloc((size_t)tp, sizeof *tp_devs);
-	int *dp_devs = emu_xcalloc((size_t)dp, sizeof *dp_devs);
+	int *cp_devs = emu_xcalloc((size_t)cp, sizeof *cp_devs);
+	int *dp_devs = emu_xcalloc((size_t)dp * cp, sizeof *dp_devs);
 	int *pp_devs = emu_xcalloc((size_t)pp, sizeof *pp_devs);
 	int *tok = emu_xcalloc((size_t)cfg->mbs * cfg->model.seq_len, sizeof *tok);
 	int *tgt = emu_xcalloc((size_t)cfg->mbs * cfg->model.seq_len, sizeof *tgt);
@@ -157,7 +162,7 @@ static int par_device(struct emu_dev *d, void *arg)
 	const struct pipe_io io = {rank_batch, rank_forwarded, &rk};
 	const struct par_cfg pc = par_cfg_of(cfg);
 	const struct par_source src = {cfg->seed};
-	struct emu_group *gt, *gd, *gp = NULL, *emb = NULL;
+	struct emu_group *gt, *gd, *gc = NULL, *gp = NULL, *emb = NULL;
 	struct par_part part;
 	struct pipe_stage ps = {0};
 	struct par_groups groups;
@@ -167,9 +172,11 @@ static int par_device(struct emu_dev *d, void *arg)
 	memset(&m, 0, sizeof m);
 	memset(&s, 0, sizeof s);
 	mesh_group(me, id, MESH_TP, tp_devs);
-	mesh_group(me, id, MESH_DP, dp_devs);
+	mesh_group(me, id, MESH_CP, cp_devs);
+	mesh_group2(me, id, MESH_CP, MESH_DP, dp_devs); /* gradients: over dp x cp */
 	mesh_group(me, id, MESH_PP, pp_devs);
-	if (!(gt = emu_group_get(d, tp_devs, tp)) || !(gd = emu_group_get(d, dp_devs, dp))) {
+	if (!(gt = emu_group_get(d, tp_devs, tp)) || !(gd = emu_group_get(d, dp_devs, dp * cp)) ||
+	    (cp > 1 && !(gc = emu_group_get(d, cp_devs, cp)))) {
 		rc = EMU_EINVAL;
 		goto out;
 	}
@@ -185,7 +192,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			goto out;
 		}
 	}
-	groups = (struct par_groups){d, gt, rk.tpr, gd, rk.dpr, gp, NULL, NULL};
+	groups = (struct par_groups){d, gt, rk.tpr, gd, rk.dpr * cp + cpr, gc, cpr, gp, NULL, NULL};
 	if (cfg->tpf_layers && (rc = first_groups(d, cfg, tp_devs, rk.tpr, &groups)))
 		goto out;
 	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))
@@ -194,7 +201,7 @@ static int par_device(struct emu_dev *d, void *arg)
 	if ((rc = par_dp_init(&s, &m, &groups)))
 		goto out;
 	if (pp > 1)
-		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum, &io);
+		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum * cp, &io);
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0, norm;
@@ -218,10 +225,11 @@ static int par_device(struct emu_dev *d, void *arg)
 			if ((rc = par_forward(&m, tok, tgt, &l)))
 				goto out;
 			rank_forwarded(&rk, g, &m.own);
-			if ((rc = par_backward(&m, 1.0f / accum)) ||
+			/* each context-parallel rank's loss is over its part of the tokens */
+			if ((rc = par_backward(&m, 1.0f / ((float)accum * cp))) ||
 			    (rc = par_dp_after_backward(&s)))
 				goto out;
-			loss += (double)l / accum;
+			loss += (double)l / ((double)accum * cp);
 		}
 		if (cfg->stop_diverged && !isfinite(loss)) {
 			rc = emu_dev_fail(
@@ -238,7 +246,8 @@ static int par_device(struct emu_dev *d, void *arg)
 		if ((rc = par_dp_step(&s, &cfg->opt, step + 1, &norm)))
 			goto out;
 		if (rk.tpr == 0)
-			o->loss_part[(ppr * dp + rk.dpr) * cfg->steps + step] = (float)loss;
+			o->loss_part[((ppr * dp + rk.dpr) * cp + cpr) * cfg->steps + step] =
+				(float)loss;
 		if (id == 0) {
 			o->step_ns[step] = emu_now(d) - t0;
 			o->compute_ns[step] = emu_compute_ns(d) - c0;
@@ -252,7 +261,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			if (id == 0) {
 				double total = 0;
 
-				for (int r2 = 0; r2 < dp * pp; r2++)
+				for (int r2 = 0; r2 < dp * pp * cp; r2++)
 					total += o->loss_part[r2 * cfg->steps + step];
 				progress(cfg, o, d, step, total, emu_wall_ns() - w0);
 			}
@@ -269,6 +278,7 @@ out:
 	free(tok);
 	free(tgt);
 	free(tp_devs);
+	free(cp_devs);
 	free(dp_devs);
 	free(pp_devs);
 	return rc;

@@ -52,6 +52,16 @@ void mesh_group(const struct mesh *m, int rank, enum mesh_dim dim, int *out)
 		out[i] = base + i * stride(m, dim);
 }
 
+void mesh_group2(const struct mesh *m, int rank, enum mesh_dim a, enum mesh_dim b, int *out)
+{
+	int base = rank - mesh_coord(m, rank, a) * stride(m, a) -
+		   mesh_coord(m, rank, b) * stride(m, b);
+
+	for (int j = 0; j < m->size[b]; j++)
+		for (int i = 0; i < m->size[a]; i++)
+			out[j * m->size[a] + i] = base + i * stride(m, a) + j * stride(m, b);
+}
+
 const char *mesh_dim_name(enum mesh_dim dim)
 {
 	static const char *const names[MESH_NDIM] = {"tp", "cp", "ep", "dp", "pp"};

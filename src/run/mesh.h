@@ -28,6 +28,10 @@ int mesh_rank(const struct mesh *m, const int *c);
  * order of that coordinate, into out[size[dim]]. */
 void mesh_group(const struct mesh *m, int rank, enum mesh_dim dim, int *out);
 
+/* The ranks of rank's group along dims a and b together (those that differ from it in
+ * a, b or both: size[a] x size[b] of them), a varying fastest, into out. */
+void mesh_group2(const struct mesh *m, int rank, enum mesh_dim a, enum mesh_dim b, int *out);
+
 const char *mesh_dim_name(enum mesh_dim dim);
 
 /* One line describing m: "dp 2 x tp 4 = 8 devices". */

@@ -218,7 +218,7 @@ static int probe_device(struct emu_dev *d, void *arg)
 			     .overlap = PAR_OVERLAP_OASES,
 			     .bucket_bytes = cfg->bucket_bytes};
 	const struct par_source src = {cfg->seed};
-	struct par_groups g = {d, NULL, id, NULL, 0, NULL, NULL, NULL};
+	struct par_groups g = {.dev = d, .tp_rank = id};
 	struct oases_block mine[2] = {{0}};
 	double elems[2] = {0};
 	struct par_model m;

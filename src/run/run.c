@@ -18,7 +18,8 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 	o->np = np;
 	o->loss = emu_xcalloc((size_t)cfg->steps, sizeof *o->loss);
 	o->loss_part =
-		emu_xcalloc((size_t)cfg->steps * (size_t)dp * (size_t)cfg->mesh.size[MESH_PP],
+		emu_xcalloc((size_t)cfg->steps * (size_t)dp * (size_t)cfg->mesh.size[MESH_PP] *
+				    (size_t)cfg->mesh.size[MESH_CP],
 			    sizeof *o->loss_part);
 	o->step_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->step_ns);
 	o->compute_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->compute_ns);
@@ -95,7 +96,9 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)
 	for (int s = 0; s < cfg->steps; s++) {
 		double l = 0;
 
-		for (int r = 0; r < cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_PP]; r++)
+		for (int r = 0; r < cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_PP] *
+					    cfg->mesh.size[MESH_CP];
+		     r++)
 			l += o->loss_part[r * cfg->steps + s];
 		o->loss[s] = (float)l;
 	}
