@@ -112,6 +112,7 @@ bench: $(BUILD)/pemu $(BENCHES)
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/scale $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/oases $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/long_context $(BUILD)/bench/out
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/moe $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 16 --nodes 2 -b 1K -e 256M -f 4 \
 	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_2nodes.csv
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 8 -b 1K -e 256M -f 4 \
@@ -123,7 +124,8 @@ plots: deps bench
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/pipeline.gp
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/oases.gp
 	gnuplot -e "dir='$(BUILD)/bench/out'" plots/long_context.gp
-	@echo "wrote coll_busbw.png, bubbles.png, pipeline.png, pipeline_memory.png, oases.png and long_context.png in $(BUILD)/bench/out"
+	gnuplot -e "dir='$(BUILD)/bench/out'" plots/moe.gp
+	@echo "wrote coll_busbw.png, bubbles.png, pipeline.png, pipeline_memory.png, oases.png, long_context.png and moe.png in $(BUILD)/bench/out"
 
 # $(call install-debs,CHECK,PACKAGES,WHAT): unless the shell command CHECK succeeds,
 # installs those of the Debian PACKAGES that dpkg says are missing (as root, or through

@@ -632,7 +632,16 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	d->stats.tagged[r->tag][a->kind].ops++;
 	d->stats.tagged[r->tag][a->kind].bytes += op->bytes;
 	d->stats.tagged[r->tag][a->kind].time_ns += op->t_end - op->t_start;
-	count_link_bytes(d, op, r->member);
+	{
+		uint64_t before = 0, after = 0;
+
+		for (int c = 0; c < TOPO_LINK_NCLASS; c++)
+			before += d->stats.link_bytes[c];
+		count_link_bytes(d, op, r->member);
+		for (int c = 0; c < TOPO_LINK_NCLASS; c++)
+			after += d->stats.link_bytes[c];
+		d->stats.tagged_link[r->tag] += after - before;
+	}
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = op->t_start,
 				      .t1 = op->t_end,
@@ -719,8 +728,10 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	d->stats.tagged[r->tag][OP_SEND].ops++;
 	d->stats.tagged[r->tag][OP_SEND].bytes += S;
 	d->stats.tagged[r->tag][OP_SEND].time_ns += r->eager_end - t0;
-	if (op->ch->n > 1)
+	if (op->ch->n > 1) {
 		d->stats.link_bytes[op->ch->link] += S;
+		d->stats.tagged_link[r->tag] += S;
+	}
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = t0,
 				      .t1 = r->eager_end,
@@ -1041,6 +1052,12 @@ int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
 		}
 	}
 	return -1;
+}
+
+uint64_t coll_link_bytes_tag(const struct emu_dev *d, int tag)
+{
+	EMU_ASSERT(tag >= 0 && tag < COLL_NTAGS);
+	return d->stats.tagged_link[tag];
 }
 
 uint64_t coll_link_bytes(const struct emu_dev *d, int link_class)

@@ -141,5 +141,7 @@ uint64_t coll_link_bytes(const struct emu_dev *d, int link_class);
 int coll_set_tag(struct emu_dev *d, int tag);
 int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
 		       struct coll_stats *out);
+/* The bytes d put on links (every class) in calls posted under tag. */
+uint64_t coll_link_bytes_tag(const struct emu_dev *d, int tag);
 
 #endif

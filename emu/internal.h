@@ -131,6 +131,7 @@ struct dev_stats {
 		uint64_t ops, bytes;
 		int64_t time_ns;
 	} tagged[COLL_NTAGS][OP_NKIND];
+	uint64_t tagged_link[COLL_NTAGS]; /* bytes on links (every class) by traffic tag */
 };
 
 struct mem_state {

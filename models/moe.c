@@ -51,6 +51,7 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 	a->choice = emu_xcalloc((size_t)s->M * s->k, sizeof *a->choice);
 	a->slot = emu_xcalloc((size_t)s->M * s->k, sizeof *a->slot);
 	a->frac = emu_xcalloc((size_t)s->E, sizeof *a->frac);
+	a->rows = emu_xcalloc(2 * (size_t)s->E, sizeof *a->rows);
 	return 0;
 }
 
@@ -60,7 +61,8 @@ void moe_acts_free(struct moe_acts *a)
 	free(a->choice);
 	free(a->slot);
 	free(a->frac);
-	a->slot_token = a->choice = a->slot = NULL;
+	free(a->rows);
+	a->slot_token = a->choice = a->slot = a->rows = NULL;
 	a->frac = NULL;
 }
 
@@ -87,10 +89,11 @@ void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const 
 	linear_fwd(k, y, h, w2, b2, 1, n, F, C);
 }
 
-/* Top-k, capacity and dispatch on the router's probabilities (execute mode only). */
-static void route(const struct moe_shape *s, struct moe_acts *a, const float *x)
+/* Top-k and capacity on the router's probabilities (execute mode only): each token's
+ * choices, the slot each got (or -1), the slots' tokens and f_e. */
+static void assign(const struct moe_shape *s, struct moe_acts *a)
 {
-	int M = s->M, E = s->E, K = s->k, C = s->C, cap = s->cap;
+	int M = s->M, E = s->E, K = s->k, cap = s->cap;
 	int *fill = emu_xcalloc((size_t)E, sizeof *fill);
 
 	for (int t = 0; t < M; t++) {
@@ -113,7 +116,6 @@ static void route(const struct moe_shape *s, struct moe_acts *a, const float *x)
 		a->frac[a->choice[i]] += 1.0 / ((double)M * K);
 	for (int i = 0; i < E * cap; i++)
 		a->slot_token[i] = -1;
-	memset(a->x.data, 0, a->x.n * sizeof *a->x.data);
 	/* First choices in token order, then second choices. */
 	for (int j = 0; j < K; j++)
 		for (int t = 0; t < M; t++) {
@@ -124,10 +126,171 @@ static void route(const struct moe_shape *s, struct moe_acts *a, const float *x)
 				continue;
 			fill[e]++;
 			a->slot_token[slot] = t;
-			memcpy(a->x.data + (size_t)slot * C, x + (size_t)t * C,
-			       (size_t)C * sizeof *x);
 		}
 	free(fill);
+}
+
+/* The kept choices' rows of x into their slots of a->x (E, cap, C), zero-padded. */
+static void dispatch(const struct moe_shape *s, struct moe_acts *a, const float *x)
+{
+	int C = s->C;
+
+	memset(a->x.data, 0, a->x.n * sizeof *a->x.data);
+	for (int i = 0; i < s->E * s->cap; i++)
+		if (a->slot_token[i] >= 0)
+			memcpy(a->x.data + (size_t)i * C, x + (size_t)a->slot_token[i] * C,
+			       (size_t)C * sizeof *x);
+}
+
+void moe_route(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
+	       const float *wr)
+{
+	int M = s->M, E = s->E;
+
+	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, s->C, E);
+	softmax_fwd(k, a->probs.data, a->probs.data, M, E);
+	emu_compute(k->d, "moe.route", (double)M * E * s->k, (double)M * E * k->ab);
+	if (kctx_math(k))
+		assign(s, a);
+}
+
+float moe_aux(const struct moe_shape *s, const struct moe_acts *a)
+{
+	double aux = 0;
+
+	if (!a->probs.data)
+		return 0;
+	for (int e = 0; e < s->E; e++) {
+		double pe = 0;
+
+		for (int t = 0; t < s->M; t++)
+			pe += a->probs.data[(size_t)t * s->E + e];
+		aux += a->frac[e] * pe / s->M;
+	}
+	return (float)(s->aux_coeff * s->E * aux);
+}
+
+int moe_uniform_rows(const struct moe_shape *s)
+{
+	int u = (int)((long long)s->M * s->k / s->E);
+
+	return u < s->cap ? u : s->cap;
+}
+
+/* The row of choice i in moe_permute's order (off[e]: the first row of expert e), or
+ * -1 if it was dropped. */
+static int permuted_row(const struct moe_shape *s, const struct moe_acts *a, const int *off, int i)
+{
+	int slot = a->slot[i], e = a->choice[i];
+
+	return slot < 0 ? -1 : off[e] + slot - e * s->cap;
+}
+
+/* off[E + 1]: the first row of each expert in moe_permute's order, from cnt. */
+static void offsets(const struct moe_shape *s, const int *cnt, int *off)
+{
+	off[0] = 0;
+	for (int e = 0; e < s->E; e++)
+		off[e + 1] = off[e] + cnt[e];
+}
+
+int moe_permute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		float *xp, const float *x, int *cnt)
+{
+	int n = 0, C = s->C;
+
+	for (int e = 0; e < s->E; e++) { /* the slots fill from the first: count them */
+		int c = 0;
+
+		if (kctx_math(k))
+			while (c < s->cap && a->slot_token[e * s->cap + c] >= 0)
+				c++;
+		else
+			c = moe_uniform_rows(s);
+		cnt[e] = c;
+		n += c;
+	}
+	emu_compute(k->d, "moe.permute", 0, 2.0 * n * C * k->ab);
+	if (!kctx_math(k))
+		return n;
+	for (int e = 0, r = 0; e < s->E; e++)
+		for (int c = 0; c < cnt[e]; c++, r++)
+			memcpy(xp + (size_t)r * C, x + (size_t)a->slot_token[e * s->cap + c] * C,
+			       (size_t)C * sizeof *x);
+	return n;
+}
+
+void moe_unpermute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		   float *out, const float *yp, const int *cnt)
+{
+	int M = s->M, K = s->k, C = s->C, E = s->E;
+	int *off = emu_xcalloc((size_t)E + 1, sizeof *off);
+
+	emu_compute(k->d, "moe.unpermute", 2.0 * M * K * C,
+		    ((double)M * K * C + (double)M * C) * k->ab);
+	if (kctx_math(k)) {
+		offsets(s, cnt, off);
+		memset(out, 0, (size_t)M * C * sizeof *out);
+		for (int t = 0; t < M; t++)
+			for (int j = 0; j < K; j++) {
+				int row = permuted_row(s, a, off, t * K + j);
+				float g = a->probs.data[(size_t)t * E + a->choice[t * K + j]];
+
+				if (row < 0)
+					continue;
+				for (int c = 0; c < C; c++)
+					out[(size_t)t * C + c] += g * yp[(size_t)row * C + c];
+			}
+	}
+	free(off);
+}
+
+void moe_unpermute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		       float *dyp, float *dprobs, const float *dout, const float *yp,
+		       const int *cnt)
+{
+	int M = s->M, K = s->k, C = s->C, E = s->E;
+	int *off = emu_xcalloc((size_t)E + 1, sizeof *off);
+
+	emu_compute(k->d, "moe.unpermute.bwd", 4.0 * M * K * C, 4.0 * M * K * C * k->ab);
+	if (kctx_math(k)) {
+		offsets(s, cnt, off);
+		for (int t = 0; t < M; t++)
+			for (int j = 0; j < K; j++) {
+				int e = a->choice[t * K + j],
+				    row = permuted_row(s, a, off, t * K + j);
+				float g = a->probs.data[(size_t)t * E + e], dot = 0;
+				const float *d = dout + (size_t)t * C, *y = yp + (size_t)row * C;
+
+				if (row < 0)
+					continue;
+				for (int c = 0; c < C; c++) {
+					dyp[(size_t)row * C + c] = g * d[c];
+					dot += d[c] * y[c];
+				}
+				dprobs[(size_t)t * E + e] += dot;
+			}
+	}
+	free(off);
+}
+
+void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		     float *dx, const float *dxp, const int *cnt)
+{
+	int n = 0, C = s->C;
+
+	for (int e = 0; e < s->E; e++)
+		n += cnt[e];
+	emu_compute(k->d, "moe.permute.bwd", (double)n * C, 3.0 * n * C * k->ab);
+	if (!kctx_math(k))
+		return;
+	for (int e = 0, r = 0; e < s->E; e++)
+		for (int c = 0; c < cnt[e]; c++, r++) {
+			float *d = dx + (size_t)a->slot_token[e * s->cap + c] * C;
+
+			for (int i = 0; i < C; i++)
+				d[i] += dxp[(size_t)r * C + i];
+		}
 }
 
 float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, float *out,
@@ -136,14 +299,15 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 {
 	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap;
 	size_t slots = (size_t)E * cap;
-	double aux = 0;
 
 	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, C, E);
 	softmax_fwd(k, a->probs.data, a->probs.data, M, E);
 	emu_compute(k->d, "moe.route", (double)M * E * K,
 		    ((double)M * E + (double)slots * C + (double)M * K * C) * k->ab);
-	if (kctx_math(k))
-		route(s, a, x);
+	if (kctx_math(k)) {
+		assign(s, a);
+		dispatch(s, a, x);
+	}
 	for (int e = 0; e < E; e++)
 		moe_expert_fwd(k, off(a->y.data, (size_t)e * cap * C),
 			       off(a->pre.data, (size_t)e * cap * F),
@@ -169,14 +333,7 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 			for (int c = 0; c < C; c++)
 				out[(size_t)t * C + c] += g * y[c];
 		}
-	for (int e = 0; e < E; e++) {
-		double pe = 0;
-
-		for (int t = 0; t < M; t++)
-			pe += a->probs.data[(size_t)t * E + e];
-		aux += a->frac[e] * pe / M;
-	}
-	a->aux = (float)(s->aux_coeff * E * aux);
+	a->aux = moe_aux(s, a);
 	return a->aux;
 }
 
@@ -215,21 +372,12 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 			}
 		}
 		/* the expert's MLP backward on its cap rows */
-		if (math) {
-			memset(sc->dh.data, 0, sc->dh.n * sizeof *sc->dh.data);
-			memset(sc->dpre.data, 0, sc->dpre.n * sizeof *sc->dpre.data);
-			memset(sc->dx.data, 0, sc->dx.n * sizeof *sc->dx.data);
-		}
-		linear_bwd_input(k, sc->dh.data, sc->dy.data, coff(w2, (size_t)e * C * F), cap, F,
-				 C);
-		linear_bwd_weight(k, off(dw2, (size_t)e * C * F), off(db2, (size_t)e * C), 1,
-				  sc->dy.data, off(a->h.data, base * F), cap, F, C);
-		gelu_bwd(k, sc->dpre.data, off(a->pre.data, base * F), sc->dh.data,
-			 (size_t)cap * F);
-		linear_bwd_input(k, sc->dx.data, sc->dpre.data, coff(w1, (size_t)e * F * C), cap, C,
-				 F);
-		linear_bwd_weight(k, off(dw1, (size_t)e * F * C), off(db1, (size_t)e * F), 1,
-				  sc->dpre.data, off(a->x.data, base * C), cap, C, F);
+		moe_expert_bwd(k, sc->dx.data, sc->dh.data, sc->dpre.data, sc->dy.data,
+			       off(a->x.data, base * C), off(a->pre.data, base * F),
+			       off(a->h.data, base * F), coff(w1, (size_t)e * F * C),
+			       coff(w2, (size_t)e * C * F), off(dw1, (size_t)e * F * C),
+			       off(db1, (size_t)e * F), off(dw2, (size_t)e * C * F),
+			       off(db2, (size_t)e * C), cap, C, F);
 		/* scatter the inputs' gradients back to their tokens */
 		emu_compute(k->d, "moe.scatter.bwd", (double)cap * C, 3.0 * cap * C * k->ab);
 		if (math)
@@ -242,6 +390,33 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 							sc->dx.data[(size_t)r * C + c];
 			}
 	}
+	moe_router_bwd(k, s, a, sc, dx, aux_scale, x, wr, dwr);
+}
+
+void moe_expert_bwd(const struct kctx *k, float *dx, float *dh, float *dpre, const float *dy,
+		    const float *x, const float *pre, const float *h, const float *w1,
+		    const float *w2, float *dw1, float *db1, float *dw2, float *db2, int n, int C,
+		    int F)
+{
+	if (kctx_math(k)) {
+		memset(dh, 0, (size_t)n * F * sizeof *dh);
+		memset(dpre, 0, (size_t)n * F * sizeof *dpre);
+		memset(dx, 0, (size_t)n * C * sizeof *dx);
+	}
+	linear_bwd_input(k, dh, dy, w2, n, F, C);
+	linear_bwd_weight(k, dw2, db2, 1, dy, h, n, F, C);
+	gelu_bwd(k, dpre, pre, dh, (size_t)n * F);
+	linear_bwd_input(k, dx, dpre, w1, n, C, F);
+	linear_bwd_weight(k, dw1, db1, 1, dpre, x, n, C, F);
+}
+
+void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+		    struct moe_scratch *sc, float *dx, float aux_scale, const float *x,
+		    const float *wr, float *dwr)
+{
+	int M = s->M, E = s->E, math = kctx_math(k);
+	float *dp = sc->dprobs.data;
+
 	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / M; then the router's softmax
 	 * and linear backward */
 	emu_compute(k->d, "moe.aux.bwd", (double)M * E, 2.0 * M * E * k->ab);
@@ -253,6 +428,6 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 	if (math)
 		memset(sc->dlogits.data, 0, sc->dlogits.n * sizeof *sc->dlogits.data);
 	softmax_bwd(k, sc->dlogits.data, a->probs.data, dp, M, E);
-	linear_bwd_input(k, dx, sc->dlogits.data, wr, M, C, E);
-	linear_bwd_weight(k, dwr, NULL, 0, sc->dlogits.data, x, M, C, E);
+	linear_bwd_input(k, dx, sc->dlogits.data, wr, M, s->C, E);
+	linear_bwd_weight(k, dwr, NULL, 0, sc->dlogits.data, x, M, s->C, E);
 }

@@ -46,6 +46,8 @@ struct moe_acts {
 	int *choice;         /* [M * k] the experts each token picked, best first */
 	int *slot;           /* [M * k] the slot each choice got, -1 if it was dropped */
 	double *frac;        /* [E] f_e of the aux loss */
+	int *rows;           /* [2 E] the rows of each expert moe_permute counted, and E more
+			      * for a strategy's own counts of them */
 	float aux;           /* the aux loss of the last forward */
 };
 
@@ -74,9 +76,49 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 	     const float *wr, const float *w1, const float *w2, float *dwr, float *dw1, float *db1,
 	     float *dw2, float *db2);
 
-/* One expert's MLP on rows (n, C): y = fc2(gelu(fc(x))). */
+/* The block's pieces, which moe_fwd and moe_bwd are made of, for a strategy that puts
+ * communication between them (expert parallelism's all-to-all):
+ *   route      the router's probabilities, each token's choices, the capacity's slots
+ *              and f_e into a (moe_fwd's routing, without the dispatch)
+ *   permute    the kept choices' rows of x, expert by expert and in slot order within
+ *              one, into xp (rows, C), compact: cnt[E] gets each expert's rows (in
+ *              dry-run, where nothing is routed, moe_uniform_rows each); returns the rows
+ *   experts    moe_expert_fwd / moe_expert_bwd: one expert's MLP on n rows
+ *   unpermute  out (M, C) = the sum over each token's kept choices of its gate times its
+ *              row of yp (rows in permute's order), the combine
+ *   aux        the load-balancing loss of the last route (0 in dry-run)
+ * Backward: unpermute_bwd writes each kept row's d output (gate x d out) into dyp and
+ * adds d out . its row of yp to dprobs (M, E); permute_bwd adds each row's gradient of
+ * dxp to its token's in dx; router_bwd adds the aux loss's gradient (times aux_scale) to
+ * sc->dprobs and takes the softmax and router GEMM's backward into dx and dwr.
+ * Unlike the padded dispatch of moe_fwd, the permuted pieces charge the rows routed, so
+ * that an execute run's time follows its routing; dry-run assumes the uniform rows. */
+void moe_route(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
+	       const float *wr);
+int moe_permute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		float *xp, const float *x, int *cnt);
+void moe_unpermute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		   float *out, const float *yp, const int *cnt);
+float moe_aux(const struct moe_shape *s, const struct moe_acts *a);
+void moe_unpermute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		       float *dyp, float *dprobs, const float *dout, const float *yp,
+		       const int *cnt);
+void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
+		     float *dx, const float *dxp, const int *cnt);
+void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+		    struct moe_scratch *sc, float *dx, float aux_scale, const float *x,
+		    const float *wr, float *dwr);
+/* The rows an expert gets with uniform routing: M k / E, at most the capacity. */
+int moe_uniform_rows(const struct moe_shape *s);
+
+/* One expert's MLP on rows (n, C): y = fc2(gelu(fc(x))); its backward from dy into dx
+ * (n, C) and the expert's weight gradients, with scratch dh and dpre (n, F). */
 void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const float *x,
 		    const float *w1, const float *b1, const float *w2, const float *b2, int n,
 		    int C, int F);
+void moe_expert_bwd(const struct kctx *k, float *dx, float *dh, float *dpre, const float *dy,
+		    const float *x, const float *pre, const float *h, const float *w1,
+		    const float *w2, float *dw1, float *db1, float *dw2, float *db2, int n, int C,
+		    int F);
 
 #endif

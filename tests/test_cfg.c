@@ -137,7 +137,7 @@ static void test_rules(void **state)
 		{1, 1, 1, 1, 1, 2, "--global-batch-size 5 is not a multiple of"},
 		{1, 1, 1, 3, 1, 0, "--cp 3 cuts each sequence into 2 x 3 chunks"},
 		{3, 1, 1, 2, 1, 0, "--tp 3 does not divide the 4 attention heads"},
-		{1, 1, 1, 1, 2, 0, "--ep 2: expert parallelism is not in this build"},
+		{1, 1, 1, 1, 2, 0, "the mesh's ep is 2: experts fold onto the dense mesh's ranks"},
 		{4096, 4096, 1, 1, 1, 0, "is more devices than pemu runs"},
 		{1, 1, 1, 1, 1, 3, "--vpp: virtual pipeline stages need --pp > 1"},
 		{1, 1, 2, 1, 1, 4, "pp 2 x 3 layers a chunk does not divide the 2 layers"},

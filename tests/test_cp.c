@@ -81,20 +81,23 @@ static const struct layout {
 	enum par_recompute recompute;
 	enum sched_kind schedule;
 	int contiguous;
+	int seq; /* the sequence (0: tiny's 32), micro-batch 1 if set */
 } layouts[] = {
-	{"cp2", 1, 2, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp4", 1, 4, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp2/tp2", 1, 2, 2, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp2/tp2/sp", 1, 2, 2, 1, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp4/tp2/sp", 1, 4, 2, 1, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp2/dp2/zero1", 2, 2, 1, 1, 0, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp2/dp2/zero3", 2, 2, 1, 1, 0, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp2/selective", 1, 2, 1, 1, 0, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 0},
-	{"cp2/tp2/full", 1, 2, 2, 1, 0, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 0},
-	{"cp2/pp2", 1, 2, 1, 2, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0},
-	{"cp2/tp2/pp2/zb-h1", 1, 2, 2, 2, 0, 0, PAR_RECOMPUTE_NONE, SCHED_ZBH1, 0},
-	{"cp4/contiguous", 1, 4, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1},
-	{"cp2/dp2/tp2/contiguous", 2, 2, 2, 1, 0, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1},
+	{"cp2", 1, 2, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp4", 1, 4, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp2/tp2", 1, 2, 2, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp2/tp2/sp", 1, 2, 2, 1, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp4/tp2/sp", 1, 4, 2, 1, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp2/dp2/zero1", 2, 2, 1, 1, 0, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp2/dp2/zero3", 2, 2, 1, 1, 0, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp2/selective", 1, 2, 1, 1, 0, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 0, 0},
+	{"cp2/tp2/full", 1, 2, 2, 1, 0, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 0, 0},
+	{"cp2/pp2", 1, 2, 1, 2, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 0},
+	{"cp2/tp2/pp2/zb-h1", 1, 2, 2, 2, 0, 0, PAR_RECOMPUTE_NONE, SCHED_ZBH1, 0, 0},
+	{"cp4/contiguous", 1, 4, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0},
+	{"cp2/dp2/tp2/contiguous", 2, 2, 2, 1, 0, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0},
+	/* chunks of 96 rows: more than a block of FLASH_ROWS queries, not a multiple */
+	{"cp4/s768", 1, 4, 1, 1, 0, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 0, 768},
 };
 
 static int selected(const char *name)
@@ -127,6 +130,10 @@ static void test_verify_table(void **state)
 			cfg.recompute = lo->recompute;
 			cfg.schedule = lo->schedule;
 			cfg.cp_contiguous = lo->contiguous;
+			if (lo->seq) {
+				cfg.model.seq_len = lo->seq;
+				cfg.mbs = 1;
+			}
 			if (run_check(&cfg, cfg.mesh.world, err, sizeof err)) {
 				/* Ulysses needs the rank's heads to divide by cp: the one rule */
 				assert_int_equal(k, PAR_CP_A2A);

@@ -35,8 +35,16 @@ const struct cli_opt cli_par_opts[] = {
 	{"cp-layout", 0, 1, CLI_PAR_CP_LAYOUT, "L",
 	 "balanced (default: rank r holds chunks r and 2N-1-r of 2N) or contiguous (chunk r of "
 	 "N: the ring's ranks do unequal work, for comparison)"},
-	{"ep", 0, 1, CLI_PAR_EP, "N", "expert-parallel size (only 1 in this build)"},
+	{"ep", 0, 1, CLI_PAR_EP, "N",
+	 "expert-parallel size: each MoE layer's experts over N of the data-parallel ranks (E/N "
+	 "each), tokens sent to them by all-to-all"},
 	{"expert-model-parallel-size", 0, 1, CLI_PAR_EP, "N", "the same as --ep"},
+	{"expert-tensor-parallel-size", 0, 1, CLI_PAR_ETP, "N",
+	 "the experts' tensor-parallel size: tp without --ep (each expert cut as the dense "
+	 "MLP), 1 with it (each expert whole on its rank); no other in this build"},
+	{"moe-token-dispatcher-type", 0, 1, CLI_PAR_DISPATCHER, "TYPE",
+	 "expert parallelism's dispatch: alltoall (default: all-to-all-v of the routed tokens) "
+	 "or allgather (every rank's tokens gathered, outputs reduce-scattered)"},
 	{"zero-stage", 0, 1, CLI_PAR_ZERO, "0-3",
 	 "ZeRO over dp: 1 shards Adam's state, 2 also gradients, 3 also weights (default 0)"},
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
@@ -104,6 +112,16 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		if (strcmp(v, "balanced") && strcmp(v, "contiguous"))
 			cli_fail(c, "--cp-layout: '%s' is not balanced or contiguous", v);
 		cfg->cp_contiguous = !strcmp(v, "contiguous");
+		break;
+	case CLI_PAR_ETP:
+		cfg->etp = (int)cli_int(c, "--expert-tensor-parallel-size", v, 1, 4096);
+		break;
+	case CLI_PAR_DISPATCHER:
+		if (strcmp(v, "alltoall") && strcmp(v, "allgather"))
+			cli_fail(c,
+				 "--moe-token-dispatcher-type: '%s' is not alltoall or allgather",
+				 v);
+		cfg->ep_dispatch = !strcmp(v, "allgather") ? PAR_EP_ALLGATHER : PAR_EP_ALLTOALL;
 		break;
 	case CLI_PAR_EP:
 		p->ep = (int)cli_int(c, "--ep", v, 1, 4096);
@@ -175,5 +193,8 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 
 void cli_par_finish(const struct cli_par *p, struct run_cfg *cfg)
 {
-	mesh_init(&cfg->mesh, p->tp, p->cp, p->ep, p->dp, p->pp);
+	/* experts fold onto the dense mesh (Megatron's parallel folding): ep is not a factor
+	 * of the devices */
+	mesh_init(&cfg->mesh, p->tp, p->cp, 1, p->dp, p->pp);
+	cfg->ep = p->ep;
 }

@@ -81,7 +81,10 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	if (cfg->tpf_layers)
 		snprintf(first, sizeof first, ", the first %d layers at tp %d", cfg->tpf_layers,
 			 cfg->tpf);
-	else if (cfg->mesh.size[MESH_CP] > 1)
+	else if (cfg->ep > 1)
+		snprintf(first, sizeof first, ", experts over ep %d (%s)", cfg->ep,
+			 cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");
+	if (cfg->mesh.size[MESH_CP] > 1)
 		snprintf(first, sizeof first, " (cp: %s)",
 			 cfg->cp_comm == PAR_CP_A2A          ? "Ulysses all-to-all"
 			 : cfg->cp_comm == PAR_CP_ALL_GATHER ? "K, V all-gathered"
@@ -171,6 +174,7 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 		report_pipeline_table(stdout, cl, cfg, par, step);
 	report_memory_table(stdout, cl, ndev);
 	report_comm_table(stdout, cl);
+	report_moe_table(stdout, cfg, par);
 	if (verify)
 		print_verify(cfg, par, ref, v);
 	if (par->devices_run < ndev)
@@ -221,6 +225,10 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	report_memory_json(stdout, cl, cfg->mesh.world);
 	printf(",");
 	report_comm_json(stdout, cl);
+	if (cfg->model.num_experts > 0) {
+		printf(",");
+		report_moe_json(stdout, cfg, par);
+	}
 	printf(",\"devices_run\":%d,\"wall_s\":%.6g}\n", par->devices_run,
 	       (double)emu_cluster_wall_ns(cl) / 1e9);
 }

@@ -95,15 +95,15 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 
 	fprintf(f,
 		"\"config\":{\"model\":\"%s\",\"parameters\":%zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
-		"\"cp\":%d,\"ep\":1,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_"
+		"\"cp\":%d,\"ep\":%d,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_"
 		"size\":"
 		"%d,\"steps\":%d,\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
 		"\"tp_overlap\":\"%s\",\"schedule\":\"%s\",\"bucket_size\":%" PRIu64
 		",\"cluster\":",
 		model_name(cfg), gpt_num_params(&cfg->model), size[MESH_DP], size[MESH_TP],
-		size[MESH_PP], size[MESH_CP], cfg->zero, cfg->mbs, cfg->gbs, cfg->steps, cfg->seed,
-		prec_name(cfg->prec), recompute_names[cfg->recompute],
-		cfg->tp_overlap ? "oases" : "none",
+		size[MESH_PP], size[MESH_CP], cfg->ep > 1 ? cfg->ep : 1, cfg->zero, cfg->mbs,
+		cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec),
+		recompute_names[cfg->recompute], cfg->tp_overlap ? "oases" : "none",
 		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes);
 	report_cluster_json(f, ecfg);
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
@@ -112,6 +112,9 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 			: cfg->cp_comm == PAR_CP_ALL_GATHER ? "all_gather"
 							    : "p2p",
 			cfg->cp_contiguous ? "contiguous" : "balanced");
+	if (cfg->ep > 1) /* expert parallelism's dispatcher, only when used */
+		fprintf(f, ",\"moe_token_dispatcher_type\":\"%s\"",
+			cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");
 	if (cfg->tpf_layers) /* Oases's mixed degrees, only when used */
 		fprintf(f, ",\"tp_first\":{\"layers\":%d,\"tp\":%d}", cfg->tpf_layers, cfg->tpf);
 	fputc('}', f);
@@ -200,7 +203,7 @@ int64_t report_comm_ns(const struct emu_dev *d)
 }
 
 /* The strategies' names for their tagged traffic (enum par_traffic). */
-static const char *const traffic_names[PAR_NTRAFFIC] = {"other", "cp"};
+static const char *const traffic_names[PAR_NTRAFFIC] = {"other", "cp", "ep"};
 
 static const char *traffic_label(int tag, const char *op)
 {
@@ -240,6 +243,56 @@ void report_comm_table(FILE *f, struct emu_cluster *cl)
 	units_fmt_bytes(b, sizeof b, coll_link_bytes(d, TOPO_LINK_INTRA));
 	units_fmt_bytes(t, sizeof t, coll_link_bytes(d, TOPO_LINK_INTER));
 	fprintf(f, "#   sent over links in a node %s, between nodes %s\n", b, t);
+}
+
+void report_moe_table(FILE *f, const struct run_cfg *cfg, const struct run_out *o)
+{
+	int E = cfg->model.num_experts;
+
+	if (!o->moe_hist)
+		return;
+	fprintf(f, "# tokens each expert took over the run (dropped at its capacity):\n");
+	for (int l = 0; l < cfg->model.num_layers; l++) {
+		uint64_t all = 0, lost = 0;
+
+		if (!gpt_layer_is_moe(&cfg->model, l))
+			continue;
+		fprintf(f, "#   layer %-3d", l);
+		for (int e = 0; e < E; e++) {
+			uint64_t d, k = run_moe_tokens(o, cfg, l, e, &d);
+
+			fprintf(f, " %" PRIu64, k);
+			if (d)
+				fprintf(f, " (%" PRIu64 ")", d);
+			all += k + d;
+			lost += d;
+		}
+		fprintf(f, "; %.1f%% dropped\n", all ? 100.0 * (double)lost / (double)all : 0.0);
+	}
+}
+
+void report_moe_json(FILE *f, const struct run_cfg *cfg, const struct run_out *o)
+{
+	int E = cfg->model.num_experts, first = 1;
+
+	fprintf(f, "\"moe\":[");
+	for (int l = 0; o->moe_hist && l < cfg->model.num_layers; l++) {
+		uint64_t d;
+
+		if (!gpt_layer_is_moe(&cfg->model, l))
+			continue;
+		fprintf(f, "%s{\"layer\":%d,\"tokens\":[", first ? "" : ",", l);
+		for (int e = 0; e < E; e++)
+			fprintf(f, "%s%" PRIu64, e ? "," : "", run_moe_tokens(o, cfg, l, e, &d));
+		fprintf(f, "],\"dropped\":[");
+		for (int e = 0; e < E; e++) {
+			run_moe_tokens(o, cfg, l, e, &d);
+			fprintf(f, "%s%" PRIu64, e ? "," : "", d);
+		}
+		fprintf(f, "]}");
+		first = 0;
+	}
+	fprintf(f, "]");
 }
 
 void report_comm_json(FILE *f, struct emu_cluster *cl)

@@ -38,6 +38,10 @@ void report_memory_json(FILE *f, struct emu_cluster *cl, int ndev);
 int64_t report_comm_ns(const struct emu_dev *d);
 /* Device 0's collectives (calls, bytes, time) and bytes by link class, as "# " lines. */
 void report_comm_table(FILE *f, struct emu_cluster *cl);
+/* The MoE layers' routing over the run: per layer, the choices each expert kept, and
+ * those dropped at its capacity (execute mode; nothing without a histogram). */
+void report_moe_table(FILE *f, const struct run_cfg *cfg, const struct run_out *o);
+void report_moe_json(FILE *f, const struct run_cfg *cfg, const struct run_out *o);
 /* The same as the field "comm":{...}. */
 void report_comm_json(FILE *f, struct emu_cluster *cl);
 

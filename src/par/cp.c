@@ -214,14 +214,30 @@ static int ring_fwd(struct par_model *m, const struct par_tp *c, struct par_work
 	return rc;
 }
 
+/* Waits for *r if posted, and forgets it: 0 or the wait's error. */
+static int wait_one(const struct kctx *k, struct coll_req **r)
+{
+	int rc = *r ? coll_wait(k->d, *r) : 0;
+
+	*r = NULL;
+	return rc;
+}
+
+/* Backward: K, V go round again as in forward; step i >= 1 computes the block's dK, dV
+ * into a fresh buffer (dkv[i % 2], once its send of step i - 2 is done), then adds the
+ * partial of that block which arrived meanwhile from the previous rank (dkv[2], posted a
+ * step earlier: the wait comes after the compute, which hides the hop, as
+ * TransformerEngine orders it) and sends the sum on. After step cp - 1 the partial of my
+ * own block arrives, and joins my own dK, dV. */
 static int ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 		    struct gpt_layer_acts *la)
 {
 	struct cp g = cp_of(m, c, w);
 	float *qkv = D(la->qkv), *out = D(la->atty), *lse = D(la->att), *dq = D(w->dqkv);
+	float *R = D(w->dkv[2]);
 	const float *dy = D(w->datty);
-	struct coll_req *rq[2] = {NULL, NULL}, *dsend = NULL, *drecv = NULL;
-	size_t nkv = (size_t)g.B * g.T * 2 * g.C, C = (size_t)g.C;
+	struct coll_req *rq[2] = {NULL, NULL}, *ds[2] = {NULL, NULL}, *drecv = NULL;
+	size_t nkv = (size_t)g.B * g.T * 2 * g.C, C = (size_t)g.C, rows = (size_t)g.B * g.T;
 	int rc = 0;
 
 	par_zero(&w->dqkv);
@@ -246,41 +262,40 @@ static int ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work
 			struct attn_view a = ring_block(&g, qkv, out, D(w->kv[i % 2]), i);
 			size_t q = block_row(&g, i);
 
-			if (i == 1) /* the partial of block r - 1 starts here */
-				par_zero(&w->dkv[1]);
-			else if ((rc = coll_wait(m->k.d, drecv)))
+			if ((rc = wait_one(&m->k, &ds[i % 2]))) /* P's send two steps ago */
 				break;
-			drecv = NULL;
+			par_zero(&w->dkv[i % 2]);
 			if (a.Tq) /* else nothing of mine sees it: its partial passes on */
 				attention_flash_bwd_view(&m->k, &a, at(lse, q), g.T,
 							 at(dq, q * 3 * C), P, at(P, C), g.scratch,
 							 at((float *)dy, q * C));
-			if (dsend && (rc = coll_wait(m->k.d, dsend)))
-				break;
-			dsend = NULL;
-			if ((rc = coll_isend(m->k.d, g.next, P, nkv, &dsend)) ||
-			    (rc = coll_irecv(m->k.d, g.prev, D(w->dkv[(i + 1) % 2]), nkv, &drecv)))
+			if (i >= 2) { /* the block's partial from the ranks before me */
+				if ((rc = wait_one(&m->k, &drecv)))
+					break;
+				charge(&m->k, "cp.dkv add", nkv, 1);
+				rows_copy(&m->k, P, 2 * g.C, R, 2 * g.C, rows, 2 * g.C, 1);
+			}
+			if ((rc = coll_isend(m->k.d, g.next, P, nkv, &ds[i % 2])) ||
+			    (rc = coll_irecv(m->k.d, g.prev, R, nkv, &drecv)))
 				break;
 		}
 		rc = wait2(&m->k, rq);
 	}
-	if (!rc && dsend)
-		rc = coll_wait(m->k.d, dsend);
-	dsend = NULL;
-	if (!rc && drecv) { /* my block's partial, round the ring: add it to my own */
-		rc = coll_wait(m->k.d, drecv);
-		drecv = NULL;
+	if (!rc && g.n > 1) { /* my block's partial, round the ring: add it to my own */
+		rc = wait_one(&m->k, &drecv);
 		if (!rc) {
 			charge(&m->k, "cp.dkv add", nkv, 1);
-			rows_copy(&m->k, at(dq, C), 3 * g.C, D(w->dkv[g.n % 2]), 2 * g.C,
-				  (size_t)g.B * g.T, 2 * g.C, 1);
+			rows_copy(&m->k, at(dq, C), 3 * g.C, R, 2 * g.C, rows, 2 * g.C, 1);
 		}
 	}
+	/* whatever is still posted (all of it only on an error path) */
 	wait2(&m->k, rq);
-	if (dsend)
-		coll_wait(m->k.d, dsend);
-	if (drecv)
-		coll_wait(m->k.d, drecv);
+	for (int j = 0; j < 2; j++) {
+		int rc2 = wait_one(&m->k, &ds[j]);
+
+		rc = rc ? rc : rc2;
+	}
+	wait_one(&m->k, &drecv);
 	return rc;
 }
 
@@ -539,7 +554,8 @@ int par_cp_alloc_work(struct par_model *m, struct par_work *w)
 		A(&w->kv[0], bt * 2 * C, "cp kv in hand");
 		A(&w->kv[1], bt * 2 * C, "cp kv arriving");
 		A(&w->dkv[0], bt * 2 * C, "cp dkv partial");
-		A(&w->dkv[1], bt * 2 * C, "cp dkv partial arriving");
+		A(&w->dkv[1], bt * 2 * C, "cp dkv partial, the other");
+		A(&w->dkv[2], bt * 2 * C, "cp dkv partial arriving");
 		A(&w->bout, bt * C, "cp block out");
 		A(&w->blse, bt * (size_t)m->NHl, "cp block lse");
 		break;

@@ -17,8 +17,9 @@
  *               chunk pairs a step. The blocks' outputs are merged by their log-sum-exp.
  *               Backward sends K, V round again and the partial dK, dV after them: each
  *               block's starts at the rank after its owner and reaches the owner after
- *               cp - 1 hops, which adds its own. Per layer and rank: (cp - 1) |KV|
- *               forward, 2 (cp - 1) |KV| backward, |KV| = 2 b (s / cp) h / t elements.
+ *               cp - 1 hops, which adds its own; each rank computes its part before it
+ *               waits for the partial arriving, so that the hop hides behind it. Per layer and
+ * rank: (cp - 1) |KV| forward, 2 (cp - 1) |KV| backward, |KV| = 2 b (s / cp) h / t elements.
  *   all_gather  K, V all-gathered (not overlapped) and put in position order; each query
  *               chunk attends to the keys before it; backward gathers them again and
  *               reduce-scatters dK, dV.

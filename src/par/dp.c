@@ -14,9 +14,10 @@
 /* Where this rank's chunk of bucket b starts, and its size. */
 static size_t chunk_of(const struct par_dp_state *s, const struct par_dp_bucket *b, size_t *lo)
 {
-	size_t chunk = (b->hi - b->lo) / (size_t)s->dp;
+	size_t chunk = (b->hi - b->lo) / (size_t)b->n;
 
-	*lo = b->lo + (size_t)s->r * chunk;
+	(void)s;
+	*lo = b->lo + (size_t)b->r * chunk;
 	return chunk;
 }
 
@@ -44,15 +45,15 @@ static int post(struct par_dp_state *s, struct par_dp_bucket *b)
 	int rc;
 
 	b->posted = 1;
-	if (s->dp == 1)
+	if (b->n == 1)
 		return 0;
 	/* on a stream of their own, so that TP's blocking all-reduces never queue behind them */
 	old = coll_use_stream(s->m->k.d, EMU_STREAM_COMM2);
 	if (s->zero >= 1)
-		rc = coll_ireduce_scatter(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + lo : NULL,
+		rc = coll_ireduce_scatter(s->m->k.d, b->g, g ? g + b->lo : NULL, g ? g + lo : NULL,
 					  chunk, COLL_SUM, &b->req);
 	else
-		rc = coll_iall_reduce(s->m->k.d, s->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
+		rc = coll_iall_reduce(s->m->k.d, b->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
 				      b->hi - b->lo, COLL_SUM, &b->req);
 	coll_use_stream(s->m->k.d, old);
 	return rc;
@@ -147,7 +148,7 @@ static int gather(struct par_dp_state *s, struct par_dp_bucket *b)
 	if (!(b->wbuf = mem_alloc_host(d, MEM_COMM, bytes, 0, "zero-3 gathered weights")))
 		return EMU_EOOM;
 	old = coll_use_stream(d, EMU_STREAM_COMM2);
-	rc = coll_iall_gather(d, s->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk, &b->gather);
+	rc = coll_iall_gather(d, b->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk, &b->gather);
 	coll_use_stream(d, old);
 	return rc;
 }
@@ -204,6 +205,9 @@ static void unit_buckets(struct par_dp_state *s)
 		if (k + 1 < m->np && par_unit_of(m, m->order[k + 1]) == u)
 			continue;
 		s->unit_bucket[u] = s->nb;
+		s->b[s->nb].g = s->g;
+		s->b[s->nb].n = s->dp;
+		s->b[s->nb].r = s->r;
 		s->b[s->nb].lo = s->nb ? s->b[s->nb - 1].hi : 0;
 		s->b[s->nb].hi = k + 1 < m->np ? m->p[m->order[k + 1]].off : m->nflat;
 		s->b[s->nb++].last = k;
@@ -241,10 +245,19 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 	s->b = emu_xcalloc((size_t)m->np, sizeof *s->b);
 	for (int k = 0; k < m->np; k++) {
 		size_t hi = k + 1 < m->np ? m->p[m->order[k + 1]].off : m->nflat;
+		int expert = m->p[m->order[k]].expert;
 
 		s->pos[m->order[k]] = k;
-		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np) {
-			s->b[s->nb++] = (struct par_dp_bucket){.lo = lo, .hi = hi, .last = k};
+		/* a bucket ends at its size, and where the parameters' group changes */
+		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np ||
+		    m->p[m->order[k + 1]].expert != expert) {
+			s->b[s->nb++] =
+				(struct par_dp_bucket){.lo = lo,
+						       .hi = hi,
+						       .g = expert ? g->edp : g->dp,
+						       .n = expert ? dp / m->ep : dp,
+						       .r = expert ? g->edp_rank : g->dp_rank,
+						       .last = k};
 			lo = hi;
 		}
 	}
@@ -252,7 +265,12 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 		unit_buckets(s);
 	m->hook = hook;
 	m->hook_ctx = s;
-	s->owned = zero >= 1 ? m->nflat / (size_t)dp : m->nflat;
+	s->owned = 0;
+	for (int k = 0; k < s->nb; k++) {
+		size_t lo2, chunk = chunk_of(s, &s->b[k], &lo2);
+
+		s->owned += zero >= 1 ? chunk : s->b[k].hi - s->b[k].lo;
+	}
 	return tensor_alloc_optim(&m->k, &s->opt, s->owned, "adam state");
 }
 
@@ -328,7 +346,7 @@ partials:
  * where ZeRO split them). */
 struct sq_ctx {
 	struct par_model *m;
-	double sq;
+	double sq, sq_expert; /* the experts' apart under expert parallelism */
 };
 
 /* Squares of the gradients in [lo, hi) of the parameters this tp rank owns. */
@@ -342,23 +360,30 @@ static void sq_range(void *ctx, size_t lo, size_t hi)
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 
 		if (a < b && p->owner)
-			c->sq += optim_sq_norm(&m->k, p->g ? p->g + (a - p->off) : NULL, b - a);
+			*(p->expert ? &c->sq_expert : &c->sq) +=
+				optim_sq_norm(&m->k, p->g ? p->g + (a - p->off) : NULL, b - a);
 	}
 }
 
 static int grad_norm(struct par_dp_state *s, double *norm)
 {
 	struct par_model *m = s->m;
-	struct sq_ctx c = {m, 0};
-	float part;
+	struct sq_ctx c = {m, 0, 0};
+	float part, ex;
 	int rc;
 
 	owned_ranges(s, sq_range, &c);
-	if (m->tp == 1 && (s->zero == 0 || s->dp == 1) && !s->pg) {
+	if (m->tp == 1 && (s->zero == 0 || s->dp == 1) && !s->pg && m->ep == 1) {
 		*norm = sqrt(c.sq); /* nothing to sum: exactly the serial model's norm */
 		return 0;
 	}
-	part = (float)c.sq;
+	/* each rank of the expert-parallel group holds other experts: without ZeRO (which
+	 * sums everything over dp below), their squares are summed over it */
+	ex = (float)c.sq_expert;
+	if (m->ep > 1 && s->zero == 0 &&
+	    (rc = coll_all_reduce(m->k.d, m->epg, &ex, &ex, 1, COLL_SUM)))
+		return rc;
+	part = (float)c.sq + ex;
 	if (m->tp > 1 && (rc = coll_all_reduce(m->k.d, m->g, &part, &part, 1, COLL_SUM)))
 		return rc;
 	if (s->zero >= 1 && s->dp > 1 &&
@@ -391,12 +416,23 @@ static void copy_range(void *ctx, size_t lo, size_t hi)
 	}
 }
 
+/* Without ZeRO's chunks (stage 0, or the weights below stage 3), each bucket from the
+ * first rank of its group. */
+static void copy_first(const struct par_dp_state *s, struct full_copy *c)
+{
+	for (int k = 0; k < s->nb; k++)
+		if (s->b[k].r == 0)
+			copy_range(c, s->b[k].lo, s->b[k].hi);
+}
+
 void par_dp_copy_grads(const struct par_dp_state *s, float **full)
 {
 	struct full_copy c = {s->m, full, 0};
 
-	if (s->zero >= 1 || s->r == 0)
+	if (s->zero >= 1)
 		owned_ranges(s, copy_range, &c);
+	else
+		copy_first(s, &c);
 }
 
 void par_dp_copy_weights(const struct par_dp_state *s, float **full)
@@ -405,8 +441,8 @@ void par_dp_copy_weights(const struct par_dp_state *s, float **full)
 
 	if (s->zero == 3)
 		owned_ranges(s, copy_range, &c);
-	else if (s->r == 0)
-		copy_range(&c, 0, s->m->nflat);
+	else
+		copy_first(s, &c);
 }
 
 /* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st. */
@@ -451,13 +487,13 @@ int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double
 		update_range(s, o, lo, lo + chunk, st, lr, scale, t);
 		st += chunk;
 	}
-	for (int k = 0; k < s->nb && s->dp > 1 && s->zero < 3; k++) {
+	for (int k = 0; k < s->nb && s->zero < 3; k++) {
 		struct par_dp_bucket *b = &s->b[k];
 		size_t lo, chunk = chunk_of(s, b, &lo);
 		float *w = m->weights.data;
 		enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
 
-		rc = coll_iall_gather(m->k.d, s->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk,
+		rc = coll_iall_gather(m->k.d, b->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk,
 				      &b->req);
 		coll_use_stream(m->k.d, prev);
 		if (rc)

@@ -35,6 +35,10 @@
  *
  * With dp = 1 every stage keeps everything: stages 2 and 3 run as stage 1.
  *
+ * Under expert parallelism (par/ep.h) the experts' parameters are reduced over the
+ * expert-data-parallel group instead: a bucket holds parameters of one kind, and is
+ * reduced, sharded (ZeRO-1) and gathered over its own group.
+ *
  * Gradient-norm clipping takes the norm of the whole model: the sum of squares of every
  * parameter this rank owns (its shards, and replicated ones on tensor-parallel rank 0),
  * summed over the tensor-parallel group. */
@@ -48,6 +52,9 @@
 
 struct par_dp_bucket {
 	size_t lo, hi;        /* elements [lo, hi) of the flat buffers */
+	struct emu_group *g;  /* the group it is reduced over: the data-parallel one, or for
+			       * experts under expert parallelism the expert-data-parallel one */
+	int n, r;             /* its size, this rank's place */
 	int last;             /* position in m->order of its last parameter */
 	struct coll_req *req; /* its posted all-reduce (reduce-scatter), or NULL */
 	int posted;

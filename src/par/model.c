@@ -7,6 +7,7 @@
 #include "attention.h"
 #include "coll.h"
 #include "par/cp.h"
+#include "par/ep.h"
 #include "par/internal.h"
 #include "par/recompute.h"
 #include "par/tp.h"
@@ -132,6 +133,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 		rc = moe_scratch_alloc(k, &w->moe_scratch, &m->moe);
 	if (!rc && m->cp > 1)
 		rc = par_cp_alloc_work(m, w);
+	if (!rc && m->ep > 1)
+		rc = par_ep_alloc_work(m, w);
 #undef A
 	return rc;
 }
@@ -294,7 +297,9 @@ static void make_plans(struct par_model *m)
 			m->cp > 1     ? par_cp_attn(m)
 			: m->pc.flash ? &par_attn_flash
 				      : &par_attn_heads,
-			gpt_layer_is_moe(&m->cfg, l) ? &par_mlp_moe : dense,
+			!gpt_layer_is_moe(&m->cfg, l) ? dense
+			: m->ep > 1                   ? par_ep_mlp(m)
+						      : &par_mlp_moe,
 			c->sp ? &par_region_sp : &par_region_tp,
 			c,
 		};
@@ -345,6 +350,10 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->cp = cfg->cp > 1 ? cfg->cp : 1;
 	m->cpr = m->cp > 1 ? g->cp_rank : 0;
 	m->cpg = m->cp > 1 ? g->cp : NULL;
+	m->ep = cfg->ep > 1 ? cfg->ep : 1;
+	m->epr = m->ep > 1 ? g->ep_rank : 0;
+	m->epg = m->ep > 1 ? g->ep : NULL;
+	m->edpg = m->ep > 1 ? g->edp : NULL;
 	m->T = c->seq_len / m->cp;
 	m->NHl = c->heads / tp;
 	m->Fl = c->ffn / tp;
@@ -361,8 +370,11 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->moe = m->tpv[PAR_TPV_MODEL].moe;
 	m->pos = emu_xcalloc((size_t)m->T, sizeof *m->pos);
 	m->pos_rows = emu_xcalloc((size_t)m->Ml, sizeof *m->pos_rows);
-	for (int i = 0; i < m->T; i++)
-		m->pos[i] = par_cp_position(c->seq_len, m->cp, m->cpr, i, m->pc.cp_contiguous);
+	for (int i = 0; i < m->T; i++) { /* (the bug: each half at the other's positions) */
+		int j = cfg->bug == PAR_BUG_CP_CHUNKS && m->cp > 1 ? (i + m->T / 2) % m->T : i;
+
+		m->pos[i] = par_cp_position(c->seq_len, m->cp, m->cpr, j, m->pc.cp_contiguous);
+	}
 	for (int i = 0; i < m->Ml; i++)
 		m->pos_rows[i] = m->pos[(m->row0 + i) % m->T];
 	m->layers = emu_xcalloc((size_t)c->num_layers + 1, 1);

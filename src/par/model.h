@@ -39,9 +39,19 @@ enum par_overlap { PAR_OVERLAP_NONE, PAR_OVERLAP_OASES };
  * (par/cp.h; Megatron-Core's --cp-comm-type): the ring, all-gather, Ulysses all-to-all. */
 enum par_cp_comm { PAR_CP_P2P, PAR_CP_ALL_GATHER, PAR_CP_A2A };
 
+/* How expert parallelism sends the routed tokens to the experts' ranks (par/ep.h;
+ * Megatron-Core's --moe-token-dispatcher-type). */
+enum par_ep_dispatch { PAR_EP_ALLTOALL, PAR_EP_ALLGATHER };
+
 /* Whose traffic a collective is, for the statistics (coll_set_tag): the strategies that
  * communicate inside a layer's pieces tag their calls; the rest is untagged. */
-enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_NTRAFFIC };
+enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_TRAFFIC_EP, PAR_NTRAFFIC };
+
+/* A deliberate bug, for the tests that show verify catches one (as emu's fault plan
+ * drops a collective): context parallelism's chunks in the wrong order on every rank
+ * (rows placed at the other chunk's positions), expert parallelism's dispatch split off
+ * by one (a row of each rank's first expert sent as its second's). */
+enum par_bug { PAR_BUG_NONE, PAR_BUG_CP_CHUNKS, PAR_BUG_EP_SPLIT };
 
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
 #define PAR_NSUB 2
@@ -49,24 +59,27 @@ enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_NTRAFFIC };
 /* What every rank of a run shares. */
 struct par_cfg {
 	struct gpt_config model;
-	int mbs;                      /* B: sequences a micro-batch */
-	enum prec prec;               /* memory and traffic accounting */
-	int tp;                       /* t: the tensor-parallel degree */
-	int sp;                       /* sequence parallelism (only with t > 1) */
-	int cp;                       /* the context-parallel degree (par/cp.h) */
-	enum par_cp_comm cp_comm;     /* and how its attention communicates */
-	int cp_contiguous;            /* each rank one contiguous chunk (p2p only): the
-				       * unbalanced ring, for comparison */
-	int zero;                     /* ZeRO stage (>= 2: gradients sharded, 3: weights) */
-	int pad;                      /* the data-parallel degree (dp x cp): shards of the flat
-				       * buffers */
-	enum par_recompute recompute; /* what a layer keeps between forward and backward */
-	int flash;                    /* memory-efficient attention */
-	int mlp_chunks;               /* the dense MLP over this many chunks of rows (> 1) */
-	enum par_overlap overlap;     /* the tensor-parallel collectives' order */
-	int tpf_layers, tpf;          /* Oases's mixed degrees: the first tpf_layers layers
-				       * cut tpf ways (tpf divides tp), 0 if none */
-	uint64_t bucket_bytes;        /* data-parallel gradient buckets (par/dp.h) */
+	int mbs;                          /* B: sequences a micro-batch */
+	enum prec prec;                   /* memory and traffic accounting */
+	int tp;                           /* t: the tensor-parallel degree */
+	int sp;                           /* sequence parallelism (only with t > 1) */
+	int cp;                           /* the context-parallel degree (par/cp.h) */
+	enum par_cp_comm cp_comm;         /* and how its attention communicates */
+	int cp_contiguous;                /* each rank one contiguous chunk (p2p only): the
+					   * unbalanced ring, for comparison */
+	int ep;                           /* the expert-parallel degree (par/ep.h) */
+	enum par_ep_dispatch ep_dispatch; /* and how tokens reach the experts */
+	int zero;                         /* ZeRO stage (>= 2: gradients sharded, 3: weights) */
+	int pad;                          /* the data-parallel degree (dp x cp): shards of the flat
+					   * buffers */
+	enum par_recompute recompute;     /* what a layer keeps between forward and backward */
+	int flash;                        /* memory-efficient attention */
+	int mlp_chunks;                   /* the dense MLP over this many chunks of rows (> 1) */
+	enum par_overlap overlap;         /* the tensor-parallel collectives' order */
+	int tpf_layers, tpf;              /* Oases's mixed degrees: the first tpf_layers layers
+					   * cut tpf ways (tpf divides tp), 0 if none */
+	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h) */
+	enum par_bug bug;                 /* for tests: a bug verify must catch, or none */
 };
 
 /* Where this rank runs and whom it talks to. */
@@ -79,6 +92,11 @@ struct par_groups {
 	int dp_rank;          /* this rank's place in it */
 	struct emu_group *cp; /* the context-parallel group (cp members), or NULL if cp 1 */
 	int cp_rank;          /* this rank's place in it */
+	/* Expert parallelism (ep > 1): the ranks that hold the other experts of a layer, and
+	 * the ranks that hold the same ones (the expert-data-parallel group, over which the
+	 * experts' gradients are reduced) */
+	struct emu_group *ep, *edp;
+	int ep_rank, edp_rank;
 	struct emu_group *pp; /* the pipeline group, or NULL (the norm sums over it) */
 	/* With mixed degrees (tpf_layers > 0): the tpf ranks of the tp group this rank
 	 * shares the first layers with, and the tp / tpf ranks that hold the same shard of
@@ -121,10 +139,13 @@ struct par_param {
 			       * par_tp_sum_partials once a step */
 	int t, q;             /* cut t ways (1: replicated), this rank's shard q */
 	int frozen;           /* a row-parallel bias on a rank other than 0: stays zero */
-	int decay;            /* weight decay applies */
-	float *w;             /* the local shard: a view into the flat weights */
-	float *g;             /* its gradient: a view into the flat gradients */
-	size_t off;           /* where in both flat buffers */
+	int expert;           /* expert parallelism: experts [e0, e0 + experts) of the layer's,
+			       * reduced over the expert-data-parallel group */
+	int e0;
+	int decay;  /* weight decay applies */
+	float *w;   /* the local shard: a view into the flat weights */
+	float *g;   /* its gradient: a view into the flat gradients */
+	size_t off; /* where in both flat buffers */
 };
 
 /* The weight pass's inputs that the input pass of a split backward (zero-bubble) leaves
@@ -217,8 +238,11 @@ struct par_work {
 	struct tensor ce_max;        /* (B T), t > 1: vocab-parallel cross-entropy's max */
 	struct tensor ce_sums;       /* (B T, 2): its sums of exponentials, target logits */
 	struct tensor drouter;       /* (E, h): one micro-batch's router gradient */
-	struct tensor kv[2], dkv[2]; /* context parallelism's KV buffers, by comm type (par/cp.c) */
+	struct tensor kv[2], dkv[3]; /* context parallelism's KV buffers, by comm type (par/cp.c) */
 	struct tensor bout, blse;    /* (B T, h/t), (B, a/t, T), the ring: a block's out, lse */
+	struct tensor ep[5];         /* expert parallelism's row buffers (par/ep.c) */
+	struct tensor ep_dh, ep_dpre; /* (ep cap, f): an expert's backward scratch */
+	struct tensor ep_meta;        /* routing and counts sent between ranks */
 	struct moe_scratch moe_scratch;
 	const float *sum;     /* forward: the rows the region's exit summed */
 	const float *g;       /* backward: the rows a row-parallel layer reads */
@@ -273,19 +297,21 @@ enum { PAR_QUIET_USE = 1, PAR_QUIET_READY = 2 };
 
 struct par_model {
 	struct gpt_config cfg;
-	struct par_cfg pc;     /* as given */
-	struct kctx k;         /* this rank's device, at pc.prec */
-	int tp, r;             /* t, and this rank's place in the group */
-	struct emu_group *g;   /* the tensor-parallel group */
-	int B, T;              /* micro-batch (a sub-batch's under overlap), this rank's rows of
-				* each sequence */
-	int cp, cpr;           /* the context-parallel degree, this rank's place in cpg */
-	struct emu_group *cpg; /* the context-parallel group, or NULL */
-	int *pos;              /* [T]: the position of each of this rank's rows in its sequence */
-	int *pos_rows;         /* [Ml]: the positions of the residual stream's rows */
-	int NHl, Fl, Vl, v0;   /* local heads, ffn units, vocabulary rows, first row */
-	int sp;                /* sequence parallelism: the residual stream split by token rows */
-	int Ml, row0;          /* this rank's token rows: [row0, row0 + Ml) of B T */
+	struct par_cfg pc;   /* as given */
+	struct kctx k;       /* this rank's device, at pc.prec */
+	int tp, r;           /* t, and this rank's place in the group */
+	struct emu_group *g; /* the tensor-parallel group */
+	int B, T;            /* micro-batch (a sub-batch's under overlap), this rank's rows of
+			      * each sequence */
+	int cp, cpr;         /* the context-parallel degree, this rank's place in cpg */
+	int ep, epr;         /* the expert-parallel degree, this rank's place in epg */
+	struct emu_group *epg, *edpg; /* expert parallelism's groups (par_groups), or NULL */
+	struct emu_group *cpg;        /* the context-parallel group, or NULL */
+	int *pos;            /* [T]: the position of each of this rank's rows in its sequence */
+	int *pos_rows;       /* [Ml]: the positions of the residual stream's rows */
+	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
+	int sp;              /* sequence parallelism: the residual stream split by token rows */
+	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T */
 	struct par_tp tpv[PAR_NTPV]; /* the layers' cuts: the model's (the fields above), and
 				      * the first layers' under mixed degrees */
 	struct emu_group *merge;     /* mixed degrees: the ranks that hold my first layers' shard */

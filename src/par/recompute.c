@@ -18,7 +18,7 @@ static void drop_but(struct par_model *m, struct gpt_layer_acts *la, struct tens
 		saved[n] = *keep[n];
 		*keep[n] = (struct tensor){0};
 	}
-	la->moe.slot_token = la->moe.choice = la->moe.slot = NULL;
+	la->moe.slot_token = la->moe.choice = la->moe.slot = la->moe.rows = NULL;
 	la->moe.frac = NULL;
 	gpt_layer_acts_free(&m->k, la);
 	while (n--)
@@ -27,6 +27,7 @@ static void drop_but(struct par_model *m, struct gpt_layer_acts *la, struct tens
 	la->moe.choice = host.choice;
 	la->moe.slot = host.slot;
 	la->moe.frac = host.frac;
+	la->moe.rows = host.rows;
 }
 
 void par_recompute_drop(struct par_model *m, struct par_acts *a, int l)

@@ -93,12 +93,21 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 		if (w != LP_FCW && w != LP_FCB && w != LP_FC2W)
 			p->experts = 1; /* only the experts' MLP has an expert dimension */
 	}
+	if (moe && m->ep > 1 && w >= LP_FCW && w <= LP_FC2B && w != LP_ROUTER) {
+		/* expert parallelism: this rank's experts of the layer's (par/ep.h) */
+		p->expert = 1;
+		p->e0 = m->epr * (c->num_experts / m->ep);
+		if (p->experts > 1)
+			p->experts /= m->ep;
+		else
+			p->rows /= (size_t)m->ep; /* fc2's bias, (E, h) replicated: its rows */
+	}
 	if (p->split != PAR_REPLICATED) { /* one copy of each shard is the model's */
 		p->owner = v->part == 0;
 		p->t = v->t;
 		p->q = v->r;
 	}
-	p->n = p->split == PAR_REPLICATED ? gpt_tensor_numel(c, i)
+	p->n = p->split == PAR_REPLICATED ? (p->expert ? p->rows : gpt_tensor_numel(c, i))
 					  : (size_t)p->experts * p->rows * p->cols / (size_t)p->t;
 	/* sequence parallelism's rows sum over the whole tp group (which also sums the
 	 * parts of a first layer); the parts alone over the merge group */
@@ -140,26 +149,31 @@ void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, floa
 	const struct par_param *p = &m->p[i];
 	size_t t = (size_t)p->t, r = (size_t)p->q;
 
+	size_t e0 = (size_t)p->e0; /* expert parallelism: the first expert held */
+
 	if (p->split == PAR_REPLICATED) {
 		if (!to_full && p->frozen)
 			memset(local + lo, 0, (hi - lo) * sizeof *local);
 		else
-			copy_run(full, 0, local, 0, p->n, lo, hi, to_full);
+			copy_run(full, p->expert ? (size_t)m->epr * p->n : 0, local, 0, p->n, lo,
+				 hi, to_full); /* fc2's bias: this rank's experts' rows */
 		return;
 	}
 	for (size_t e = 0; e < (size_t)p->experts; e++) {
+		size_t fe = e0 + e;
+
 		if (p->split == PAR_ROWS) { /* (blocks x rows/blocks/t, cols) of each block */
 			size_t rb = p->rows / (size_t)p->blocks, lb = rb / t;
 
 			for (size_t b = 0; b < (size_t)p->blocks; b++)
-				copy_run(full, (e * p->rows + b * rb + r * lb) * p->cols, local,
+				copy_run(full, (fe * p->rows + b * rb + r * lb) * p->cols, local,
 					 (e * p->rows / t + b * lb) * p->cols, lb * p->cols, lo, hi,
 					 to_full);
 		} else { /* (rows, cols/t): this rank's columns of every row */
 			size_t lc = p->cols / t;
 
 			for (size_t row = 0; row < p->rows; row++)
-				copy_run(full, (e * p->rows + row) * p->cols + r * lc, local,
+				copy_run(full, (fe * p->rows + row) * p->cols + r * lc, local,
 					 (e * p->rows + row) * lc, lc, lo, hi, to_full);
 		}
 	}

@@ -105,10 +105,10 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 	int dp = size[MESH_DP], tp = size[MESH_TP], pp = size[MESH_PP];
 	int cp = size[MESH_CP], ep = size[MESH_EP], L = cfg->model.num_layers;
 
-	if (ep > 1) {
+	if (ep > 1) { /* experts fold onto the dense ranks: run_cfg.ep, not a mesh factor */
 		snprintf(err, n,
-			 "--ep %d: expert parallelism is not in this build yet (dp, ZeRO, tp, sp, "
-			 "cp and pp are)",
+			 "the mesh's ep is %d: experts fold onto the dense mesh's ranks, so the "
+			 "mesh has ep 1 and run_cfg.ep the expert-parallel size",
 			 ep);
 		return -1;
 	}
@@ -236,6 +236,57 @@ static int check_cp(const struct run_cfg *cfg, char *err, size_t n)
 	    cfg->recompute == PAR_RECOMPUTE_OASES) {
 		snprintf(err, n, "--cp %d (%s) with %s: not combined in this build", cp,
 			 kind[cfg->cp_comm],
+			 cfg->schedule == SCHED_HELIX ? "--schedule helix"
+			 : cfg->tp_overlap            ? "--tp-overlap oases"
+			 : cfg->tpf_layers            ? "--tp-first"
+						      : "--recompute oases");
+		return -1;
+	}
+	return 0;
+}
+
+/* The rules of expert parallelism (par/ep.h): experts over ep of the data-parallel ranks,
+ * and what this build combines it with. */
+static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
+{
+	const struct gpt_config *m = &cfg->model;
+	const int *size = cfg->mesh.size;
+	int ep = cfg->ep;
+
+	if (m->num_experts == 0) {
+		snprintf(err, n, "--ep %d: the model has no MoE layers (--num-experts)", ep);
+		return -1;
+	}
+	if (m->num_experts % ep) {
+		snprintf(err, n, "--ep %d does not divide the %d experts of a MoE layer", ep,
+			 m->num_experts);
+		return -1;
+	}
+	if (size[MESH_TP] > 1 || size[MESH_CP] > 1) {
+		snprintf(err, n,
+			 "--ep %d with --%s %d: expert parallelism runs over data-parallel ranks "
+			 "only in this build (expert tensor parallelism and cp are not in it yet)",
+			 ep, size[MESH_TP] > 1 ? "tp" : "cp",
+			 size[MESH_TP] > 1 ? size[MESH_TP] : size[MESH_CP]);
+		return -1;
+	}
+	if (size[MESH_DP] % ep) {
+		snprintf(err, n,
+			 "--ep %d: the experts are spread over data-parallel ranks, and --dp %d "
+			 "does not split into groups of %d",
+			 ep, size[MESH_DP], ep);
+		return -1;
+	}
+	if (cfg->zero > 1) {
+		snprintf(err, n,
+			 "--zero-stage %d with --ep %d: ZeRO stages 2 and 3 over the experts' own "
+			 "group are not in this build yet (0 and 1 are)",
+			 cfg->zero, ep);
+		return -1;
+	}
+	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
+	    cfg->recompute == PAR_RECOMPUTE_OASES) {
+		snprintf(err, n, "--ep %d with %s: not combined in this build", ep,
 			 cfg->schedule == SCHED_HELIX ? "--schedule helix"
 			 : cfg->tp_overlap            ? "--tp-overlap oases"
 			 : cfg->tpf_layers            ? "--tp-first"
@@ -374,7 +425,30 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 	}
 	if (par_tp_check(&cfg->model, tp, err, n))
 		return -1;
+	if (m->size[MESH_CP] == 1 && (cfg->cp_comm != PAR_CP_P2P || cfg->cp_contiguous)) {
+		snprintf(err, n, "--%s: context parallelism's, which needs --cp > 1",
+			 cfg->cp_contiguous ? "cp-layout contiguous" : "cp-comm-type");
+		return -1;
+	}
+	if (cfg->etp && cfg->etp != (cfg->ep > 1 ? 1 : tp)) {
+		snprintf(err, n,
+			 "--expert-tensor-parallel-size %d: this build cuts the experts %s, so it "
+			 "is %d here",
+			 cfg->etp,
+			 cfg->ep > 1 ? "over --ep only (each whole on its rank)"
+				     : "as the dense MLP, over --tp",
+			 cfg->ep > 1 ? 1 : tp);
+		return -1;
+	}
+	if (cfg->ep <= 1 && cfg->ep_dispatch != PAR_EP_ALLTOALL) {
+		snprintf(err, n,
+			 "--moe-token-dispatcher-type allgather: expert parallelism's, which needs "
+			 "--ep > 1");
+		return -1;
+	}
 	if (m->size[MESH_CP] > 1 && check_cp(cfg, err, n))
+		return -1;
+	if (cfg->ep > 1 && check_ep(cfg, err, n))
 		return -1;
 	if (cfg->mlp_chunks > 1 && pp > 1 &&
 	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {

@@ -34,15 +34,20 @@ struct run_cfg {
 	enum prec prec;
 	int prec_set; /* prec was chosen; else run_cfg_finish takes bf16 in dry-run, else fp32 */
 	struct optim_cfg opt;
-	struct mesh mesh;             /* tp, cp, dp and pp (ep only 1 in this build) */
-	enum par_cp_comm cp_comm;     /* context parallelism's attention (par/cp.h) */
-	int cp_contiguous;            /* --cp-layout contiguous: the unbalanced ring */
-	int zero;                     /* ZeRO stage: 0 to 3 */
-	int sp;                       /* sequence parallelism (with tp > 1) */
-	enum sched_kind schedule;     /* the pipeline schedule (pp > 1) */
-	int schedule_set;             /* schedule was chosen (with pp 1 that is refused); else
-				       * run_cfg_finish takes 1f1b, or interleaved with vpp */
-	int vpp;                      /* model chunks a stage (interleaved), else 1 */
+	struct mesh mesh;                 /* tp, cp, dp and pp (ep only 1 in this build) */
+	enum par_cp_comm cp_comm;         /* context parallelism's attention (par/cp.h) */
+	int cp_contiguous;                /* --cp-layout contiguous: the unbalanced ring */
+	int ep;                           /* the expert-parallel degree: experts over ep of the
+					   * data-parallel ranks (not a factor of the mesh) */
+	enum par_ep_dispatch ep_dispatch; /* expert parallelism's token dispatcher */
+	int etp;                          /* --expert-tensor-parallel-size as given, 0 if not: the
+					   * build's is tp without ep, 1 with it */
+	int zero;                         /* ZeRO stage: 0 to 3 */
+	int sp;                           /* sequence parallelism (with tp > 1) */
+	enum sched_kind schedule;         /* the pipeline schedule (pp > 1) */
+	int schedule_set;                 /* schedule was chosen (with pp 1 that is refused); else
+					   * run_cfg_finish takes 1f1b, or interleaved with vpp */
+	int vpp;                          /* model chunks a stage (interleaved), else 1 */
 	int vpp_layers;               /* layers a chunk (Megatron's num-layers-per-virtual-pipeline-
 				       * stage): run_cfg_finish derives vpp from it; 0: not given */
 	enum par_recompute recompute; /* activation recomputation */
@@ -57,6 +62,7 @@ struct run_cfg {
 	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
 	int stop_diverged; /* stop when the loss is no longer finite (pemu run, as run_cfg_init
 			    * sets); verify runs on, to compare with the reference */
+	enum par_bug bug;  /* tests only: a deliberate bug in a strategy (par/model.h) */
 };
 
 /* Every default, as pemu's --help states them: the small preset, seed 1234, AdamW's

@@ -110,6 +110,9 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.cp = cfg->mesh.size[MESH_CP],
 				.cp_comm = cfg->cp_comm,
 				.cp_contiguous = cfg->cp_contiguous,
+				.ep = cfg->ep > 1 ? cfg->ep : 1,
+				.ep_dispatch = cfg->ep_dispatch,
+				.bug = cfg->bug,
 				.zero = cfg->zero,
 				.pad = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
 				.recompute = cfg->recompute,
@@ -136,6 +139,27 @@ static int first_groups(struct emu_dev *d, const struct run_cfg *cfg, const int 
 	    !(g->merge = emu_group_get(d, merge, parts)))
 		rc = EMU_EINVAL;
 	free(merge);
+	return rc;
+}
+
+/* Expert parallelism's grid (Megatron's parallel folding, with tp = cp = 1 in this
+ * build): of the data-parallel group (dp_devs, this rank d), the ep consecutive ranks
+ * that hold a layer's experts between them (d / ep), and the dp / ep ranks that hold the
+ * same ones (d % ep). */
+static int expert_groups(struct emu_dev *dev, const struct run_cfg *cfg, const int *dp_devs, int d,
+			 struct par_groups *g)
+{
+	int ep = cfg->ep, edp = cfg->mesh.size[MESH_DP] / ep, rc = 0;
+	int *edp_devs = emu_xcalloc((size_t)edp, sizeof *edp_devs);
+
+	for (int j = 0; j < edp; j++)
+		edp_devs[j] = dp_devs[j * ep + d % ep];
+	g->ep_rank = d % ep;
+	g->edp_rank = d / ep;
+	if (!(g->ep = emu_group_get(dev, dp_devs + d / ep * ep, ep)) ||
+	    !(g->edp = emu_group_get(dev, edp_devs, edp)))
+		rc = EMU_EINVAL;
+	free(edp_devs);
 	return rc;
 }
 
@@ -192,7 +216,16 @@ static int par_device(struct emu_dev *d, void *arg)
 			goto out;
 		}
 	}
-	groups = (struct par_groups){d, gt, rk.tpr, gd, rk.dpr * cp + cpr, gc, cpr, gp, NULL, NULL};
+	groups = (struct par_groups){.dev = d,
+				     .tp = gt,
+				     .tp_rank = rk.tpr,
+				     .dp = gd,
+				     .dp_rank = rk.dpr * cp + cpr,
+				     .cp = gc,
+				     .cp_rank = cpr,
+				     .pp = gp};
+	if (cfg->ep > 1 && (rc = expert_groups(d, cfg, dp_devs, rk.dpr, &groups)))
+		goto out;
 	if (cfg->tpf_layers && (rc = first_groups(d, cfg, tp_devs, rk.tpr, &groups)))
 		goto out;
 	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))

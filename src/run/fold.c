@@ -2,8 +2,8 @@
  *
  * In a dry-run nothing depends on data, so two ranks that hold equal shares of the model
  * make the same calls with the same shapes. Two folds of the mesh are of that kind:
- *   - data parallelism: every replica is replica 0, without ZeRO. ZeRO's shards are equal
- *     in size (each bucket is padded to a multiple of dp) but cut the parameters at
+ *   - data parallelism: every replica is replica 0, without ZeRO or expert parallelism. ZeRO's
+ * shards are equal in size (each bucket is padded to a multiple of dp) but cut the parameters at
  *     different places on each rank, and the optimizer step and the gradient norm charge
  *     a kernel per parameter piece, so the ranks' step ends differ;
  *   - tensor parallelism: ranks 2..tp-1 are rank 1. Rank 0 is its own class: it owns the
@@ -126,7 +126,9 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	p.ga = emu_xmalloc((size_t)big * sizeof *p.ga);
 	p.gb = emu_xmalloc((size_t)big * sizeof *p.gb);
 	/* mixed degrees give tp ranks of different parts different owners: not folded */
-	nrun = best_plan(&p, me->size[MESH_DP] > 1 && cfg->zero == 0,
+	/* expert parallelism gives data-parallel ranks different experts (and groups that
+	 * are no dimension of the mesh): not folded */
+	nrun = best_plan(&p, me->size[MESH_DP] > 1 && cfg->zero == 0 && cfg->ep <= 1,
 			 me->size[MESH_TP] > 2 && !cfg->tpf_layers, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);

@@ -24,6 +24,10 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 	o->step_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->step_ns);
 	o->compute_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->compute_ns);
 	o->snapshot = snapshot;
+	if (cfg->model.num_experts > 0 && cfg->data)
+		o->moe_hist = emu_xcalloc((size_t)o->accum * (size_t)cfg->model.num_layers * 2 *
+						  (size_t)cfg->model.num_experts,
+					  sizeof *o->moe_hist);
 	if (!snapshot)
 		return;
 	if (cfg->model.num_experts > 0) {
@@ -64,6 +68,7 @@ void run_free(struct run_out *o)
 	free(o->step_ns);
 	free(o->compute_ns);
 	free(o->routes);
+	free(o->moe_hist);
 	for (int s = 0; o->span && s < o->sched.p; s++)
 		free(o->span[s]);
 	free(o->span);
@@ -80,6 +85,21 @@ void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb
 	int L = cfg->model.num_layers;
 	size_t all = o->route_mb / (size_t)L, per = all / (size_t)nsub;
 	int *out = o->routes ? o->routes + mb * o->route_mb + (size_t)sub * per : NULL;
+	int E = cfg->model.num_experts;
+	size_t choices = (size_t)cfg->mbs * (size_t)cfg->model.seq_len *
+			 (size_t)cfg->model.moe_top_k / (size_t)nsub;
+
+	for (int l = l0; o->moe_hist && l < l1; l++) { /* each micro-batch its own slots */
+		const struct moe_acts *a = &la[l - l0].moe;
+		uint64_t *h =
+			o->moe_hist +
+			((mb % (uint64_t)o->accum) * (uint64_t)L + (uint64_t)l) * 2 * (uint64_t)E;
+
+		if (!gpt_layer_is_moe(&cfg->model, l) || !a->choice)
+			continue;
+		for (size_t e = 0; e < choices; e++)
+			h[a->choice[e] + (a->slot[e] < 0 ? E : 0)]++;
+	}
 
 	for (int l = l0; out && l < l1; l++) {
 		const struct moe_acts *a = &la[l - l0].moe;
@@ -89,6 +109,22 @@ void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb
 		for (size_t e = 0; e < per; e++)
 			out[l * all + e] = a->slot[e] >= 0 ? a->choice[e] : -1 - a->choice[e];
 	}
+}
+
+uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int l, int e,
+			uint64_t *dropped)
+{
+	int L = cfg->model.num_layers, E = cfg->model.num_experts;
+	uint64_t kept = 0;
+
+	*dropped = 0;
+	for (int mb = 0; o->moe_hist && mb < o->accum; mb++) {
+		const uint64_t *h = o->moe_hist + ((size_t)mb * L + (size_t)l) * 2 * (size_t)E;
+
+		kept += h[e];
+		*dropped += h[E + e];
+	}
+	return kept;
 }
 
 void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)

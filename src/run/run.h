@@ -37,6 +37,10 @@ struct run_out {
 	 * dropped at the capacity limit. */
 	int *routes;
 	size_t route_mb;
+	/* MoE presets in execute mode: per micro-batch of a step, MoE layer and expert, the
+	 * choices kept and dropped over the run ([gbs / mbs][L][2 E]; run_moe_tokens sums
+	 * them) */
+	uint64_t *moe_hist;
 	/* pp > 1: the schedule run, and from the last step, per stage (the devices of tp
 	 * and dp rank 0): its bubble (idle time between its first and last compute action)
 	 * and each action's start and end (sched_exec) */
@@ -54,6 +58,11 @@ void run_free(struct run_out *o);
 void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb, int sub, int nsub,
 		       const struct gpt_layer_acts *la, int l0, int l1);
 void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
+
+/* The choices of layer l that expert e kept (and dropped) over the run, every
+ * micro-batch's; 0 without a histogram (dry-run, a dense model). */
+uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int l, int e,
+			uint64_t *dropped);
 
 /* run_parallel runs cfg on c, whose device count is the mesh's (in dry-run, folded as
  * run/fold.h plans unless cfg->fold is 0); run_reference runs the

@@ -1,0 +1,39 @@
+/* par/ep: expert parallelism, a MoE layer's experts spread over ep ranks (Megatron-Core's
+ * --expert-model-parallel-size; GShard, Lepikhin et al. 2020, arXiv 2006.16668; the
+ * dispatchers of Megatron-Core's MoE).
+ *
+ * The experts fold onto the dense mesh (Megatron's parallel folding, Liu et al. 2025,
+ * arXiv 2504.14960): the expert grid is EP x EDP x PP over the same devices, EDP =
+ * dp / ep in this build (tp = cp = 1): the ep consecutive data-parallel ranks hold E / ep
+ * experts each, and the experts' gradients are reduced over the dp / ep ranks that hold
+ * the same ones (par/dp.h), the dense ones over dp as before. Each rank routes its own
+ * micro-batch (its router is replicated: the capacity, the dropping and the
+ * load-balancing loss are the micro-batch's, as in the serial model), then, as one of two
+ * tables of the layer's MLP (par/layer.h), Megatron-Core's --moe-token-dispatcher-type:
+ *   alltoall   the kept tokens permuted by expert (models/moe.h), the counts exchanged by
+ *              an all-to-all, the rows by an all-to-all-v whose splits are the real
+ *              per-expert counts, the experts run on the rows they receive, and the
+ *              outputs sent back the same way and combined; backward the same with the
+ *              gradients
+ *   allgather  every rank's tokens and routing all-gathered over the ep group, each rank's
+ *              experts run on the rows routed to them, the weighted outputs
+ *              reduce-scattered back; backward all-gathers the output gradients and
+ *              reduce-scatters the inputs' and the gates' gradients
+ * A rank whose experts get no token still takes part in every collective. The experts
+ * compute the rows they are sent (no padding to the capacity), so the time of an execute
+ * run follows its routing (a skewed router makes stragglers); a dry-run, which routes
+ * nothing, assumes the uniform M k / E rows an expert (at most the capacity). Uniform
+ * routing moves 4 T k h elements (P - 1) / P a MoE layer and rank, dispatch and combine,
+ * forward and backward. */
+#ifndef PEMU_PAR_EP_H
+#define PEMU_PAR_EP_H
+
+#include "par/model.h"
+
+/* The MLP table of m's dispatcher (ep > 1). */
+const struct par_mlp *par_ep_mlp(const struct par_model *m);
+
+/* m's expert-parallel scratch in w (ep > 1). 0 or EMU_EOOM. */
+int par_ep_alloc_work(struct par_model *m, struct par_work *w);
+
+#endif

@@ -1,0 +1,389 @@
+/* Expert parallelism (par/ep.h: the alltoall and allgather dispatchers) against the
+ * serial reference and the formulas of docs/formulas.md:
+ *   - the verify table: both dispatchers with ep 2 and 4 over dp 2 and 4, ZeRO-1, pp
+ *     (1F1B, ZB-H1), selective and full recomputation; no routing flip;
+ *   - the load-balancing loss is the same whatever the layout;
+ *   - the bytes: in a dry-run (uniform routing) 4 T k h bytes (P - 1) / P a MoE layer,
+ *     micro-batch and rank on the links, plus the counts' all-to-all; in an execute run
+ *     the sum of the real splits, from the routing decisions;
+ *   - ranks whose experts get no token take part (no hang) and the run verifies;
+ *   - the experts' memory over ep and ZeRO-1's over dp;
+ *   - a dropped all-to-all-v fails verify; runs are bitwise deterministic.
+ *
+ *   PEMU_TEST_FILTER=allgather build/tests/test_ep      table cases containing it
+ *
+ * Cases are named layout/dispatcher: "dp4/ep2/zero1/alltoall". */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "coll.h"
+#include "common.h"
+#include "mem.h"
+#include "presets.h"
+#include "run/run.h"
+#include "verify.h"
+
+static struct data corpus;
+
+static const char *const dispatch_names[] = {"alltoall", "allgather"};
+
+/* moe-tiny on dp ranks with experts over ep of them. */
+static void make_cfg(struct run_cfg *cfg, int dp, int ep, int pp, enum par_ep_dispatch d)
+{
+	test_make_cfg(cfg, "moe-tiny", dp, 1, pp, &corpus);
+	cfg->ep = ep;
+	cfg->ep_dispatch = d;
+	cfg->gbs = 4 * dp;
+	if (pp > 1) {
+		cfg->model.num_layers = 4;
+		cfg->gbs = 4 * dp * pp;
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The verify table                                                                     */
+
+static const struct layout {
+	const char *name;
+	int dp, ep, pp, zero;
+	enum par_recompute recompute;
+	enum sched_kind schedule;
+} layouts[] = {
+	{"dp2/ep2", 2, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
+	{"dp4/ep2", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
+	{"dp4/ep4", 4, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
+	{"dp4/ep2/zero1", 4, 2, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B},
+	{"dp4/ep4/zero1/full", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B},
+	{"dp2/ep2/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B},
+	{"dp2/ep2/pp2", 2, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
+	{"dp2/ep2/pp2/zb-h1/zero1", 2, 2, 2, 1, PAR_RECOMPUTE_NONE, SCHED_ZBH1},
+};
+
+static int selected(const char *name)
+{
+	const char *f = getenv("PEMU_TEST_FILTER");
+
+	return !f || !*f || test_name_selected(name, f);
+}
+
+static void test_verify_table(void **state)
+{
+	int ran = 0, failed = 0, skipped = 0;
+
+	(void)state;
+	for (size_t l = 0; l < sizeof layouts / sizeof *layouts; l++)
+		for (int d = 0; d < 2; d++) {
+			const struct layout *lo = &layouts[l];
+			struct run_cfg cfg;
+			struct verify_result r;
+			char name[64], worst[64];
+
+			snprintf(name, sizeof name, "%s/%s", lo->name, dispatch_names[d]);
+			if (!selected(name)) {
+				skipped++;
+				continue;
+			}
+			make_cfg(&cfg, lo->dp, lo->ep, lo->pp, (enum par_ep_dispatch)d);
+			cfg.zero = lo->zero;
+			cfg.recompute = lo->recompute;
+			cfg.schedule = lo->schedule;
+			r = test_verify(&cfg, NULL, 0);
+			ran++;
+			failed += !r.passed || r.routes == 0;
+			gpt_tensor_name(&cfg.model, r.param_tensor, worst, sizeof worst);
+			printf("%-4s %-34s loss %.2e  grad %.2e  param %.2e (%s), %zu routes\n",
+			       r.passed && r.routes ? "ok" : "FAIL", name, r.loss_err, r.grad_err,
+			       r.param_err, worst, r.routes);
+		}
+	printf("ep verify table: %d cases ran, %d failed, %d skipped\n", ran, failed, skipped);
+	if (!ran)
+		fail_msg("PEMU_TEST_FILTER selects no case");
+	assert_int_equal(failed, 0);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The load-balancing loss                                                              */
+
+/* The first step's loss of cfg (execute), one micro-batch a replica. */
+static double first_loss(struct run_cfg cfg)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
+	struct run_out o;
+	char err[256];
+	double l;
+
+	cfg.steps = 1;
+	if (run_check(&cfg, cfg.mesh.world, err, sizeof err))
+		fail_msg("config refused: %s", err);
+	run_alloc(&o, &cfg, 0);
+	if (run_parallel(c, &cfg, &o))
+		fail_msg("run failed: %s", emu_cluster_report(c));
+	l = o.loss[0];
+	run_free(&o);
+	emu_cluster_free(c);
+	return l;
+}
+
+/* The aux loss of the first step is the loss with the coefficient less the loss
+ * without it (the weights and the routing are the initial ones either way): the same for
+ * ep 1, 2 and 4 and both dispatchers. */
+static void test_aux_loss(void **state)
+{
+	double aux[5];
+	int k = 0;
+
+	(void)state;
+	for (int ep = 1; ep <= 4; ep *= 2)
+		for (int d = 0; d < (ep > 1 ? 2 : 1); d++) {
+			struct run_cfg cfg;
+			double with, without;
+
+			make_cfg(&cfg, 4, ep, 1, (enum par_ep_dispatch)d);
+			cfg.model.aux_coeff = 1.0f;
+			with = first_loss(cfg);
+			cfg.model.aux_coeff = 0.0f;
+			without = first_loss(cfg);
+			aux[k++] = with - without;
+		}
+	printf("aux loss: ep 1 %.7f; ep 2 %.7f %.7f; ep 4 %.7f %.7f\n", aux[0], aux[1], aux[2],
+	       aux[3], aux[4]);
+	assert_true(aux[0] > 0.5); /* E sum f P: 1 when perfectly balanced */
+	for (int i = 1; i < k; i++)
+		assert_true(fabs(aux[i] - aux[0]) <= 1e-6 * aux[0]);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Volumes                                                                              */
+
+/* Uniform routing (dry-run, bf16): each rank sends T k / E rows of h to every expert, so
+ * per MoE layer and micro-batch 4 all-to-all-v's (dispatch and combine, forward and
+ * backward) each put T k h 2 (P - 1) / P bytes on the links, and the counts' all-to-all
+ * (E - E / P) 2 bytes; T = b s. */
+static void test_volumes_uniform(void **state)
+{
+	(void)state;
+	for (int ep = 2; ep <= 4; ep *= 2) {
+		struct run_cfg cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+		struct coll_stats st;
+		uint64_t T, k, h, E, mb = 2, moe = 1, want;
+
+		make_cfg(&cfg, 4, ep, 1, PAR_EP_ALLTOALL);
+		cfg.model.num_experts = 8;
+		cfg.gbs = cfg.mbs * 4 * (int)mb; /* mb micro-batches a rank */
+		cfg.steps = 1;
+		T = (uint64_t)cfg.mbs * cfg.model.seq_len;
+		k = (uint64_t)cfg.model.moe_top_k;
+		h = (uint64_t)cfg.model.hidden;
+		E = 8;
+		c = test_dry(&cfg, &o, 0);
+		want = mb * moe *
+		       (4 * T * k * h * 2 * (uint64_t)(ep - 1) / (uint64_t)ep +
+			(E - E / (uint64_t)ep) * 2);
+		assert_int_equal(coll_link_bytes_tag(emu_cluster_dev(c, 0), PAR_TRAFFIC_EP), want);
+		coll_stats_tag_get(emu_cluster_dev(c, 0), PAR_TRAFFIC_EP, "all-to-all-v", &st);
+		assert_int_equal(st.calls, 4 * mb * moe);
+		assert_int_equal(st.bytes, 4 * mb * moe * T * k * h * 2); /* S: all a rank sends */
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+}
+
+/* An execute run: device 0's expert-parallel bytes on the links are the sum of the real
+ * splits, from the routing decisions the run recorded: twice (forward and backward) the
+ * rows of its tokens routed to the other ranks' experts and the rows the other ranks
+ * routed to its experts (whose outputs, and input gradients, it sends back), h floats
+ * each, plus the counts. */
+static void test_volumes_real(void **state)
+{
+	const int dp = 4, ep = 4;
+	struct run_cfg cfg;
+	struct run_out o;
+	struct emu_cluster *c;
+	uint64_t rows = 0, want;
+	int E, El, K, L, accum, local;
+
+	(void)state;
+	make_cfg(&cfg, dp, ep, 1, PAR_EP_ALLTOALL);
+	cfg.steps = 2;
+	c = test_cluster("dgx-a100", 1, dp, 0, 0);
+	run_alloc(&o, &cfg, 1);
+	if (run_parallel(c, &cfg, &o))
+		fail_msg("run failed: %s", emu_cluster_report(c));
+	E = cfg.model.num_experts;
+	El = E / ep;
+	K = cfg.model.moe_top_k;
+	L = cfg.model.num_layers;
+	accum = cfg.gbs / cfg.mbs;
+	local = accum / dp;
+	for (int s = 0; s < cfg.steps; s++)
+		for (int r = 0; r < ep; r++) /* the ranks of device 0's ep group */
+			for (int mb = 0; mb < local; mb++) {
+				size_t g = (size_t)s * accum + (size_t)r * local + (size_t)mb;
+				const int *d = o.routes + g * o.route_mb;
+
+				for (int l = 0; l < L; l++) {
+					if (!gpt_layer_is_moe(&cfg.model, l))
+						continue;
+					for (size_t i = 0; i < o.route_mb / (size_t)L; i++) {
+						int e = d[(size_t)l * (o.route_mb / L) + i];
+
+						if (e < 0)
+							continue; /* dropped: not sent */
+						/* mine to another rank, or another rank's to mine
+						 */
+						rows += (r == 0) != (e / El == 0);
+					}
+				}
+			}
+	want = 2 * rows * (uint64_t)cfg.model.hidden * 4 +
+	       (uint64_t)cfg.steps * local * (uint64_t)(E - El) * 4; /* one MoE layer */
+	(void)K;
+	assert_int_equal(coll_link_bytes_tag(emu_cluster_dev(c, 0), PAR_TRAFFIC_EP), want);
+	printf("device 0: %llu expert-parallel rows crossed the links in %d steps\n",
+	       (unsigned long long)rows, cfg.steps);
+	run_free(&o);
+	emu_cluster_free(c);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Empty experts, memory                                                                */
+
+/* Two tokens a micro-batch and one choice each, 8 experts on 8 ranks: at least 6 ranks'
+ * experts get nothing from a rank, most get nothing at all; every rank still takes part
+ * in every all-to-all, and the run verifies. */
+static void test_empty_experts(void **state)
+{
+	(void)state;
+	for (int d = 0; d < 2; d++) {
+		struct run_cfg cfg;
+		struct verify_result v;
+
+		make_cfg(&cfg, 8, 8, 1, (enum par_ep_dispatch)d);
+		cfg.model.num_experts = 8;
+		cfg.model.moe_top_k = 1;
+		cfg.model.seq_len = 2;
+		cfg.mbs = 1;
+		cfg.gbs = 8;
+		v = test_verify(&cfg, NULL, 0);
+		assert_true(v.passed);
+		assert_true(v.routes > 0);
+	}
+}
+
+/* In a dry-run (bf16) a rank holds the dense parameters and E / ep experts of each MoE
+ * layer: its parameter bytes are 2 (dense + experts / ep), and under ZeRO-1 its Adam state
+ * shards the dense part over dp and its experts over dp / ep (their own group). */
+static void test_memory(void **state)
+{
+	uint64_t param[3], optim[3];
+	int eps[3] = {1, 2, 4};
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		struct run_cfg cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+
+		make_cfg(&cfg, 4, eps[i], 1, PAR_EP_ALLTOALL);
+		cfg.model = model_preset("moe-small")->cfg;
+		cfg.zero = 1;
+		cfg.steps = 1;
+		c = test_dry(&cfg, &o, 0);
+		param[i] = mem_peak_bytes(emu_cluster_dev(c, 0), MEM_PARAM);
+		optim[i] = mem_peak_bytes(emu_cluster_dev(c, 0), MEM_OPTIM);
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+	{
+		/* the experts' part of the parameters: what halving it twice takes away */
+		uint64_t ex = 2 * (param[0] - param[1]);
+
+		assert_true(param[0] - param[1] == ex / 2);
+		assert_true(param[1] - param[2] == ex / 4);
+		/* ZeRO-1 shards every element over dp in the end (dense over dp, experts over
+		 * dp / ep of ep-times fewer): the optimizer state does not change with ep */
+		assert_true(optim[0] == optim[1] && optim[1] == optim[2]);
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Broken and repeated                                                                  */
+
+/* A dropped all-to-all-v (the first dispatch) fails verify; the unbroken run passes. */
+static void test_broken_fails(void **state)
+{
+	static const char *const op[] = {"all-to-all-v", "all-gather"};
+
+	(void)state;
+	for (int d = 0; d < 2; d++) {
+		struct run_cfg cfg;
+		struct verify_result v;
+
+		make_cfg(&cfg, 2, 2, 1, (enum par_ep_dispatch)d);
+		v = test_verify(&cfg, op[d], d == 0 ? 0 : 1);
+		assert_false(v.passed);
+		v = test_verify(&cfg, NULL, 0);
+		assert_true(v.passed);
+	}
+}
+
+static void test_deterministic(void **state)
+{
+	(void)state;
+	for (int d = 0; d < 2; d++) {
+		struct run_out o[2];
+		struct run_cfg cfg;
+
+		make_cfg(&cfg, 4, 2, 1, (enum par_ep_dispatch)d);
+		cfg.zero = 1;
+		for (int w = 0; w < 2; w++) {
+			struct emu_config ec;
+			struct emu_cluster *c;
+
+			if (emu_config_default(&ec, "dgx-a100"))
+				fail_msg("no dgx-a100 preset");
+			ec.ndev = cfg.mesh.world;
+			ec.workers = w + 1;
+			c = emu_cluster_new(&ec);
+			run_alloc(&o[w], &cfg, 1);
+			if (run_parallel(c, &cfg, &o[w]))
+				fail_msg("run failed: %s", emu_cluster_report(c));
+			emu_cluster_free(c);
+		}
+		assert_memory_equal(o[0].loss, o[1].loss, sizeof(float) * (size_t)cfg.steps);
+		assert_memory_equal(o[0].step_ns, o[1].step_ns,
+				    sizeof(int64_t) * (size_t)cfg.steps);
+		for (int i = 0; i < o[0].np; i++)
+			assert_memory_equal(o[0].params[i], o[1].params[i],
+					    gpt_tensor_numel(&cfg.model, i) * sizeof(float));
+		run_free(&o[0]);
+		run_free(&o[1]);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_verify_table),    cmocka_unit_test(test_aux_loss),
+		cmocka_unit_test(test_volumes_uniform), cmocka_unit_test(test_volumes_real),
+		cmocka_unit_test(test_empty_experts),   cmocka_unit_test(test_memory),
+		cmocka_unit_test(test_broken_fails),    cmocka_unit_test(test_deterministic),
+	};
+	int rc;
+
+	data_builtin(&corpus, 1 << 16);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	data_free(&corpus);
+	return rc;
+}
