@@ -77,10 +77,10 @@ int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
 		return -1;
 	}
 	if (c->num_experts < 0 ||
-	    (c->num_experts > 0 && (c->moe_every < 1 || c->capacity_factor <= 0))) {
+	    (c->num_experts > 0 && (c->moe_every < 1 || c->capacity_factor < 0))) {
 		snprintf(err, n,
-			 "a MoE model needs experts >= 1, --moe-every >= 1 and a positive "
-			 "capacity factor");
+			 "a MoE model needs experts >= 1, --moe-every >= 1 and a capacity factor "
+			 ">= 0 (0: dropless)");
 		return -1;
 	}
 	if (c->num_experts > 0 && (c->moe_top_k < 1 || c->moe_top_k > 2)) {
@@ -301,14 +301,18 @@ int gpt_init(struct gpt *m, const struct kctx *k, const struct gpt_config *cfg, 
 	m->T = cfg->seq_len;
 	m->tokens = emu_xcalloc((size_t)B * m->T, sizeof *m->tokens);
 	if (cfg->num_experts > 0)
-		m->moe = (struct moe_shape){
-			B * m->T,
-			cfg->hidden,
-			cfg->ffn,
-			cfg->num_experts,
-			cfg->moe_top_k,
-			moe_capacity(cfg->capacity_factor, B * m->T, cfg->moe_top_k, cfg->num_experts),
-			cfg->aux_coeff};
+		m->moe = (struct moe_shape){B * m->T,
+					    cfg->hidden,
+					    cfg->ffn,
+					    cfg->num_experts,
+					    cfg->moe_top_k,
+					    moe_capacity(cfg->capacity_factor, B * m->T,
+							 cfg->moe_top_k, cfg->num_experts),
+					    cfg->aux_coeff,
+					    0,
+					    0,
+					    cfg->capacity_factor <= 0,
+					    0};
 	m->targets = emu_xcalloc((size_t)B * m->T, sizeof *m->targets);
 	if ((rc = alloc_params(m, seed)))
 		return rc;

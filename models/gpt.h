@@ -31,7 +31,7 @@ struct gpt_config {
 	int num_experts;       /* E; 0: a dense model */
 	int moe_top_k;         /* choices per token, 1 or 2 */
 	int moe_every;         /* layers l with (l + 1) % moe_every == 0 are MoE */
-	float capacity_factor; /* slots per expert = floor(cf * tokens * k / E) */
+	float capacity_factor; /* slots per expert = floor(cf * tokens * k / E); 0: dropless */
 	float aux_coeff;       /* weight of the load-balancing loss */
 };
 

@@ -10,11 +10,27 @@
 #include "ops.h"
 #include "util.h"
 
+/* The experts the block runs. */
+static int held(const struct moe_shape *s)
+{
+	return s->El ? s->El : s->E;
+}
+
 int moe_capacity(double capacity_factor, int M, int k, int E)
 {
 	int cap = (int)floor(capacity_factor * (double)M * k / E);
 
+	if (capacity_factor <= 0)
+		return M; /* dropless: an expert gets each token at most once */
 	return cap < 1 ? 1 : cap;
+}
+
+/* The rows of the block's x, pre, h and y. */
+static size_t rows_of(const struct moe_shape *s)
+{
+	if (s->rows)
+		return (size_t)s->rows;
+	return s->dropless ? (size_t)s->M * s->k : (size_t)held(s) * s->cap;
 }
 
 /* p + n, or NULL in dry-run (no arithmetic on a null pointer). */
@@ -30,7 +46,7 @@ static const float *coff(const float *p, size_t n)
 
 int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s)
 {
-	size_t slots = (size_t)s->E * s->cap;
+	size_t slots = rows_of(s);
 	int rc = 0;
 
 #define A(t, n, name)                                                                              \
@@ -47,7 +63,7 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 	if (rc || a->choice)
 		return rc;
 	/* The routing decisions: host-side bookkeeping of a few ints a token. */
-	a->slot_token = emu_xcalloc(slots, sizeof *a->slot_token);
+	a->slot_token = emu_xcalloc((size_t)s->E * s->cap, sizeof *a->slot_token);
 	a->choice = emu_xcalloc((size_t)s->M * s->k, sizeof *a->choice);
 	a->slot = emu_xcalloc((size_t)s->M * s->k, sizeof *a->slot);
 	a->frac = emu_xcalloc((size_t)s->E, sizeof *a->frac);
@@ -68,10 +84,11 @@ void moe_acts_free(struct moe_acts *a)
 
 int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct moe_shape *s)
 {
+	size_t rows = s->dropless ? (size_t)s->M * s->k : (size_t)s->cap; /* (dropless: all) */
 	int rc;
 
-	if ((rc = tensor_alloc(k, &sc->dy, MEM_WORK, (size_t)s->cap * s->C, "moe d out")) ||
-	    (rc = tensor_alloc(k, &sc->dx, MEM_WORK, (size_t)s->cap * s->C, "moe d in")) ||
+	if ((rc = tensor_alloc(k, &sc->dy, MEM_WORK, rows * s->C, "moe d out")) ||
+	    (rc = tensor_alloc(k, &sc->dx, MEM_WORK, rows * s->C, "moe d in")) ||
 	    (rc = tensor_alloc(k, &sc->dh, MEM_WORK, (size_t)s->cap * s->F, "moe d fc.gelu")) ||
 	    (rc = tensor_alloc(k, &sc->dpre, MEM_WORK, (size_t)s->cap * s->F, "moe d fc")) ||
 	    (rc = tensor_alloc(k, &sc->dprobs, MEM_WORK, (size_t)s->M * s->E, "router d probs")) ||
@@ -130,15 +147,16 @@ static void assign(const struct moe_shape *s, struct moe_acts *a)
 	free(fill);
 }
 
-/* The kept choices' rows of x into their slots of a->x (E, cap, C), zero-padded. */
+/* The kept choices' rows of x into the slots of the experts held, a->x (El, cap, C),
+ * zero-padded. */
 static void dispatch(const struct moe_shape *s, struct moe_acts *a, const float *x)
 {
-	int C = s->C;
+	int C = s->C, lo = s->e0 * s->cap;
 
 	memset(a->x.data, 0, a->x.n * sizeof *a->x.data);
-	for (int i = 0; i < s->E * s->cap; i++)
-		if (a->slot_token[i] >= 0)
-			memcpy(a->x.data + (size_t)i * C, x + (size_t)a->slot_token[i] * C,
+	for (int i = 0; i < held(s) * s->cap; i++)
+		if (a->slot_token[lo + i] >= 0)
+			memcpy(a->x.data + (size_t)i * C, x + (size_t)a->slot_token[lo + i] * C,
 			       (size_t)C * sizeof *x);
 }
 
@@ -170,50 +188,55 @@ float moe_aux(const struct moe_shape *s, const struct moe_acts *a)
 	return (float)(s->aux_coeff * s->E * aux);
 }
 
-int moe_uniform_rows(const struct moe_shape *s)
+int moe_uniform_rows(const struct moe_shape *s, int e)
 {
-	int u = (int)((long long)s->M * s->k / s->E);
+	long long mk = (long long)s->M * s->k;
+	int u = (int)(mk / s->E) + (e < (int)(mk % s->E)); /* the remainder to the first */
 
 	return u < s->cap ? u : s->cap;
 }
 
-/* The row of choice i in moe_permute's order (off[e]: the first row of expert e), or
- * -1 if it was dropped. */
+/* The row of choice i in moe_permute's order (off[e]: the first row of held expert e),
+ * or -1 if it was dropped or its expert is not held. */
 static int permuted_row(const struct moe_shape *s, const struct moe_acts *a, const int *off, int i)
 {
 	int slot = a->slot[i], e = a->choice[i];
 
-	return slot < 0 ? -1 : off[e] + slot - e * s->cap;
+	if (slot < 0 || e < s->e0 || e >= s->e0 + held(s))
+		return -1;
+	return off[e] + slot - e * s->cap;
 }
 
-/* off[E + 1]: the first row of each expert in moe_permute's order, from cnt. */
+/* off[E + 1]: the first row of each held expert in moe_permute's order, from cnt. */
 static void offsets(const struct moe_shape *s, const int *cnt, int *off)
 {
 	off[0] = 0;
 	for (int e = 0; e < s->E; e++)
-		off[e + 1] = off[e] + cnt[e];
+		off[e + 1] = off[e] + (e >= s->e0 && e < s->e0 + held(s) ? cnt[e] : 0);
 }
 
 int moe_permute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
 		float *xp, const float *x, int *cnt)
 {
-	int n = 0, C = s->C;
+	int n = 0, C = s->C, e1 = s->e0 + held(s);
 
 	for (int e = 0; e < s->E; e++) { /* the slots fill from the first: count them */
 		int c = 0;
 
-		if (kctx_math(k))
+		if (e < s->e0 || e >= e1)
+			c = 0;
+		else if (kctx_math(k))
 			while (c < s->cap && a->slot_token[e * s->cap + c] >= 0)
 				c++;
 		else
-			c = moe_uniform_rows(s);
+			c = moe_uniform_rows(s, e);
 		cnt[e] = c;
 		n += c;
 	}
 	emu_compute(k->d, "moe.permute", 0, 2.0 * n * C * k->ab);
 	if (!kctx_math(k))
 		return n;
-	for (int e = 0, r = 0; e < s->E; e++)
+	for (int e = s->e0, r = 0; e < e1; e++)
 		for (int c = 0; c < cnt[e]; c++, r++)
 			memcpy(xp + (size_t)r * C, x + (size_t)a->slot_token[e * s->cap + c] * C,
 			       (size_t)C * sizeof *x);
@@ -260,10 +283,11 @@ void moe_unpermute_bwd(const struct kctx *k, const struct moe_shape *s, const st
 				int e = a->choice[t * K + j],
 				    row = permuted_row(s, a, off, t * K + j);
 				float g = a->probs.data[(size_t)t * E + e], dot = 0;
-				const float *d = dout + (size_t)t * C, *y = yp + (size_t)row * C;
+				const float *d = dout + (size_t)t * C, *y;
 
 				if (row < 0)
 					continue;
+				y = yp + (size_t)row * C;
 				for (int c = 0; c < C; c++) {
 					dyp[(size_t)row * C + c] = g * d[c];
 					dot += d[c] * y[c];
@@ -277,14 +301,14 @@ void moe_unpermute_bwd(const struct kctx *k, const struct moe_shape *s, const st
 void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
 		     float *dx, const float *dxp, const int *cnt)
 {
-	int n = 0, C = s->C;
+	int n = 0, C = s->C, e1 = s->e0 + held(s);
 
-	for (int e = 0; e < s->E; e++)
+	for (int e = s->e0; e < e1; e++)
 		n += cnt[e];
 	emu_compute(k->d, "moe.permute.bwd", (double)n * C, 3.0 * n * C * k->ab);
 	if (!kctx_math(k))
 		return;
-	for (int e = 0, r = 0; e < s->E; e++)
+	for (int e = s->e0, r = 0; e < e1; e++)
 		for (int c = 0; c < cnt[e]; c++, r++) {
 			float *d = dx + (size_t)a->slot_token[e * s->cap + c] * C;
 
@@ -293,12 +317,64 @@ void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const stru
 		}
 }
 
+/* Dropless: the held experts on the rows routed to them, compact (the permuted pieces). */
+static float dropless_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+			  float *out, const float *x, const float *wr, const float *w1,
+			  const float *b1, const float *w2, const float *b2)
+{
+	int C = s->C, F = s->F, *cnt = a->rows;
+	size_t r = 0;
+
+	moe_route(k, s, a, x, wr);
+	moe_permute(k, s, a, a->x.data, x, cnt);
+	for (int e = 0; e < held(s); e++) {
+		int n = cnt[s->e0 + e];
+
+		moe_expert_fwd(k, off(a->y.data, r * C), off(a->pre.data, r * F),
+			       off(a->h.data, r * F), off(a->x.data, r * C),
+			       coff(w1, (size_t)e * F * C), coff(b1, (size_t)e * F),
+			       coff(w2, (size_t)e * C * F), coff(b2, (size_t)e * C), n, C, F);
+		r += (size_t)n;
+	}
+	moe_unpermute(k, s, a, out, a->y.data, cnt);
+	a->aux = moe_aux(s, a);
+	return kctx_math(k) ? a->aux : 0;
+}
+
+static void dropless_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+			 struct moe_scratch *sc, float *dx, const float *dout, float aux_scale,
+			 const float *x, const float *wr, const float *w1, const float *w2,
+			 float *dwr, float *dw1, float *db1, float *dw2, float *db2)
+{
+	int C = s->C, F = s->F, *cnt = a->rows;
+	size_t r = 0;
+
+	if (kctx_math(k))
+		memset(sc->dprobs.data, 0, sc->dprobs.n * sizeof *sc->dprobs.data);
+	moe_unpermute_bwd(k, s, a, sc->dy.data, sc->dprobs.data, dout, a->y.data, cnt);
+	for (int e = 0; e < held(s); e++) {
+		int n = cnt[s->e0 + e];
+
+		moe_expert_bwd(k, off(sc->dx.data, r * C), sc->dh.data, sc->dpre.data,
+			       off(sc->dy.data, r * C), off(a->x.data, r * C),
+			       off(a->pre.data, r * F), off(a->h.data, r * F),
+			       coff(w1, (size_t)e * F * C), coff(w2, (size_t)e * C * F),
+			       off(dw1, (size_t)e * F * C), off(db1, (size_t)e * F),
+			       off(dw2, (size_t)e * C * F), off(db2, (size_t)e * C), n, C, F);
+		r += (size_t)n;
+	}
+	moe_permute_bwd(k, s, a, dx, sc->dx.data, cnt);
+	moe_router_bwd(k, s, a, sc, dx, aux_scale, x, wr, dwr);
+}
+
 float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, float *out,
 	      const float *x, const float *wr, const float *w1, const float *b1, const float *w2,
 	      const float *b2)
 {
-	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap;
-	size_t slots = (size_t)E * cap;
+	if (s->dropless)
+		return dropless_fwd(k, s, a, out, x, wr, w1, b1, w2, b2);
+	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap, El = held(s);
+	size_t slots = (size_t)El * cap;
 
 	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, C, E);
 	softmax_fwd(k, a->probs.data, a->probs.data, M, E);
@@ -308,7 +384,7 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 		assign(s, a);
 		dispatch(s, a, x);
 	}
-	for (int e = 0; e < E; e++)
+	for (int e = 0; e < El; e++) /* e: the held expert e0 + e */
 		moe_expert_fwd(k, off(a->y.data, (size_t)e * cap * C),
 			       off(a->pre.data, (size_t)e * cap * F),
 			       off(a->h.data, (size_t)e * cap * F),
@@ -319,7 +395,8 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 		    ((double)M * K * C + (double)M * C) * k->ab);
 	if (!kctx_math(k))
 		return 0;
-	/* out[t] = sum of gate * expert output over t's kept choices, in choice order. */
+	/* out[t] = sum of gate * expert output over t's kept choices, in choice order (of
+	 * the experts held: a part of the sum otherwise) */
 	memset(out, 0, (size_t)M * C * sizeof *out);
 	for (int t = 0; t < M; t++)
 		for (int j = 0; j < K; j++) {
@@ -327,9 +404,9 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 			float g = a->probs.data[(size_t)t * E + e];
 			const float *y;
 
-			if (slot < 0)
+			if (slot < 0 || e < s->e0 || e >= s->e0 + El)
 				continue;
-			y = a->y.data + (size_t)slot * C;
+			y = a->y.data + (size_t)(slot - s->e0 * cap) * C;
 			for (int c = 0; c < C; c++)
 				out[(size_t)t * C + c] += g * y[c];
 		}
@@ -345,10 +422,16 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 	int M = s->M, E = s->E, C = s->C, F = s->F, cap = s->cap, math = kctx_math(k);
 	float *dp = sc->dprobs.data; /* d loss / d router probabilities */
 
+	if (s->dropless) {
+		dropless_bwd(k, s, a, sc, dx, dout, aux_scale, x, wr, w1, w2, dwr, dw1, db1, dw2,
+			     db2);
+		return;
+	}
 	if (math)
 		memset(dp, 0, (size_t)M * E * sizeof *dp);
-	for (int e = 0; e < E; e++) {
-		size_t base = (size_t)e * cap;
+	for (int le = 0; le < held(s); le++) { /* the held expert e, le-th of the block's */
+		int e = s->e0 + le;
+		size_t base = (size_t)le * cap, gbase = (size_t)e * cap;
 
 		/* combine backward: each slot's d output is gate * dout of its token, and the
 		 * gate's gradient is dout . expert output */
@@ -356,7 +439,7 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 		if (math) {
 			memset(sc->dy.data, 0, sc->dy.n * sizeof *sc->dy.data);
 			for (int r = 0; r < cap; r++) {
-				int t = a->slot_token[base + r];
+				int t = a->slot_token[gbase + r];
 				const float *g = dout + (size_t)t * C,
 					    *y = a->y.data + (base + r) * C;
 				float gate, dot = 0;
@@ -374,15 +457,15 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 		/* the expert's MLP backward on its cap rows */
 		moe_expert_bwd(k, sc->dx.data, sc->dh.data, sc->dpre.data, sc->dy.data,
 			       off(a->x.data, base * C), off(a->pre.data, base * F),
-			       off(a->h.data, base * F), coff(w1, (size_t)e * F * C),
-			       coff(w2, (size_t)e * C * F), off(dw1, (size_t)e * F * C),
-			       off(db1, (size_t)e * F), off(dw2, (size_t)e * C * F),
-			       off(db2, (size_t)e * C), cap, C, F);
+			       off(a->h.data, base * F), coff(w1, (size_t)le * F * C),
+			       coff(w2, (size_t)le * C * F), off(dw1, (size_t)le * F * C),
+			       off(db1, (size_t)le * F), off(dw2, (size_t)le * C * F),
+			       off(db2, (size_t)le * C), cap, C, F);
 		/* scatter the inputs' gradients back to their tokens */
 		emu_compute(k->d, "moe.scatter.bwd", (double)cap * C, 3.0 * cap * C * k->ab);
 		if (math)
 			for (int r = 0; r < cap; r++) {
-				int t = a->slot_token[base + r];
+				int t = a->slot_token[gbase + r];
 
 				if (t >= 0)
 					for (int c = 0; c < C; c++)

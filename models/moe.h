@@ -5,10 +5,14 @@
  *   top-k     each token picks its k most probable experts (ties: the lower index)
  *   capacity  each expert takes at most cap = floor(capacity_factor * M * k / E) tokens
  *             (at least 1); places are given out to all first choices in token order,
- *             then to all second choices; a choice that finds its expert full is dropped
+ *             then to all second choices; a choice that finds its expert full is dropped.
+ *             Capacity factor 0 is dropless (Megatron-Core's semantics when none is
+ *             given): cap = M, so no choice is dropped
  *   experts   expert e runs its own GeLU MLP, fc (ffn, h) then fc2 (h, ffn), on a
  *             zero-padded buffer of cap rows, as capacity-based implementations do, so
- *             the FLOPs charged depend on the shapes alone (dry-run = execute)
+ *             the FLOPs charged depend on the shapes alone (dry-run = execute); dropless,
+ *             on the rows routed to it, compact (the permuted pieces below), so that
+ *             the time follows the routing (a dry-run assumes it uniform)
  *   combine   out[t] = sum over t's kept choices of probs[t][e] * expert_e(x[t])
  *             (the raw router probability as gate, as Switch does; not renormalised)
  *   aux loss  aux = coeff * E * sum_e f_e P_e (Switch eq. 4, with top-k), where f_e is
@@ -31,6 +35,10 @@ struct moe_shape {
 	int k;   /* choices per token, 1 or 2 */
 	int cap; /* slots per expert */
 	float aux_coeff;
+	int e0, El;   /* the experts moe_fwd and moe_bwd run: [e0, e0 + El), weights and slots
+		       * of those only (El 0: all E); the router still routes to every expert */
+	int dropless; /* capacity factor 0: cap = M, the experts on compact rows */
+	int rows;     /* the rows x, pre, h and y hold (0: El cap, or M k dropless) */
 };
 
 int moe_capacity(double capacity_factor, int M, int k, int E);
@@ -108,8 +116,9 @@ void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const stru
 void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
 		    struct moe_scratch *sc, float *dx, float aux_scale, const float *x,
 		    const float *wr, float *dwr);
-/* The rows an expert gets with uniform routing: M k / E, at most the capacity. */
-int moe_uniform_rows(const struct moe_shape *s);
+/* The rows expert e gets with uniform routing: M k / E, the remainder to the first
+ * (M k) mod E experts one more each, at most the capacity. */
+int moe_uniform_rows(const struct moe_shape *s, int e);
 
 /* One expert's MLP on rows (n, C): y = fc2(gelu(fc(x))); its backward from dy into dx
  * (n, C) and the expert's weight gradients, with scratch dh and dpre (n, F). */

@@ -122,8 +122,9 @@ static void test_bad_input(void **state)
 		/* the rules of run/cfg.c's one checker, each with its message, in its order */
 		{"run --model tiny --ep 2", "--ep 2: the model has no MoE layers (--num-experts)"},
 		{"run --model moe-tiny --ep 3 --dp 3", "--ep 3 does not divide the 4 experts"},
-		{"run --model moe-tiny --ep 2 --tp 2 --dp 2",
-		 "expert parallelism runs over data-parallel ranks only in this build"},
+		{"run --model moe-tiny --ep 2 --tp 4",
+		 "this build spreads the experts over data-parallel ranks (tp 1) or over the "
+		 "tensor-parallel group (ep = tp)"},
 		{"run --model moe-tiny --ep 4 --dp 2", "--dp 2 does not split into groups of 4"},
 		{"run --model moe-tiny --ep 2 --dp 2 --zero-stage 2",
 		 "ZeRO stages 2 and 3 over the experts' own group are not in this build yet"},

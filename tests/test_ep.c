@@ -1,7 +1,10 @@
 /* Expert parallelism (par/ep.h: the alltoall and allgather dispatchers) against the
  * serial reference and the formulas of docs/formulas.md:
  *   - the verify table: both dispatchers with ep 2 and 4 over dp 2 and 4, ZeRO-1, pp
- *     (1F1B, ZB-H1), selective and full recomputation; no routing flip;
+ *     (1F1B, ZB-H1), selective and full recomputation; the experts over the
+ *     tensor-parallel group (ep = tp 2 and 4, sp, dp 2 with ZeRO 1 and 3, pp 2, full
+ *     recomputation), and dropless (capacity factor 0) over dp and over tp; no routing
+ *     flip;
  *   - the load-balancing loss is the same whatever the layout;
  *   - the bytes: in a dry-run (uniform routing) 4 T k h bytes (P - 1) / P a MoE layer,
  *     micro-batch and rank on the links, plus the counts' all-to-all; in an execute run
@@ -57,15 +60,26 @@ static const struct layout {
 	int dp, ep, pp, zero;
 	enum par_recompute recompute;
 	enum sched_kind schedule;
+	int tp, sp;   /* ep = tp: the experts over the tensor-parallel group */
+	int dropless; /* capacity factor 0 */
 } layouts[] = {
-	{"dp2/ep2", 2, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
-	{"dp4/ep2", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
-	{"dp4/ep4", 4, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
-	{"dp4/ep2/zero1", 4, 2, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B},
-	{"dp4/ep4/zero1/full", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B},
-	{"dp2/ep2/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B},
-	{"dp2/ep2/pp2", 2, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B},
-	{"dp2/ep2/pp2/zb-h1/zero1", 2, 2, 2, 1, PAR_RECOMPUTE_NONE, SCHED_ZBH1},
+	{"dp2/ep2", 2, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
+	{"dp4/ep2", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
+	{"dp4/ep4", 4, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
+	{"dp4/ep2/zero1", 4, 2, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
+	{"dp4/ep4/zero1/full", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 0},
+	{"dp2/ep2/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 1, 0, 0},
+	{"dp2/ep2/pp2", 2, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
+	{"dp2/ep2/pp2/zb-h1/zero1", 2, 2, 2, 1, PAR_RECOMPUTE_NONE, SCHED_ZBH1, 1, 0, 0},
+	{"tp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0},
+	{"tp2/sp/ep2/full", 1, 2, 1, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 2, 1, 0},
+	{"tp4/ep4/dp2/zero1", 2, 4, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 4, 0, 0},
+	{"tp2/sp/ep2/dp2/zero3", 2, 2, 1, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0},
+	{"tp2/ep2/pp2", 1, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0},
+	{"dp4/ep2/dropless", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 1},
+	{"dp4/ep4/zero1/dropless", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 1},
+	{"tp2/sp/ep2/dropless", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 1},
+	{"tp2/ep1/dropless", 1, 1, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 2, 0, 1},
 };
 
 static int selected(const char *name)
@@ -92,7 +106,14 @@ static void test_verify_table(void **state)
 				skipped++;
 				continue;
 			}
+			if (lo->tp > 1 && d) {
+				skipped++; /* over the tp group there is no dispatch to choose */
+				continue;
+			}
 			make_cfg(&cfg, lo->dp, lo->ep, lo->pp, (enum par_ep_dispatch)d);
+			mesh_init(&cfg.mesh, lo->tp, 1, 1, lo->dp, lo->pp);
+			cfg.sp = lo->sp;
+			cfg.model.capacity_factor = lo->dropless ? 0.0f : cfg.model.capacity_factor;
 			cfg.zero = lo->zero;
 			cfg.recompute = lo->recompute;
 			cfg.schedule = lo->schedule;
@@ -135,10 +156,10 @@ static double first_loss(struct run_cfg cfg)
 
 /* The aux loss of the first step is the loss with the coefficient less the loss
  * without it (the weights and the routing are the initial ones either way): the same for
- * ep 1, 2 and 4 and both dispatchers. */
+ * ep 1, 2 and 4, both dispatchers, and the experts over a tp group of 2. */
 static void test_aux_loss(void **state)
 {
-	double aux[5];
+	double aux[6];
 	int k = 0;
 
 	(void)state;
@@ -154,8 +175,21 @@ static void test_aux_loss(void **state)
 			without = first_loss(cfg);
 			aux[k++] = with - without;
 		}
-	printf("aux loss: ep 1 %.7f; ep 2 %.7f %.7f; ep 4 %.7f %.7f\n", aux[0], aux[1], aux[2],
-	       aux[3], aux[4]);
+	{ /* and over the tensor-parallel group */
+		struct run_cfg cfg;
+		double with, without;
+
+		make_cfg(&cfg, 2, 2, 1, PAR_EP_ALLTOALL);
+		mesh_init(&cfg.mesh, 2, 1, 1, 2, 1);
+		cfg.gbs = 16;
+		cfg.model.aux_coeff = 1.0f;
+		with = first_loss(cfg);
+		cfg.model.aux_coeff = 0.0f;
+		without = first_loss(cfg);
+		aux[k++] = with - without;
+	}
+	printf("aux loss: ep 1 %.7f; ep 2 %.7f %.7f; ep 4 %.7f %.7f; ep = tp 2 %.7f\n", aux[0],
+	       aux[1], aux[2], aux[3], aux[4], aux[5]);
 	assert_true(aux[0] > 0.5); /* E sum f P: 1 when perfectly balanced */
 	for (int i = 1; i < k; i++)
 		assert_true(fabs(aux[i] - aux[0]) <= 1e-6 * aux[0]);

@@ -231,8 +231,8 @@ static void test_matrix(void **state)
 
 /* A broken strategy fails the matrix: for the first accepted point of each kind in key
  * order, a dropped ring step (a lost K, V message: the fault plan's send), the chunks in
- * the wrong order (every cp comm type), and a dispatch split off by one (alltoall) each
- * fail verify, where the same point passed above. */
+ * the wrong order (every cp comm type), and a dispatch split off by one (alltoall over
+ * data-parallel ranks) each fail verify, where the same point passed above. */
 static void test_broken(void **state)
 {
 	struct point *pts = calloc(4608, sizeof *pts);
@@ -247,8 +247,9 @@ static void test_broken(void **state)
 		struct verify_result v;
 		int kind = p->cp > 1 && p->comm == PAR_CP_P2P && !done[0] ? 0
 			   : p->cp > 1 && !done[1 + p->comm]              ? 1 + (int)p->comm
-			   : p->ep > 1 && p->dispatch == PAR_EP_ALLTOALL && !done[4] ? 4
-										     : -1;
+			   : p->ep > 1 && p->tp == 1 && p->dispatch == PAR_EP_ALLTOALL && !done[4]
+				   ? 4
+				   : -1;
 
 		if (kind < 0)
 			continue;

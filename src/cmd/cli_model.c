@@ -20,7 +20,8 @@ const struct cli_opt cli_model_opts[] = {
 	{"moe-router-topk", 0, 1, CLI_MODEL_TOPK, "K", "the same as --moe-top-k (Megatron's name)"},
 	{"moe-every", 0, 1, CLI_MODEL_MOE_EVERY, "N", "every Nth layer is MoE (default 2)"},
 	{"moe-expert-capacity-factor", 0, 1, CLI_MODEL_CAPACITY, "X",
-	 "slots per expert = X * tokens * k / experts (default 1.25)"},
+	 "slots per expert = X * tokens * k / experts; 0 or none: dropless (the MoE presets "
+	 "give 1.25; a model made MoE by --num-experts is dropless unless given one)"},
 	{"moe-aux-loss-coeff", 0, 1, CLI_MODEL_AUX, "X",
 	 "weight of the load-balancing loss (default 0.01)"},
 	{"make-vocab-size-divisible-by", 0, 1, CLI_MODEL_VOCAB_DIV, "N",
@@ -178,7 +179,7 @@ static void apply_sizes(const struct cli_model *m, struct gpt_config *g, const s
 		if (!g->moe_top_k) { /* a dense preset made MoE: the MoE presets' defaults */
 			g->moe_top_k = 2;
 			g->moe_every = 2;
-			g->capacity_factor = 1.25f;
+			g->capacity_factor = 0; /* none given: dropless, as Megatron */
 			g->aux_coeff = 0.01f;
 		}
 	}
@@ -187,8 +188,10 @@ static void apply_sizes(const struct cli_model *m, struct gpt_config *g, const s
 	if (ov[CLI_MODEL_MOE_EVERY])
 		g->moe_every = (int)cli_int(c, "--moe-every", ov[CLI_MODEL_MOE_EVERY], 1, 1 << 16);
 	if (ov[CLI_MODEL_CAPACITY])
-		g->capacity_factor = (float)cli_double(c, "--moe-expert-capacity-factor",
-						       ov[CLI_MODEL_CAPACITY], 1e-3, 1e6);
+		g->capacity_factor = !strcmp(ov[CLI_MODEL_CAPACITY], "none")
+					     ? 0.0f /* dropless */
+					     : (float)cli_double(c, "--moe-expert-capacity-factor",
+								 ov[CLI_MODEL_CAPACITY], 0, 1e6);
 	if (ov[CLI_MODEL_AUX])
 		g->aux_coeff =
 			(float)cli_double(c, "--moe-aux-loss-coeff", ov[CLI_MODEL_AUX], 0, 1e6);

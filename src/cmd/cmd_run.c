@@ -81,6 +81,8 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	if (cfg->tpf_layers)
 		snprintf(first, sizeof first, ", the first %d layers at tp %d", cfg->tpf_layers,
 			 cfg->tpf);
+	else if (cfg->ep > 1 && cfg->mesh.size[MESH_TP] > 1)
+		snprintf(first, sizeof first, ", experts over the tp group (ep %d)", cfg->ep);
 	else if (cfg->ep > 1)
 		snprintf(first, sizeof first, ", experts over ep %d (%s)", cfg->ep,
 			 cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");

@@ -487,22 +487,24 @@ int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double
 		update_range(s, o, lo, lo + chunk, st, lr, scale, t);
 		st += chunk;
 	}
-	for (int k = 0; k < s->nb && s->zero < 3; k++) {
+	for (int k = 0; k < s->nb && s->zero < 3 && !rc; k++) {
 		struct par_dp_bucket *b = &s->b[k];
 		size_t lo, chunk = chunk_of(s, b, &lo);
 		float *w = m->weights.data;
-		enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
+		enum emu_stream prev;
 
+		if (b->n == 1) /* a group of one has nothing to gather */
+			continue;
+		prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
 		rc = coll_iall_gather(m->k.d, b->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk,
 				      &b->req);
 		coll_use_stream(m->k.d, prev);
-		if (rc)
-			return rc;
 	}
-	for (int k = 0; k < s->nb; k++) {
-		if (s->b[k].req && (rc = coll_wait(m->k.d, s->b[k].req)))
-			return rc;
+	for (int k = 0; k < s->nb; k++) { /* every posted one, even after an error */
+		int rc2 = s->b[k].req ? coll_wait(m->k.d, s->b[k].req) : 0;
+
+		rc = rc ? rc : rc2;
 		s->b[k].req = NULL;
 	}
-	return 0;
+	return rc;
 }

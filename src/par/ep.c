@@ -111,7 +111,7 @@ static int exchange_counts(const struct ep *g, struct par_work *w, const int *cn
 			buf[e] = (float)cnt[e];
 	TAGGED(coll_all_to_all(g->k->d, g->g, buf, at(buf, (size_t)g->E), (size_t)g->El));
 	for (int i = 0; i < g->n * g->El; i++)
-		rcv[i] = buf ? (int)buf[g->E + i] : moe_uniform_rows(g->s);
+		rcv[i] = buf ? (int)buf[g->E + i] : moe_uniform_rows(g->s, g->e0 + i % g->El);
 	return rc;
 }
 
@@ -287,7 +287,7 @@ static int for_expert(const struct ep *g, const struct par_work *w, int e,
 	int n = 0;
 
 	if (!meta)
-		return g->n * moe_uniform_rows(g->s);
+		return g->n * moe_uniform_rows(g->s, g->e0 + e);
 	meta += 2 * mk;
 	for (size_t i = 0; i < (size_t)g->n * mk; i++)
 		if (meta[2 * i] == (float)(g->e0 + e)) {
@@ -447,8 +447,11 @@ const struct par_mlp *par_ep_mlp(const struct par_model *m)
 int par_ep_alloc_work(struct par_model *m, struct par_work *w)
 {
 	const struct moe_shape *s = &m->moe;
-	size_t R = (size_t)s->E * s->cap, G = (size_t)m->ep * s->M, C = (size_t)s->C;
-	size_t rows = R > G ? R : G, ecap = (size_t)m->ep * s->cap;
+	size_t C = (size_t)s->C, G = (size_t)m->ep * s->M;
+	/* the rows a rank's experts can receive: cap a rank each, or dropless all of its
+	 * choices from every rank; and what an expert can get: ep cap, or ep M */
+	size_t R = s->dropless ? (size_t)m->ep * s->M * s->k : (size_t)s->E * s->cap;
+	size_t ecap = (size_t)m->ep * s->cap;
 	int rc = 0;
 
 #define A(t, n, name)                                                                              \
@@ -456,11 +459,17 @@ int par_ep_alloc_work(struct par_model *m, struct par_work *w)
 		if (!rc)                                                                           \
 			rc = tensor_alloc(&m->k, (t), MEM_WORK, (n), (name));                      \
 	} while (0)
-	A(&w->ep[0], rows * C, "ep rows");
-	A(&w->ep[1], rows * C, "ep rows exchanged");
-	A(&w->ep[2], rows * C, "ep rows regrouped");
-	A(&w->ep[3], G * (size_t)s->E, "ep gates' gradients");
-	A(&w->ep[4], ecap * C, "ep expert d in");
+	if (m->pc.ep_dispatch == PAR_EP_ALLTOALL) {
+		A(&w->ep[0], R * C, "ep rows");
+		A(&w->ep[1], R * C, "ep rows exchanged");
+		A(&w->ep[2], R * C, "ep rows regrouped");
+	} else {
+		A(&w->ep[0], G * C, "ep tokens gathered");
+		A(&w->ep[1], G * C, "ep outputs of every rank's tokens");
+		A(&w->ep[2], R * C, "ep expert rows");
+		A(&w->ep[3], G * (size_t)s->E, "ep gates' gradients");
+		A(&w->ep[4], ecap * C, "ep expert d in");
+	}
 	A(&w->ep_dh, ecap * (size_t)s->F, "ep expert d fc.gelu");
 	A(&w->ep_dpre, ecap * (size_t)s->F, "ep expert d fc");
 	/* the counts' all-to-all (E each way), or this rank's routing and everyone's */

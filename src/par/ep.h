@@ -2,8 +2,13 @@
  * --expert-model-parallel-size; GShard, Lepikhin et al. 2020, arXiv 2006.16668; the
  * dispatchers of Megatron-Core's MoE).
  *
- * The experts fold onto the dense mesh (Megatron's parallel folding, Liu et al. 2025,
- * arXiv 2504.14960): the expert grid is EP x EDP x PP over the same devices, EDP =
+ * With tp > 1 (ep = tp) the experts go over the tensor-parallel group instead, and this
+ * file is not used: each rank holds E / t whole experts (models/moe.h's e0, El), the
+ * tokens are the group's already (the region's f gathers them under sp), and the
+ * region's g sums the experts' outputs (par/mlp.c's MoE table, par/tp.c's shards).
+ *
+ * Otherwise the experts fold onto the dense mesh (Megatron's parallel folding, Liu et al.
+ * 2025, arXiv 2504.14960): the expert grid is EP x EDP x PP over the same devices, EDP =
  * dp / ep in this build (tp = cp = 1): the ep consecutive data-parallel ranks hold E / ep
  * experts each, and the experts' gradients are reduced over the dp / ep ranks that hold
  * the same ones (par/dp.h), the dense ones over dp as before. Each rank routes its own
@@ -18,13 +23,17 @@
  *   allgather  every rank's tokens and routing all-gathered over the ep group, each rank's
  *              experts run on the rows routed to them, the weighted outputs
  *              reduce-scattered back; backward all-gathers the output gradients and
- *              reduce-scatters the inputs' and the gates' gradients
+ *              reduce-scatters the inputs' and the gates' gradients. It gathers the
+ *              routing (2 M k floats a rank) again in backward, where Megatron keeps
+ *              it: a small collective a layer against host memory
  * A rank whose experts get no token still takes part in every collective. The experts
  * compute the rows they are sent (no padding to the capacity), so the time of an execute
  * run follows its routing (a skewed router makes stragglers); a dry-run, which routes
  * nothing, assumes the uniform M k / E rows an expert (at most the capacity). Uniform
  * routing moves 4 T k h elements (P - 1) / P a MoE layer and rank, dispatch and combine,
- * forward and backward. */
+ * forward and backward (when E divides T k; the remainder goes one row to each of the
+ * first experts). With capacity factor 0 (dropless) nothing is dropped and an expert
+ * receives up to every rank's tokens. */
 #ifndef PEMU_PAR_EP_H
 #define PEMU_PAR_EP_H
 

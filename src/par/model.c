@@ -320,15 +320,20 @@ static void tp_view(const struct par_model *m, struct par_tp *c, int t, int r, s
 	c->row0 = c->sp ? r * c->Ml : 0;
 	c->NHl = cfg->heads / t;
 	c->Fl = cfg->ffn / t;
+	/* the experts: each cut t ways like the dense MLP, or, with ep = t (par/ep.h), E / t
+	 * of them whole on each rank of the group */
 	if (cfg->num_experts > 0)
 		c->moe = (struct moe_shape){
-			c->B * m->T,
-			cfg->hidden,
-			c->Fl,
-			cfg->num_experts,
+			c->B * m->T, cfg->hidden, m->ep_tp ? cfg->ffn : c->Fl, cfg->num_experts,
 			cfg->moe_top_k,
-			moe_capacity(cfg->capacity_factor, c->B * m->T, cfg->moe_top_k, cfg->num_experts),
-			cfg->aux_coeff};
+			moe_capacity(cfg->capacity_factor, c->B * m->T, cfg->moe_top_k,
+				     cfg->num_experts),
+			cfg->aux_coeff, m->ep_tp ? r * (cfg->num_experts / t) : 0,
+			m->ep_tp ? cfg->num_experts / t : 0, cfg->capacity_factor <= 0,
+			/* dropless over dp ranks: every rank's choices may come */
+			cfg->capacity_factor <= 0 && m->ep > 1
+				? m->ep * c->B * m->T * cfg->moe_top_k
+				: 0};
 }
 
 int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct par_groups *g,
@@ -350,7 +355,8 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->cp = cfg->cp > 1 ? cfg->cp : 1;
 	m->cpr = m->cp > 1 ? g->cp_rank : 0;
 	m->cpg = m->cp > 1 ? g->cp : NULL;
-	m->ep = cfg->ep > 1 ? cfg->ep : 1;
+	m->ep_tp = cfg->ep > 1 && cfg->tp > 1; /* experts over the tp group (par/ep.h) */
+	m->ep = cfg->ep > 1 && !m->ep_tp ? cfg->ep : 1;
 	m->epr = m->ep > 1 ? g->ep_rank : 0;
 	m->epg = m->ep > 1 ? g->ep : NULL;
 	m->edpg = m->ep > 1 ? g->edp : NULL;

@@ -305,6 +305,8 @@ struct par_model {
 			      * each sequence */
 	int cp, cpr;         /* the context-parallel degree, this rank's place in cpg */
 	int ep, epr;         /* the expert-parallel degree, this rank's place in epg */
+	int ep_tp; /* the experts over the tensor-parallel group instead (ep = t): E / t whole
+		    * ones a rank, reduced over dp as the rest */
 	struct emu_group *epg, *edpg; /* expert parallelism's groups (par_groups), or NULL */
 	struct emu_group *cpg;        /* the context-parallel group, or NULL */
 	int *pos;            /* [T]: the position of each of this rank's rows in its sequence */

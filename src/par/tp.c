@@ -102,10 +102,20 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 		else
 			p->rows /= (size_t)m->ep; /* fc2's bias, (E, h) replicated: its rows */
 	}
+	int whole = moe && m->ep_tp && w >= LP_FCW && w <= LP_FC2B;
+
+	if (whole) { /* the experts over the tp group (par/ep.h): E / t whole ones here */
+		p->experts = c->num_experts / m->tp;
+		p->e0 = v->r * p->experts;
+		p->split = PAR_ROWS;
+		p->rows = w == LP_FCW || w == LP_FCB ? f : h;
+		p->cols = w == LP_FCW ? h : w == LP_FC2W ? f : 1;
+		p->frozen = 0;
+	}
 	if (p->split != PAR_REPLICATED) { /* one copy of each shard is the model's */
 		p->owner = v->part == 0;
-		p->t = v->t;
-		p->q = v->r;
+		p->t = whole ? 1 : v->t;
+		p->q = whole ? 0 : v->r;
 	}
 	p->n = p->split == PAR_REPLICATED ? (p->expert ? p->rows : gpt_tensor_numel(c, i))
 					  : (size_t)p->experts * p->rows * p->cols / (size_t)p->t;

@@ -262,14 +262,26 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 			 m->num_experts);
 		return -1;
 	}
-	if (size[MESH_TP] > 1 || size[MESH_CP] > 1) {
+	if (size[MESH_CP] > 1 || (size[MESH_TP] > 1 && ep != size[MESH_TP])) {
 		snprintf(err, n,
-			 "--ep %d with --%s %d: expert parallelism runs over data-parallel ranks "
-			 "only in this build (expert tensor parallelism and cp are not in it yet)",
-			 ep, size[MESH_TP] > 1 ? "tp" : "cp",
-			 size[MESH_TP] > 1 ? size[MESH_TP] : size[MESH_CP]);
+			 "--ep %d with --%s %d: this build spreads the experts over data-parallel "
+			 "ranks (tp 1) or over the tensor-parallel group (ep = tp), and runs no cp "
+			 "with them yet",
+			 ep, size[MESH_CP] > 1 ? "cp" : "tp",
+			 size[MESH_CP] > 1 ? size[MESH_CP] : size[MESH_TP]);
 		return -1;
 	}
+	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
+	    cfg->recompute == PAR_RECOMPUTE_OASES) {
+		snprintf(err, n, "--ep %d with %s: not combined in this build", ep,
+			 cfg->schedule == SCHED_HELIX ? "--schedule helix"
+			 : cfg->tp_overlap            ? "--tp-overlap oases"
+			 : cfg->tpf_layers            ? "--tp-first"
+						      : "--recompute oases");
+		return -1;
+	}
+	if (size[MESH_TP] > 1) /* over the tp group: the experts' gradients are the rest's */
+		return 0;
 	if (size[MESH_DP] % ep) {
 		snprintf(err, n,
 			 "--ep %d: the experts are spread over data-parallel ranks, and --dp %d "
@@ -282,15 +294,6 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 			 "--zero-stage %d with --ep %d: ZeRO stages 2 and 3 over the experts' own "
 			 "group are not in this build yet (0 and 1 are)",
 			 cfg->zero, ep);
-		return -1;
-	}
-	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
-	    cfg->recompute == PAR_RECOMPUTE_OASES) {
-		snprintf(err, n, "--ep %d with %s: not combined in this build", ep,
-			 cfg->schedule == SCHED_HELIX ? "--schedule helix"
-			 : cfg->tp_overlap            ? "--tp-overlap oases"
-			 : cfg->tpf_layers            ? "--tp-first"
-						      : "--recompute oases");
 		return -1;
 	}
 	return 0;
@@ -430,7 +433,7 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			 cfg->cp_contiguous ? "cp-layout contiguous" : "cp-comm-type");
 		return -1;
 	}
-	if (cfg->etp && cfg->etp != (cfg->ep > 1 ? 1 : tp)) {
+	if (cfg->etp && cfg->etp != (cfg->ep > 1 ? 1 : tp)) { /* (ep over tp: whole experts) */
 		snprintf(err, n,
 			 "--expert-tensor-parallel-size %d: this build cuts the experts %s, so it "
 			 "is %d here",

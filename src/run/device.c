@@ -224,7 +224,7 @@ static int par_device(struct emu_dev *d, void *arg)
 				     .cp = gc,
 				     .cp_rank = cpr,
 				     .pp = gp};
-	if (cfg->ep > 1 && (rc = expert_groups(d, cfg, dp_devs, rk.dpr, &groups)))
+	if (cfg->ep > 1 && tp == 1 && (rc = expert_groups(d, cfg, dp_devs, rk.dpr, &groups)))
 		goto out;
 	if (cfg->tpf_layers && (rc = first_groups(d, cfg, tp_devs, rk.tpr, &groups)))
 		goto out;
