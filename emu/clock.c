@@ -15,8 +15,24 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
 	double t_math = flops / (g->peak_flops * g->efficiency) * 1e9;
 	double t_mem = bytes / g->hbm_bw * 1e9;
 
+	double t = ceil(t_math > t_mem ? t_math : t_mem);
+
 	EMU_ASSERT(flops >= 0 && bytes >= 0);
-	return g->launch_ns + (int64_t)ceil(t_math > t_mem ? t_math : t_mem);
+	if (!(t < (double)EMU_TIME_MAX)) /* (NaN too) */
+		return EMU_TIME_MAX;
+	return emu_time_add(g->launch_ns, (int64_t)t);
+}
+
+int emu_time_check(struct emu_dev *d, int64_t t, const char *what)
+{
+	if (t < EMU_TIME_MAX || d->clock_failed)
+		return 0;
+	d->clock_failed = 1;
+	return dev_fail(d, EMU_EINVAL,
+			"the virtual clock passed its horizon (2^62 ns, 146 years) in '%s': the "
+			"hardware's figures (bandwidth, latency, FLOP/s) make it last longer than "
+			"pemu counts",
+			what);
 }
 
 int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes)
@@ -34,9 +50,10 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 		emu_strcpy_cut(ev.name, name, sizeof ev.name);
 		trace_add_op(d, &ev);
 	}
-	st->t += dur;
+	st->t = emu_time_add(st->t, dur);
 	d->flops += flops;
-	d->compute_ns += dur;
+	d->compute_ns = emu_time_add(d->compute_ns, dur);
+	emu_time_check(d, st->t, name);
 	emu_pace(d);
 	return dur;
 }

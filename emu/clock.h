@@ -5,13 +5,25 @@
  * exact and deterministic whatever the host threads do.
  *
  * Compute is charged by the roofline of the device preset (docs/architecture.md):
- *     launch + max(flops / (peak * efficiency), bytes / hbm_bw), rounded up to 1 ns. */
+ *     launch + max(flops / (peak * efficiency), bytes / hbm_bw), rounded up to 1 ns.
+ *
+ * Time has a horizon, EMU_TIME_MAX (2^62 ns, 146 years): a duration or a cursor that
+ * would pass it stops there and fails the device ("the virtual clock passed its
+ * horizon"), so that absurd hardware figures give an error, never a wrapped time. */
 #ifndef EMU_CLOCK_H
 #define EMU_CLOCK_H
 
 #include <stdint.h>
 
 #include "cluster.h"
+
+#define EMU_TIME_MAX (INT64_C(1) << 62)
+
+/* a + b (both >= 0), at most EMU_TIME_MAX. */
+static inline int64_t emu_time_add(int64_t a, int64_t b)
+{
+	return b > EMU_TIME_MAX - a ? EMU_TIME_MAX : a + b;
+}
 
 struct emu_event {
 	int64_t t; /* virtual time the event completes */

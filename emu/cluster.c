@@ -61,10 +61,12 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
 		return -1;
 	}
 	for (int k = TOPO_LINK_INTRA; k < TOPO_LINK_NCLASS; k++) {
-		if (t->link[k].bw_bytes == 0 || t->link[k].lat_ns < 0) {
+		if (t->link[k].bw_bytes == 0 || t->link[k].lat_ns < 0 ||
+		    t->link[k].lat_ns > EMU_LAT_MAX) {
 			snprintf(buf, n,
-				 "the %s link needs a positive bandwidth and a latency >= 0",
-				 topo_link_class_name(k));
+				 "the %s link needs a positive bandwidth and a latency from 0 to "
+				 "1000 s (got %lld ns)",
+				 topo_link_class_name(k), (long long)t->link[k].lat_ns);
 			return -1;
 		}
 	}
@@ -152,6 +154,7 @@ static void dev_reset_results(struct emu_dev *d)
 	d->err = 0;
 	memset(&d->stats, 0, sizeof d->stats);
 	d->tag = 0;
+	d->clock_failed = 0;
 	memset(d->stream, 0, sizeof d->stream);
 	d->flops = 0;
 	d->compute_ns = 0;

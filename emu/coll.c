@@ -159,7 +159,9 @@ void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const stru
 /* ceil(num * S / (den * beta)) seconds, in ns. */
 static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 {
-	return (int64_t)emu_muldiv_ceil(num * S, 1000000000ULL, den * beta);
+	uint64_t t = emu_muldiv_ceil(num * S, 1000000000ULL, den * beta);
+
+	return t > (uint64_t)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
 }
 
 /* The ring collectives' (n-1) alpha + (n-1)/n S / beta, doubled for all-reduce. */
@@ -167,7 +169,7 @@ static int64_t ring_ns(const struct topo_link *l, int n, uint64_t S, int twice)
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
 
-	return (int64_t)steps * l->lat_ns + bw_ns(steps, S, (uint64_t)n, l->bw_bytes);
+	return emu_time_add((int64_t)steps * l->lat_ns, bw_ns(steps, S, (uint64_t)n, l->bw_bytes));
 }
 
 /* Bytes member m of an all-to-all-v sends to (recv from) the other members. */
@@ -196,7 +198,7 @@ static uint64_t task_count(uint64_t elems)
 /* A message of S bytes on link l. */
 static int64_t p2p_ns(const struct topo_link *l, uint64_t S)
 {
-	return l->lat_ns + bw_ns(1, S, 1, l->bw_bytes);
+	return emu_time_add(l->lat_ns, bw_ns(1, S, 1, l->bw_bytes));
 }
 
 int coll_op_resolve(struct emu_cluster *c, struct op *op)
@@ -225,7 +227,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		break;
 	case OP_BROADCAST:
 	case OP_REDUCE:
-		dur = (int64_t)(n - 1) * l->lat_ns + bw_ns(1, S, 1, l->bw_bytes);
+		dur = emu_time_add((int64_t)(n - 1) * l->lat_ns, bw_ns(1, S, 1, l->bw_bytes));
 		work = a->count;
 		break;
 	case OP_ALL_REDUCE:
@@ -234,9 +236,11 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 			const struct topo_link *li = &t->link[TOPO_LINK_INTRA];
 
 			op->hier = 1;
-			dur = 2 * ring_ns(li, L, S, 0) + (int64_t)(2 * (k - 1)) * l->lat_ns +
-			      bw_ns(2 * (uint64_t)(k - 1), S, (uint64_t)k * (uint64_t)L,
-				    l->bw_bytes);
+			dur = emu_time_add(
+				emu_time_add(ring_ns(li, L, S, 0), ring_ns(li, L, S, 0)),
+				emu_time_add((int64_t)(2 * (k - 1)) * l->lat_ns,
+					     bw_ns(2 * (uint64_t)(k - 1), S,
+						   (uint64_t)k * (uint64_t)L, l->bw_bytes)));
 		} else {
 			dur = ring_ns(l, n, S, 1);
 		}
@@ -267,7 +271,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 			worst = sent > worst ? sent : worst;
 			worst = got > worst ? got : worst;
 		}
-		dur = (int64_t)(n - 1) * l->lat_ns + bw_ns(1, worst, 1, l->bw_bytes);
+		dur = emu_time_add((int64_t)(n - 1) * l->lat_ns, bw_ns(1, worst, 1, l->bw_bytes));
 		break;
 	}
 	default:
@@ -276,7 +280,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	if (n == 1)
 		dur = 0; /* nothing crosses a link */
 	op->bytes = S;
-	op->t_end = op->t_start + dur;
+	op->t_end = emu_time_add(op->t_start, dur);
 	if (c->cfg.dry_run)
 		op->ntasks = 0;
 	else if (a->kind == OP_ALL_TO_ALL_V)
@@ -624,6 +628,7 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	r->resolved = 1;
 	if (st->t < op->t_end)
 		st->t = op->t_end;
+	emu_time_check(d, st->t, kinds[a->kind].name);
 	if (st->pending == r)
 		st->pending = NULL;
 	d->stats.ops[a->kind]++;
@@ -690,9 +695,9 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->lane = d->lane;
 	r->tag = d->tag;
 	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
-		r->eager_end =
-			arg->t_issue + p2p_ns(&d->c->cfg.topo.link[ch->link],
-					      (uint64_t)arg->count * (uint64_t)arg->wire_bytes);
+		r->eager_end = emu_time_add(
+			arg->t_issue, p2p_ns(&d->c->cfg.topo.link[ch->link],
+					     (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
 		st->t = r->eager_end;
 	} else {
 		st->pending = r;

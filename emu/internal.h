@@ -206,8 +206,9 @@ struct emu_dev {
 
 	struct mem_state mem;
 	struct trace_buf trace;
-	int lane; /* whose ops the device records now (trace_set_lane), 0 each run */
-	int tag;  /* the traffic tag of its calls now (coll_set_tag), 0 each run */
+	int lane;         /* whose ops the device records now (trace_set_lane), 0 each run */
+	int tag;          /* the traffic tag of its calls now (coll_set_tag), 0 each run */
+	int clock_failed; /* it passed the clock's horizon (emu_time_check), 0 each run */
 	struct dev_stats stats;
 
 	int err;          /* this device's own error (enum emu_err), 0 if none */
@@ -270,6 +271,12 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member);
 void dev_wait_tasks(struct emu_dev *d, struct op *op);
 void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
 /* Fails d with err and a report (printf format, prefixed "device N: "); returns err. */
+/* The longest link latency a configuration may give, so that (n - 1) latencies of a
+ * collective stay far inside the clock's horizon: 1000 s. */
+#define EMU_LAT_MAX INT64_C(1000000000000)
+
+/* Fails d once if t reached the clock's horizon (clock.h) in what. 0 or the error. */
+int emu_time_check(struct emu_dev *d, int64_t t, const char *what);
 int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int dev_check_failed(struct emu_dev *d);

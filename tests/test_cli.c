@@ -134,6 +134,19 @@ static void test_bad_input(void **state)
 		 "--moe-token-dispatcher-type: 'flex' is not alltoall or allgather"},
 		{"run --model tiny --cp-comm-type a2a",
 		 "context parallelism's, which needs --cp > 1"},
+		/* products refused, never wrapped */
+		{"run --model tiny --micro-batch-size 1048576 --seq-length 1 --dp 512 --pp 2 "
+		 "--num-layers 2 --dry-run",
+		 "the default --global-batch-size, micro-batch 1048576 x dp 512 x 2 pp = "
+		 "2147483648"},
+		{"run --model tiny --tp 2048 --make-vocab-size-divisible-by 1048576 --dry-run",
+		 "pads the vocabulary of 256 to 2147483648, more than pemu takes"},
+		{"run --model tiny --micro-batch-size 1048576 --seq-length 4194304 --dry-run",
+		 "is 4398046511104 tokens a micro-batch, more than pemu takes"},
+		{"coll -g 2 -b 1K -e 1K --intra-lat 9e18ns",
+		 "the intra link needs a positive bandwidth and a latency from 0 to 1000 s"},
+		{"run --model tiny --trace /nonexistent/dir/x.json",
+		 "--trace: cannot write '/nonexistent/dir/x.json' (No such file or directory)"},
 		{"run --model moe-tiny --ep 2 --dp 2 --expert-tensor-parallel-size 2",
 		 "--expert-tensor-parallel-size 2: this build cuts the experts over --ep only"},
 		{"run --model tiny --dp 4096 --tp 4096",
@@ -416,6 +429,48 @@ static void test_divergence(void **state)
 	assert_null(strstr(out, "nan"));
 }
 
+/* A duration past the virtual clock's horizon fails the run with why (exit 1), never a
+ * wrapped, negative time. */
+static void test_clock_horizon(void **state)
+{
+	static char out[65536];
+
+	(void)state;
+	assert_int_equal(run("train --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2",
+			     1, out, sizeof out),
+			 1);
+	assert_non_null(strstr(out, "the virtual clock passed its horizon (2^62 ns, 146 years)"));
+	assert_int_equal(run("coll -g 2 -b 1G -e 1G --dry-run --intra-bw 1", 1, out, sizeof out),
+			 1);
+	assert_non_null(strstr(out, "the virtual clock passed its horizon"));
+}
+
+/* A run that fails with --json still prints its report, the error in it (what ran out
+ * of memory, where), and writes its trace up to the failure. */
+static void test_failed_json(void **state)
+{
+	static char out[1 << 18];
+	FILE *f;
+	long len;
+
+	(void)state;
+	remove("build/failed.trace.json");
+	assert_int_equal(run("run --model gpt2-124m --mem-cap 1GB --dry-run --steps 1 --json "
+			     "--trace build/failed.trace.json",
+			     0, out, sizeof out),
+			 1);
+	assert_true(out[0] == '{');
+	assert_non_null(strstr(out, "\"error\":{\"kind\":\"device out of memory\",\"report\":\""));
+	assert_non_null(strstr(out, "out of memory allocating 'attention scores'"));
+	assert_non_null(strstr(out, "\"memory\":["));
+	f = fopen("build/failed.trace.json", "r");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fclose(f);
+	assert_true(len > 1000); /* the ops up to the failure */
+}
+
 /* pemu plan --oases: a plan on a small model over 8 RTX 3090s over PCIe, in JSON; the
  * pemu run command it prints runs the plan it checked (the same step time, to the
  * nanosecond); without --oases it says what is not built. */
@@ -476,6 +531,8 @@ int main(void)
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_plan_oases),
 		cmocka_unit_test(test_divergence),
+		cmocka_unit_test(test_failed_json),
+		cmocka_unit_test(test_clock_horizon),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

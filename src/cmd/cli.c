@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include "units.h"
@@ -253,4 +254,12 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 			 cc->nodes_given ? "; raise --nodes" : "");
 	if (emu_config_check(cfg, why, sizeof why))
 		cli_fail(c, "%s", why);
+	if (cc->trace_path) { /* before the run, not after it */
+		FILE *f = fopen(cc->trace_path, "w");
+
+		if (!f)
+			cli_fail(c, "--trace: cannot write '%s' (%s)", cc->trace_path,
+				 strerror(errno));
+		fclose(f);
+	}
 }

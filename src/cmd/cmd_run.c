@@ -237,6 +237,22 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 
 /* Runs cfg on cc's cluster (and with verify, the reference on one device of it) and
  * prints the report; the exit code. */
+/* A failed run's report as one JSON object: the configuration, the error (its kind and
+ * the cluster's report), and memory and communication up to the failure. */
+static void json_failure(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
+			 struct emu_cluster *cl, int rc)
+{
+	printf("{\"command\":\"%s\",", cmd_name(verify));
+	report_config_json_run(stdout, cfg, ecfg);
+	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_err_name(rc));
+	report_json_string(stdout, emu_cluster_report(cl));
+	printf("},");
+	report_memory_json(stdout, cl, cfg->mesh.world);
+	printf(",");
+	report_comm_json(stdout, cl);
+	printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
+}
+
 static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_cluster *cc)
 {
 	const struct emu_config *ecfg = &cc->cfg;
@@ -253,7 +269,9 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		fflush(stdout);
 		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", cmd_name(verify),
 			emu_err_name(rc), emu_cluster_report(cl));
-		if (!cc->json)
+		if (cc->json)
+			json_failure(verify, cfg, ecfg, cl, rc);
+		else
 			report_memory_table(stdout, cl, ecfg->ndev);
 		goto out;
 	}
@@ -287,6 +305,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 	}
 	if (verify)
 		run_free(&ref);
+out: /* the trace and the timeline, of a failed run too: up to the failure */
 	if (cc->trace_path && trace_write_json(cl, cc->trace_path))
 		fprintf(stderr, "pemu: cannot write trace '%s'\n", cc->trace_path);
 	if (cc->timeline)
@@ -294,9 +313,8 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 	if (cc->timeline && cfg->tp_overlap)
 		fprintf(cc->json ? stderr : stdout,
 			"        lane1, lane2: the two sub-batches of --tp-overlap oases\n");
-	if (cc->timeline && cfg->mesh.size[MESH_PP] > 1)
+	if (cc->timeline && cfg->mesh.size[MESH_PP] > 1 && !rc)
 		sched_draw(&par.sched, par.span, 100, cc->json ? stderr : stdout);
-out:
 	run_free(&par);
 	emu_cluster_free(cl);
 	if (one)

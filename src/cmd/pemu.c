@@ -25,8 +25,8 @@ static void usage(FILE *f)
 		"  verify    the same plus the serial reference, compared; exit 1 on a mismatch\n"
 		"  coll      collective benchmark in the manner of nccl-tests\n"
 		"  plan      --oases: Oases's search for tensor-parallel degrees, in dry-run\n"
-		"'pemu COMMAND --help' lists a command's options. Context and expert\n"
-		"parallelism and the full layout search are not in this build.\n\n"
+		"'pemu COMMAND --help' lists a command's options. The full layout search is\n"
+		"not in this build.\n\n"
 		"cluster presets (--cluster):");
 	for (int i = 0; topo_preset_names[i]; i++) {
 		struct topo t;
@@ -36,8 +36,9 @@ static void usage(FILE *f)
 			topo_preset_names[i], t.gpus_per_node, t.gpu.name,
 			t.link[TOPO_LINK_INTRA].name, t.link[TOPO_LINK_INTER].name);
 	}
-	fprintf(f, "\n\nexit codes: 0 success, 1 a run failed or a check found wrong results, 2 "
-		   "bad input\n");
+	fprintf(f, "\n\nexit codes: 0 success, 1 a run failed (out of memory, the virtual clock's "
+		   "horizon, a diverged loss, ...)\nor a check found wrong results, 2 bad input "
+		   "(refused before anything runs), 70 the host\nitself ran out of memory\n");
 }
 
 int main(int argc, char **argv)

@@ -88,6 +88,22 @@ void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct e
 	fputc('}', f);
 }
 
+void report_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", (unsigned char)*s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
 void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
 	static const char *const recompute_names[] = {"none", "selective", "full", "oases"};

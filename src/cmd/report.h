@@ -12,6 +12,9 @@
 #include "cluster.h"
 #include "run/run.h"
 
+/* s as a JSON string, quoted and escaped. */
+void report_json_string(FILE *f, const char *s);
+
 /* The cluster in one line (no newline): preset, nodes x GPUs, peak, cap, links. */
 void report_cluster_line(FILE *f, const struct emu_config *cfg);
 /* The same as a JSON object. */

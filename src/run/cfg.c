@@ -8,6 +8,9 @@
 
 /* Devices pemu runs at most; a mesh larger than this is refused before any is made. */
 #define RUN_CFG_MAX_DEVICES 65536
+/* The largest count (tokens, batch, vocabulary) pemu keeps in an int: beyond it a product
+ * is refused, never wrapped. */
+#define RUN_CFG_MAX_INT 2147483647
 
 void run_cfg_init(struct run_cfg *cfg)
 {
@@ -31,13 +34,23 @@ void run_cfg_init(struct run_cfg *cfg)
 
 /* Megatron's padded vocabulary: a multiple of divisible-by x tp, so that every
  * tensor-parallel rank holds as many rows of the embedding. */
-static void pad_vocab(struct run_cfg *cfg)
+static int pad_vocab(struct run_cfg *cfg, char *err, size_t n)
 {
 	long long unit =
 		(long long)(cfg->vocab_div > 0 ? cfg->vocab_div : 1) * cfg->mesh.size[MESH_TP];
+	long long v = (cfg->model.vocab + unit - 1) / unit * unit;
 
 	cfg->vocab_orig = cfg->model.vocab;
-	cfg->model.vocab = (int)((cfg->model.vocab + unit - 1) / unit * unit);
+	if (v > RUN_CFG_MAX_INT) {
+		snprintf(err, n,
+			 "--make-vocab-size-divisible-by %d x --tp %d pads the vocabulary of %d to "
+			 "%lld, more than pemu takes (%d)",
+			 cfg->vocab_div, cfg->mesh.size[MESH_TP], cfg->model.vocab, v,
+			 RUN_CFG_MAX_INT);
+		return -1;
+	}
+	cfg->model.vocab = (int)v;
+	return 0;
 }
 
 /* The schedule and vpp, as Megatron reads --virtual-pipeline-model-parallel-size and
@@ -63,11 +76,23 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n)
 {
 	int dp = cfg->mesh.size[MESH_DP], pp = cfg->mesh.size[MESH_PP];
 
-	pad_vocab(cfg);
+	if (pad_vocab(cfg, err, n))
+		return -1;
 	if (!cfg->mbs)
 		cfg->mbs = cfg->preset ? cfg->preset->micro_batch : 1;
-	if (!cfg->gbs) /* a micro-batch per data-parallel replica; a pipeline gets 2 pp */
-		cfg->gbs = (int)((long long)cfg->mbs * dp * (pp > 1 ? 2LL * pp : 1));
+	if (!cfg->gbs) { /* a micro-batch per data-parallel replica; a pipeline gets 2 pp */
+		long long g = (long long)cfg->mbs * dp * (pp > 1 ? 2LL * pp : 1);
+
+		if (g > RUN_CFG_MAX_INT) {
+			snprintf(err, n,
+				 "the default --global-batch-size, micro-batch %d x dp %d%s = "
+				 "%lld, is "
+				 "more than pemu takes (%d): give one",
+				 cfg->mbs, dp, pp > 1 ? " x 2 pp" : "", g, RUN_CFG_MAX_INT);
+			return -1;
+		}
+		cfg->gbs = (int)g;
+	}
 	derive_pipeline(cfg);
 	if (!cfg->steps) /* dry-run steps repeat themselves: a few say it all */
 		cfg->steps = cfg->data ? 300 : 3;
@@ -402,10 +427,19 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 {
 	const struct mesh *m = &cfg->mesh;
 	int dp = m->size[MESH_DP], tp = m->size[MESH_TP], pp = m->size[MESH_PP];
-	int tokens = cfg->mbs * (cfg->model.seq_len / m->size[MESH_CP]);
+	long long tokens_ll = (long long)cfg->mbs * (cfg->model.seq_len / m->size[MESH_CP]);
+	int tokens = tokens_ll > RUN_CFG_MAX_INT ? 0 : (int)tokens_ll;
 
 	if (gpt_config_check(&cfg->model, err, n))
 		return -1;
+	if (tokens_ll * m->size[MESH_CP] > RUN_CFG_MAX_INT) {
+		snprintf(err, n,
+			 "--micro-batch-size %d x --seq-length %d is %lld tokens a micro-batch, "
+			 "more than pemu takes (%d)",
+			 cfg->mbs, cfg->model.seq_len, (long long)cfg->mbs * cfg->model.seq_len,
+			 RUN_CFG_MAX_INT);
+		return -1;
+	}
 	if (cfg->gbs % cfg->mbs) {
 		snprintf(err, n,
 			 "--global-batch-size %d is not a multiple of --micro-batch-size %d",
