@@ -169,6 +169,8 @@ void fold_copy_results(struct emu_cluster *c)
 		memcpy(d->mem.peak, r->mem.peak, sizeof d->mem.peak);
 		d->mem.cur_total = r->mem.cur_total;
 		d->mem.peak_total = r->mem.peak_total;
+		d->mem.host_cur = r->mem.host_cur;
+		d->mem.host_peak = r->mem.host_peak;
 		if (c->cfg.trace)
 			copy_trace(d, r);
 	}

@@ -135,13 +135,14 @@ struct dev_stats {
 };
 
 struct mem_state {
-	uint64_t cap;            /* bytes */
-	uint64_t cur[MEM_NCAT];  /* in use now, by category */
-	uint64_t peak[MEM_NCAT]; /* highest cur[cat] so far */
-	uint64_t cur_total;      /* sum of cur */
-	uint64_t peak_total;     /* highest cur_total so far */
-	struct mem_block *live;  /* live blocks, newest first */
-	struct mem_block *spare; /* freed block records, for reuse (not under ASan) */
+	uint64_t cap;                 /* bytes */
+	uint64_t cur[MEM_NCAT];       /* in use now, by category */
+	uint64_t peak[MEM_NCAT];      /* highest cur[cat] so far */
+	uint64_t cur_total;           /* sum of cur */
+	uint64_t peak_total;          /* highest cur_total so far */
+	uint64_t host_cur, host_peak; /* host bytes the blocks hold (execute) or would */
+	struct mem_block *live;       /* live blocks, newest first */
+	struct mem_block *spare;      /* freed block records, for reuse (not under ASan) */
 };
 
 /* One op on one stream, in virtual time. */

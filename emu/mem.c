@@ -61,10 +61,11 @@ struct mem_block *mem_alloc_host(struct emu_dev *d, enum mem_cat cat, uint64_t b
 	} else {
 		b = emu_xcalloc(1, sizeof *b);
 	}
+	b->host = host_bytes ? (host_bytes + 63) / 64 * 64 : 0;
 	if (!d->c->cfg.dry_run && host_bytes) {
 		/* Rounded up to the alignment, as aligned_alloc wants; zeroed so that every
 		 * run starts from the same bytes. */
-		size_t sz = (size_t)((host_bytes + 63) / 64 * 64);
+		size_t sz = (size_t)b->host;
 
 		b->data = aligned_alloc(64, sz);
 		if (!b->data)
@@ -74,6 +75,9 @@ struct mem_block *mem_alloc_host(struct emu_dev *d, enum mem_cat cat, uint64_t b
 	}
 	b->bytes = bytes;
 	b->cat = cat;
+	m->host_cur += b->host;
+	if (m->host_cur > m->host_peak)
+		m->host_peak = m->host_cur;
 	emu_strcpy_cut(b->name, name, sizeof b->name);
 	b->next = m->live;
 	if (m->live)
@@ -99,6 +103,7 @@ static void unlink_block(struct mem_state *m, struct mem_block *b)
 		b->next->prev = b->prev;
 	m->cur[b->cat] -= b->bytes;
 	m->cur_total -= b->bytes;
+	m->host_cur -= b->host;
 }
 
 void mem_free(struct emu_dev *d, struct mem_block *b)
@@ -175,4 +180,9 @@ uint64_t mem_peak_bytes(const struct emu_dev *d, enum mem_cat cat)
 uint64_t mem_peak_total(const struct emu_dev *d)
 {
 	return d->mem.peak_total;
+}
+
+uint64_t mem_host_peak(const struct emu_dev *d)
+{
+	return d->mem.host_peak;
 }

@@ -20,6 +20,8 @@ enum mem_cat { MEM_PARAM, MEM_GRAD, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_WORK, MEM_
 struct mem_block {
 	void *data;                    /* bytes of host memory; NULL in dry-run */
 	uint64_t bytes;                /* accounted size */
+	uint64_t host;                 /* host bytes it holds in execute mode (counted in
+					* dry-run too, for mem_host_peak) */
 	enum mem_cat cat;              /* what it is for */
 	char name[48];                 /* for the OOM report and the trace */
 	struct mem_block *prev, *next; /* the device's live blocks */
@@ -41,6 +43,9 @@ uint64_t mem_cur_total(const struct emu_dev *d);
 uint64_t mem_peak_bytes(const struct emu_dev *d, enum mem_cat cat);
 /* Highest total in use at any moment (not the sum of the per-category peaks). */
 uint64_t mem_peak_total(const struct emu_dev *d);
+/* Highest host memory its blocks held (execute) or would hold (dry-run, where nothing
+ * is allocated): what an execute run of the same code needs of the host. */
+uint64_t mem_host_peak(const struct emu_dev *d);
 
 const char *mem_cat_name(enum mem_cat cat);
 

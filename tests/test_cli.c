@@ -145,6 +145,12 @@ static void test_bad_input(void **state)
 		 "is 4398046511104 tokens a micro-batch, more than pemu takes"},
 		{"coll -g 2 -b 1K -e 1K --intra-lat 9e18ns",
 		 "the intra link needs a positive bandwidth and a latency from 0 to 1000 s"},
+		/* execute mode's host memory, estimated by a dry-run before anything runs */
+		{"coll -g 8 -b 64G -e 64G",
+		 "execute mode would hold about 1.0 TiB of host memory (the emulated GPUs' tensors "
+		 "as fp32 data, 128.0 GiB on the largest)"},
+		{"verify --model gpt3-175b --mem-cap 4TB",
+		 "of host memory (the emulated GPUs' tensors as fp32 data"},
 		{"run --model tiny --trace /nonexistent/dir/x.json",
 		 "--trace: cannot write '/nonexistent/dir/x.json' (No such file or directory)"},
 		{"run --model moe-tiny --ep 2 --dp 2 --expert-tensor-parallel-size 2",

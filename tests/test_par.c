@@ -912,6 +912,39 @@ static void test_buckets_overlap(void **state)
 	emu_cluster_free(c);
 }
 
+/* The host memory an execute run holds is what run_host_need's dry-run of the same code
+ * says, exactly: dp 2 x tp 2 with ZeRO-1 and its reference, and a MoE pipeline. */
+static void test_host_need(void **state)
+{
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		struct run_cfg cfg;
+		struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
+		struct run_out o;
+		uint64_t largest, need, held = 0, big = 0;
+
+		test_make_cfg(&cfg, k ? "moe-tiny" : "tiny", 2, k ? 1 : 2, k ? 2 : 1, &corpus);
+		cfg.zero = 1 - k;
+		if (k)
+			cfg.model.num_layers = 4;
+		need = run_host_need(&cfg, emu_cluster_config(c), 1, 0, &largest);
+		run_alloc(&o, &cfg, 0);
+		if (run_parallel(c, &cfg, &o))
+			fail_msg("run failed: %s", emu_cluster_report(c));
+		for (int d = 0; d < 4; d++) {
+			uint64_t h = mem_host_peak(emu_cluster_dev(c, d));
+
+			held += h;
+			big = h > big ? h : big;
+		}
+		assert_true(need > 0);
+		assert_int_equal(need, held);
+		assert_int_equal(largest, big);
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -925,6 +958,7 @@ int main(void)
 		cmocka_unit_test(test_tp_volume),
 		cmocka_unit_test(test_sp_volume),
 		cmocka_unit_test(test_buckets_overlap),
+		cmocka_unit_test(test_host_need),
 	};
 	int rc;
 

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "run/run.h"
 #include "units.h"
 
 const struct cli_opt cli_cluster_opts[] = {
@@ -182,6 +183,25 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 	if (lat && units_parse_time(lat, &l->lat_ns))
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
+}
+
+void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest)
+{
+	const char *off = getenv("PEMU_HOST_CHECK");
+	uint64_t have = run_host_available();
+	char n[32], l[32], h[32];
+
+	if ((off && !strcmp(off, "off")) || !have || need <= have / 10 * 9)
+		return;
+	units_fmt_bytes(n, sizeof n, need);
+	units_fmt_bytes(l, sizeof l, largest);
+	units_fmt_bytes(h, sizeof h, have);
+	cli_fail(c,
+		 "execute mode would hold about %s of host memory (the emulated GPUs' tensors as "
+		 "fp32 data, %s on the largest), and this host has %s available: add --dry-run "
+		 "to size it without data, or make it smaller (PEMU_HOST_CHECK=off runs it "
+		 "anyway)",
+		 n, l, h);
 }
 
 void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices)

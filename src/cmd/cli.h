@@ -88,4 +88,10 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val);
  * as many nodes as devices needs. Exits with code 2 on a bad value. */
 void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices);
 
+/* Execute mode holds the emulated devices' memory as host memory: refuses (exit 2) a run
+ * that needs more than 90% of what the host has available, naming the need (need in
+ * all, largest on one device) and what is there, and suggesting --dry-run. Nothing if
+ * the host's figure is unknown or PEMU_HOST_CHECK=off. */
+void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest);
+
 #endif

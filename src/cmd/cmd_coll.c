@@ -345,6 +345,14 @@ int cmd_coll(int argc, char **argv)
 	cli_cluster_finish(&cc, &c, b->n);
 	if (cc.json && csv)
 		cli_fail(&c, "--json and --csv: choose one");
+	if (!cc.cfg.dry_run) { /* the largest size's two buffers on every device */
+		struct coll_bench big = *b;
+		uint64_t one;
+
+		set_size(&big, maxb);
+		one = ((uint64_t)big.nsend + big.nrecv) * sizeof(float);
+		cli_host_check(&c, one * (uint64_t)b->n, one);
+	}
 	if (cc.cfg.dry_run)
 		b->check = 0;
 

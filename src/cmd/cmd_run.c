@@ -365,6 +365,11 @@ static int run_or_verify(int argc, char **argv, int verify)
 	cli_cluster_finish(&cc, &c, cfg.mesh.world);
 	if (verify && cc.cfg.dry_run)
 		cli_fail(&c, "--dry-run: verify compares numbers, so it runs in execute mode");
+	if (!cc.cfg.dry_run) { /* before the data is loaded or anything allocated */
+		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 1, verify, &largest);
+
+		cli_host_check(&c, need, largest);
+	}
 	cli_model_load(&mo, &cfg, &c);
 	if (!cc.json)
 		report_vocab_padding(stdout, &cfg);

@@ -300,6 +300,11 @@ int cmd_train(int argc, char **argv)
 	if (run_cfg_finish(&cfg, 1, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	cli_cluster_finish(&cc, &c, 1);
+	if (!cc.cfg.dry_run) {
+		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 0, 1, &largest);
+
+		cli_host_check(&c, need, largest);
+	}
 	cli_model_load(&mo, &cfg, &c);
 	rc = train(&cfg, &cc, mo.sample);
 	cli_model_free(&mo);

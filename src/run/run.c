@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "util.h"
 
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
@@ -138,4 +139,69 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)
 			l += o->loss_part[r * cfg->steps + s];
 		o->loss[s] = (float)l;
 	}
+}
+
+/* The host bytes a dry-run of cfg (parallel, or the reference on one device) would have
+ * held, summed, with the largest device's. */
+static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
+			 uint64_t *largest)
+{
+	struct emu_config e = *ecfg;
+	struct run_cfg dry = *cfg;
+	struct emu_cluster *c;
+	struct run_out o;
+	uint64_t sum = 0;
+	int rc;
+
+	e.dry_run = 1;
+	e.trace = 0;
+	e.pace = 0;
+	if (!parallel) {
+		e.topo.nodes = 1;
+		e.ndev = 1;
+	}
+	dry.data = NULL;
+	dry.steps = 1;
+	dry.log_every = 0;
+	dry.fold = 1;
+	c = emu_cluster_new(&e);
+	run_alloc(&o, &dry, 0);
+	rc = parallel ? run_parallel(c, &dry, &o) : run_reference(c, &dry, &o);
+	for (int i = 0; !rc && i < e.ndev; i++) {
+		uint64_t h = mem_host_peak(emu_cluster_dev(c, i));
+
+		sum += h;
+		*largest = h > *largest ? h : *largest;
+	}
+	run_free(&o);
+	emu_cluster_free(c);
+	return rc ? 0 : sum;
+}
+
+uint64_t run_host_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
+		       int reference, uint64_t *largest)
+{
+	uint64_t need = 0;
+
+	*largest = 0;
+	if (parallel)
+		need += dry_need(cfg, ecfg, 1, largest);
+	if (reference)
+		need += dry_need(cfg, ecfg, 0, largest);
+	return need;
+}
+
+uint64_t run_host_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
 }

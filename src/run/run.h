@@ -71,6 +71,15 @@ uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int 
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
 int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o);
 
+/* The host memory an execute run of cfg on a cluster like ecfg would hold, by a dry-run
+ * of the same code (run_parallel if parallel, and run_reference if reference; its
+ * blocks count the fp32 data they would hold): the sum over the devices, and the largest
+ * device's in *largest. 0 if the dry-run fails (the execute run will report why). */
+uint64_t run_host_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
+		       int reference, uint64_t *largest);
+/* The host memory available now (Linux's MemAvailable), or 0 if unknown. */
+uint64_t run_host_available(void);
+
 /* verify's comparison of a run of cfg with its reference: per-step loss, first-step
  * gradients, final parameters, each by the norm-wise relative error max|a - b| / max|b|
  * per tensor.
