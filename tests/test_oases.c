@@ -520,7 +520,6 @@ static void test_dropped_sub_batch_fails(void **state)
  * parameters and virtual times. */
 static void test_deterministic(void **state)
 {
-	struct run_out o[2];
 	struct run_cfg cfg;
 
 	(void)state;
@@ -529,27 +528,7 @@ static void test_deterministic(void **state)
 	cfg.sp = 1;
 	cfg.tp_overlap = PAR_OVERLAP_OASES;
 	cfg.recompute = PAR_RECOMPUTE_OASES;
-	for (int w = 0; w < 2; w++) {
-		struct emu_config ec;
-		struct emu_cluster *c;
-
-		if (emu_config_default(&ec, "dgx-a100"))
-			fail_msg("no dgx-a100 preset");
-		ec.ndev = cfg.mesh.world;
-		ec.workers = w + 1;
-		c = emu_cluster_new(&ec);
-		run_alloc(&o[w], &cfg, 1);
-		if (run_parallel(c, &cfg, &o[w]))
-			fail_msg("run failed: %s", emu_cluster_report(c));
-		emu_cluster_free(c);
-	}
-	assert_memory_equal(o[0].loss, o[1].loss, sizeof(float) * (size_t)cfg.steps);
-	assert_memory_equal(o[0].step_ns, o[1].step_ns, sizeof(int64_t) * (size_t)cfg.steps);
-	for (int i = 0; i < o[0].np; i++)
-		assert_memory_equal(o[0].params[i], o[1].params[i],
-				    gpt_tensor_numel(&cfg.model, i) * sizeof(float));
-	run_free(&o[0]);
-	run_free(&o[1]);
+	test_same_on_threads(&cfg);
 }
 
 int main(void)
