@@ -769,7 +769,13 @@ int coll_wait(struct emu_dev *d, struct coll_req *req)
 		rc = coll_req_resolve(d, req);
 
 	if (!rc && req->eager_end < 0) {
+		int64_t cur = d->stream[EMU_STREAM_COMPUTE].t, from;
+
 		dev_wait_tasks(d, req->op);
+		/* exposed: the wait from when the op moves data (not waiting for its members) */
+		from = cur > req->op->t_start ? cur : req->op->t_start;
+		if (req->op->t_end > from)
+			d->stats.exposed_ns += req->op->t_end - from;
 		emu_stream_advance(d, EMU_STREAM_COMPUTE, req->op->t_end);
 	}
 	EMU_ASSERT(req->prev ? req->prev->next == req : d->reqs == req);
@@ -1057,6 +1063,11 @@ int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
 		}
 	}
 	return -1;
+}
+
+int64_t coll_exposed_ns(const struct emu_dev *d)
+{
+	return d->stats.exposed_ns;
 }
 
 uint64_t coll_link_bytes_tag(const struct emu_dev *d, int tag)

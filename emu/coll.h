@@ -141,6 +141,11 @@ uint64_t coll_link_bytes(const struct emu_dev *d, int link_class);
 int coll_set_tag(struct emu_dev *d, int tag);
 int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
 		       struct coll_stats *out);
+/* Exposed communication of d's run: the time its compute stream waited in coll_wait (or
+ * a blocking call) while the op waited for moved data, from the op's start (when its last
+ * member arrived: waiting for peers is not counted) to its end. */
+int64_t coll_exposed_ns(const struct emu_dev *d);
+
 /* The bytes d put on links (every class) in calls posted under tag. */
 uint64_t coll_link_bytes_tag(const struct emu_dev *d, int tag);
 

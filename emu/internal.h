@@ -132,6 +132,7 @@ struct dev_stats {
 		int64_t time_ns;
 	} tagged[COLL_NTAGS][OP_NKIND];
 	uint64_t tagged_link[COLL_NTAGS]; /* bytes on links (every class) by traffic tag */
+	int64_t exposed_ns; /* the compute stream idle while an op it waits for moves data */
 };
 
 struct mem_state {

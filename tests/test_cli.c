@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+
 /* Runs "pemu args", capturing stdout (or stderr with err set) into out; returns the exit
  * code. */
 static int run(const char *args, int err, char *out, size_t n)
@@ -451,6 +453,41 @@ static void test_clock_horizon(void **state)
 	assert_non_null(strstr(out, "the virtual clock passed its horizon"));
 }
 
+/* The JSON number after "key": in s. */
+static double json_num(const char *s, const char *key)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof k, "\"%s\":", key);
+	p = strstr(s, k);
+	assert_non_null(p);
+	return strtod(p + strlen(k), NULL);
+}
+
+/* time.comm_exposed_s is the communication the compute stream waited for: under a
+ * pipeline, far less than its idle time (exposed_comm_s, which counts the bubble), and
+ * at most the communication; with blocking tensor-parallel all-reduces alone, all of the
+ * idle time. */
+static void test_comm_exposed(void **state)
+{
+	static char out[1 << 18];
+	double comm, idle, exposed;
+
+	(void)state;
+	assert_int_equal(
+		run("run --model gpt2-124m --dry-run --pp 4 --steps 1 --json", 0, out, sizeof out),
+		0);
+	comm = json_num(out, "comm_s");
+	idle = json_num(out, "exposed_comm_s");
+	exposed = json_num(out, "comm_exposed_s");
+	assert_true(exposed > 0 && exposed <= comm && comm < idle);
+	assert_int_equal(
+		run("run --model gpt2-124m --dry-run --tp 4 --steps 1 --json", 0, out, sizeof out),
+		0);
+	assert_true(fabs(json_num(out, "comm_exposed_s") - json_num(out, "exposed_comm_s")) < 1e-9);
+}
+
 /* A run that fails with --json still prints its report, the error in it (what ran out
  * of memory, where), and writes its trace up to the failure. */
 static void test_failed_json(void **state)
@@ -539,6 +576,7 @@ int main(void)
 		cmocka_unit_test(test_divergence),
 		cmocka_unit_test(test_failed_json),
 		cmocka_unit_test(test_clock_horizon),
+		cmocka_unit_test(test_comm_exposed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,8 +36,8 @@ const struct cli_opt cli_par_opts[] = {
 	 "balanced (default: rank r holds chunks r and 2N-1-r of 2N) or contiguous (chunk r of "
 	 "N: the ring's ranks do unequal work, for comparison)"},
 	{"ep", 0, 1, CLI_PAR_EP, "N",
-	 "expert-parallel size: each MoE layer's experts over N of the data-parallel ranks (E/N "
-	 "each), tokens sent to them by all-to-all"},
+	 "expert-parallel size: each MoE layer's experts over N data-parallel ranks (E/N each, "
+	 "tokens sent by the dispatcher), or with --tp N over the tensor-parallel group"},
 	{"expert-model-parallel-size", 0, 1, CLI_PAR_EP, "N", "the same as --ep"},
 	{"expert-tensor-parallel-size", 0, 1, CLI_PAR_ETP, "N",
 	 "the experts' tensor-parallel size: tp without --ep (each expert cut as the dense "
