@@ -238,7 +238,8 @@ static int par_device(struct emu_dev *d, void *arg)
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0, norm;
-		int keep = pp > 1 && rk.tpr == 0 && rk.dpr == 0 && step == cfg->steps - 1;
+		int keep = pp > 1 && rk.tpr == 0 && rk.dpr == 0 && cpr == 0 &&
+			   step == cfg->steps - 1; /* one device of each stage records */
 
 		rk.step = step;
 		par_zero_grad(&m);
