@@ -23,11 +23,14 @@ plot f every ::1 using 1:($2/1000) with linespoints lw 2 title 'HelixPipe (recom
 
 set output dir.'/pipeline_memory.png'
 unset logscale
+set logscale y 2 # 1F1B's 1-2 GiB beside ZB-H1's 33-57: a log scale shows both
 set xtics autofreq
 set xrange [*:*]
-set key top right
+set yrange [0.75:96]
+set ytics (1, 2, 4, 8, 16, 32, 64)
+set key outside bottom center horizontal
 set xlabel 'pipeline stage'
-set ylabel 'peak activation memory (GiB)'
+set ylabel 'peak activation memory (GiB, log scale)'
 set title 'pemu: peak activations per stage at s = 32k'
 m = dir.'/pipeline_memory.csv'
 sel(s) = sprintf('< grep "^%s,32768," %s', s, m)
