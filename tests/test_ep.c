@@ -340,9 +340,18 @@ static void test_memory(void **state)
 		emu_cluster_free(c);
 	}
 	{
-		/* the experts' part of the parameters: what halving it twice takes away */
-		uint64_t ex = 2 * (param[0] - param[1]);
+		/* the experts' parameters, from the model: E (2 h f + f + h) a MoE layer, at 2
+		 * bytes; ep 2 holds half of them, ep 4 a quarter */
+		const struct gpt_config *m = &model_preset("moe-small")->cfg;
+		uint64_t ex = 0;
 
+		for (int l = 0; l < m->num_layers; l++)
+			if (gpt_layer_is_moe(m, l))
+				ex += (uint64_t)m->num_experts *
+				      (2ull * m->hidden * m->ffn + (uint64_t)m->ffn + m->hidden) * 2;
+		printf("expert parameter bytes %llu; a rank's at ep 1, 2, 4: %llu %llu %llu\n",
+		       (unsigned long long)ex, (unsigned long long)param[0],
+		       (unsigned long long)param[1], (unsigned long long)param[2]);
 		assert_true(param[0] - param[1] == ex / 2);
 		assert_true(param[1] - param[2] == ex / 4);
 		/* ZeRO-1 shards every element over dp in the end (dense over dp, experts over
