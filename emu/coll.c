@@ -631,12 +631,7 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	emu_time_check(d, st->t, kinds[a->kind].name);
 	if (st->pending == r)
 		st->pending = NULL;
-	d->stats.ops[a->kind]++;
-	d->stats.bytes[a->kind] += op->bytes;
-	d->stats.time_ns[a->kind] += op->t_end - op->t_start;
-	d->stats.tagged[r->tag][a->kind].ops++;
-	d->stats.tagged[r->tag][a->kind].bytes += op->bytes;
-	d->stats.tagged[r->tag][a->kind].time_ns += op->t_end - op->t_start;
+	stats_add(d, a->kind, r->tag, op->bytes, op->t_end - op->t_start);
 	{
 		uint64_t before = 0, after = 0;
 
@@ -727,12 +722,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	int64_t t0 = r->eager_end - p2p_ns(&d->c->cfg.topo.link[op->ch->link], S);
 
 	r->resolved = 1;
-	d->stats.ops[OP_SEND]++;
-	d->stats.bytes[OP_SEND] += S;
-	d->stats.time_ns[OP_SEND] += r->eager_end - t0;
-	d->stats.tagged[r->tag][OP_SEND].ops++;
-	d->stats.tagged[r->tag][OP_SEND].bytes += S;
-	d->stats.tagged[r->tag][OP_SEND].time_ns += r->eager_end - t0;
+	stats_add(d, OP_SEND, r->tag, S, r->eager_end - t0);
 	if (op->ch->n > 1) {
 		d->stats.link_bytes[op->ch->link] += S;
 		d->stats.tagged_link[r->tag] += S;
@@ -1023,61 +1013,4 @@ int coll_all_to_all_v(struct emu_dev *d, struct emu_group *g, const float *send,
 	struct coll_req *r = NULL;
 
 	return blocking(d, coll_iall_to_all_v(d, g, send, send_counts, recv, recv_counts, &r), &r);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Statistics                                                                           */
-
-int coll_stats_get(const struct emu_dev *d, const char *op_name, struct coll_stats *out)
-{
-	for (int k = 0; k < OP_NKIND; k++) {
-		if (!strcmp(kinds[k].name, op_name)) {
-			out->calls = d->stats.ops[k];
-			out->bytes = d->stats.bytes[k];
-			out->time_ns = d->stats.time_ns[k];
-			return 0;
-		}
-	}
-	return -1;
-}
-
-int coll_set_tag(struct emu_dev *d, int tag)
-{
-	int old = d->tag;
-
-	EMU_ASSERT(tag >= 0 && tag < COLL_NTAGS);
-	d->tag = tag;
-	return old;
-}
-
-int coll_stats_tag_get(const struct emu_dev *d, int tag, const char *op_name,
-		       struct coll_stats *out)
-{
-	EMU_ASSERT(tag >= 0 && tag < COLL_NTAGS);
-	for (int k = 0; k < OP_NKIND; k++) {
-		if (!strcmp(kinds[k].name, op_name)) {
-			out->calls = d->stats.tagged[tag][k].ops;
-			out->bytes = d->stats.tagged[tag][k].bytes;
-			out->time_ns = d->stats.tagged[tag][k].time_ns;
-			return 0;
-		}
-	}
-	return -1;
-}
-
-int64_t coll_exposed_ns(const struct emu_dev *d)
-{
-	return d->stats.exposed_ns;
-}
-
-uint64_t coll_link_bytes_tag(const struct emu_dev *d, int tag)
-{
-	EMU_ASSERT(tag >= 0 && tag < COLL_NTAGS);
-	return d->stats.tagged_link[tag];
-}
-
-uint64_t coll_link_bytes(const struct emu_dev *d, int link_class)
-{
-	EMU_ASSERT(link_class >= 0 && link_class < TOPO_LINK_NCLASS);
-	return d->stats.link_bytes[link_class];
 }

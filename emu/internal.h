@@ -299,6 +299,9 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 void coll_op_run_task(struct op *op, int task);
 const char *coll_op_name(enum op_kind k);
+/* Counts a completed op of kind k on d (emu/stats.c): its bytes and modelled time, under
+ * traffic tag. */
+void stats_add(struct emu_dev *d, enum op_kind k, int tag, uint64_t bytes, int64_t ns);
 int coll_mismatch(const struct op_arg *a, const struct op_arg *b);
 void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const struct op_arg *a);
 

@@ -348,7 +348,8 @@ static void test_memory(void **state)
 		for (int l = 0; l < m->num_layers; l++)
 			if (gpt_layer_is_moe(m, l))
 				ex += (uint64_t)m->num_experts *
-				      (2ull * m->hidden * m->ffn + (uint64_t)m->ffn + m->hidden) * 2;
+				      (2ull * m->hidden * m->ffn + (uint64_t)m->ffn + m->hidden) *
+				      2;
 		printf("expert parameter bytes %llu; a rank's at ep 1, 2, 4: %llu %llu %llu\n",
 		       (unsigned long long)ex, (unsigned long long)param[0],
 		       (unsigned long long)param[1], (unsigned long long)param[2]);
