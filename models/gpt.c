@@ -301,18 +301,15 @@ int gpt_init(struct gpt *m, const struct kctx *k, const struct gpt_config *cfg, 
 	m->T = cfg->seq_len;
 	m->tokens = emu_xcalloc((size_t)B * m->T, sizeof *m->tokens);
 	if (cfg->num_experts > 0)
-		m->moe = (struct moe_shape){B * m->T,
-					    cfg->hidden,
-					    cfg->ffn,
-					    cfg->num_experts,
-					    cfg->moe_top_k,
-					    moe_capacity(cfg->capacity_factor, B * m->T,
-							 cfg->moe_top_k, cfg->num_experts),
-					    cfg->aux_coeff,
-					    0,
-					    0,
-					    cfg->capacity_factor <= 0,
-					    0};
+		m->moe = (struct moe_shape){.M = B * m->T,
+					    .C = cfg->hidden,
+					    .F = cfg->ffn,
+					    .E = cfg->num_experts,
+					    .k = cfg->moe_top_k,
+					    .cap = moe_capacity(cfg->capacity_factor, B * m->T,
+								cfg->moe_top_k, cfg->num_experts),
+					    .aux_coeff = cfg->aux_coeff,
+					    .dropless = cfg->capacity_factor <= 0};
 	m->targets = emu_xcalloc((size_t)B * m->T, sizeof *m->targets);
 	if ((rc = alloc_params(m, seed)))
 		return rc;

@@ -25,12 +25,18 @@ int moe_capacity(double capacity_factor, int M, int k, int E)
 	return cap < 1 ? 1 : cap;
 }
 
+/* Whether the experts run on compact rows (dropless, or routed over ranks). */
+static int compact(const struct moe_shape *s)
+{
+	return s->dropless || s->cap_all;
+}
+
 /* The rows of the block's x, pre, h and y. */
 static size_t rows_of(const struct moe_shape *s)
 {
 	if (s->rows)
 		return (size_t)s->rows;
-	return s->dropless ? (size_t)s->M * s->k : (size_t)held(s) * s->cap;
+	return compact(s) ? (size_t)s->M * s->k : (size_t)held(s) * s->cap;
 }
 
 /* p + n, or NULL in dry-run (no arithmetic on a null pointer). */
@@ -84,7 +90,7 @@ void moe_acts_free(struct moe_acts *a)
 
 int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct moe_shape *s)
 {
-	size_t rows = s->dropless ? (size_t)s->M * s->k : (size_t)s->cap; /* (dropless: all) */
+	size_t rows = compact(s) ? (size_t)s->M * s->k : (size_t)s->cap; /* (compact: all) */
 	int rc;
 
 	if ((rc = tensor_alloc(k, &sc->dy, MEM_WORK, rows * s->C, "moe d out")) ||
@@ -106,14 +112,12 @@ void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const 
 	linear_fwd(k, y, h, w2, b2, 1, n, F, C);
 }
 
-/* Top-k and capacity on the router's probabilities (execute mode only): each token's
- * choices, the slot each got (or -1), the slots' tokens and f_e. */
-static void assign(const struct moe_shape *s, struct moe_acts *a)
+/* Each token's k choices, best first (ties: the lower index). */
+static void top_k(const struct moe_shape *s, struct moe_acts *a)
 {
-	int M = s->M, E = s->E, K = s->k, cap = s->cap;
-	int *fill = emu_xcalloc((size_t)E, sizeof *fill);
+	int E = s->E, K = s->k;
 
-	for (int t = 0; t < M; t++) {
+	for (int t = 0; t < s->M; t++) {
 		const float *p = a->probs.data + (size_t)t * E;
 
 		for (int j = 0; j < K; j++) {
@@ -128,23 +132,75 @@ static void assign(const struct moe_shape *s, struct moe_acts *a)
 			a->choice[t * K + j] = best;
 		}
 	}
-	memset(a->frac, 0, (size_t)E * sizeof *a->frac);
-	for (int i = 0; i < M * K; i++)
-		a->frac[a->choice[i]] += 1.0 / ((double)M * K);
+}
+
+/* cnt[(j nruns + u) E + e]: run u's j-th choices of expert e. */
+static void count_runs(const struct moe_shape *s, const struct moe_acts *a, int nruns, int *cnt)
+{
+	int E = s->E, K = s->k, len = s->M / nruns;
+
+	memset(cnt, 0, (size_t)K * nruns * E * sizeof *cnt);
+	for (int j = 0; j < K; j++)
+		for (int t = 0; t < s->M; t++)
+			cnt[(j * nruns + t / len) * E + a->choice[t * K + j]]++;
+}
+
+void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *base,
+	      const int *all, int Mall)
+{
+	int M = s->M, E = s->E, K = s->k, cap = s->cap, len = M / nruns;
+	int lim = s->cap_all ? s->cap_all : cap;
+	int *fill = emu_xcalloc(2 * (size_t)E, sizeof *fill), *seen = fill + E;
+	double inc = 1.0 / ((double)Mall * K);
+
+	/* f_e as the sum of its choices' shares, one at a time: the same bits however the
+	 * micro-batch is spread */
+	for (int e = 0; e < E; e++) {
+		a->frac[e] = 0;
+		for (int c = 0; c < all[e]; c++)
+			a->frac[e] += inc;
+	}
 	for (int i = 0; i < E * cap; i++)
 		a->slot_token[i] = -1;
-	/* First choices in token order, then second choices. */
+	/* First choices in token order, then second choices: a choice's place is the
+	 * choices of its expert before it in the micro-batch */
 	for (int j = 0; j < K; j++)
-		for (int t = 0; t < M; t++) {
-			int e = a->choice[t * K + j], slot = e * cap + fill[e];
+		for (int u = 0; u < nruns; u++) {
+			const int *b = base + (size_t)(j * nruns + u) * E;
 
-			a->slot[t * K + j] = fill[e] < cap ? slot : -1;
-			if (fill[e] == cap)
-				continue;
-			fill[e]++;
-			a->slot_token[slot] = t;
+			memset(seen, 0, (size_t)E * sizeof *seen);
+			for (int t = u * len; t < (u + 1) * len; t++) {
+				int e = a->choice[t * K + j], place = b[e] + seen[e]++;
+
+				a->slot[t * K + j] = -1;
+				if (place >= lim)
+					continue;
+				EMU_ASSERT(fill[e] < cap);
+				a->slot[t * K + j] = e * cap + fill[e];
+				a->slot_token[e * cap + fill[e]++] = t;
+			}
 		}
 	free(fill);
+}
+
+/* Top-k and capacity on the router's probabilities of the whole micro-batch (execute
+ * mode only): each token's choices, the slot each got (or -1), the slots' tokens and
+ * f_e. */
+static void route_local(const struct moe_shape *s, struct moe_acts *a)
+{
+	int E = s->E, K = s->k;
+	int *cnt = emu_xcalloc(3 * (size_t)K * E, sizeof *cnt), *base = cnt + K * E,
+	    *all = base + K * E;
+
+	top_k(s, a);
+	count_runs(s, a, 1, cnt);
+	for (int j = 0; j < K; j++)
+		for (int e = 0; e < E; e++) {
+			base[j * E + e] = j ? base[(j - 1) * E + e] + cnt[(j - 1) * E + e] : 0;
+			all[e] += cnt[j * E + e];
+		}
+	moe_keep(s, a, 1, base, all, s->M);
+	free(cnt);
 }
 
 /* The kept choices' rows of x into the slots of the experts held, a->x (El, cap, C),
@@ -160,16 +216,33 @@ static void dispatch(const struct moe_shape *s, struct moe_acts *a, const float 
 			       (size_t)C * sizeof *x);
 }
 
-void moe_route(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
-	       const float *wr)
+/* The router's probabilities (M, E). */
+static void router(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+		   const float *x, const float *wr)
 {
 	int M = s->M, E = s->E;
 
 	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, s->C, E);
 	softmax_fwd(k, a->probs.data, a->probs.data, M, E);
 	emu_compute(k->d, "moe.route", (double)M * E * s->k, (double)M * E * k->ab);
+}
+
+void moe_route(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
+	       const float *wr)
+{
+	router(k, s, a, x, wr);
 	if (kctx_math(k))
-		assign(s, a);
+		route_local(s, a);
+}
+
+void moe_choose(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
+		const float *wr, int nruns, int *cnt)
+{
+	router(k, s, a, x, wr);
+	if (!kctx_math(k))
+		return;
+	top_k(s, a);
+	count_runs(s, a, nruns, cnt);
 }
 
 float moe_aux(const struct moe_shape *s, const struct moe_acts *a)
@@ -317,15 +390,14 @@ void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const stru
 		}
 }
 
-/* Dropless: the held experts on the rows routed to them, compact (the permuted pieces). */
-static float dropless_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
-			  float *out, const float *x, const float *wr, const float *w1,
-			  const float *b1, const float *w2, const float *b2)
+/* The held experts on the rows routed to them, compact (the permuted pieces). */
+float moe_compact_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+		      float *out, const float *x, const float *w1, const float *b1, const float *w2,
+		      const float *b2)
 {
 	int C = s->C, F = s->F, *cnt = a->rows;
 	size_t r = 0;
 
-	moe_route(k, s, a, x, wr);
 	moe_permute(k, s, a, a->x.data, x, cnt);
 	for (int e = 0; e < held(s); e++) {
 		int n = cnt[s->e0 + e];
@@ -341,10 +413,10 @@ static float dropless_fwd(const struct kctx *k, const struct moe_shape *s, struc
 	return kctx_math(k) ? a->aux : 0;
 }
 
-static void dropless_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
-			 struct moe_scratch *sc, float *dx, const float *dout, float aux_scale,
-			 const float *x, const float *wr, const float *w1, const float *w2,
-			 float *dwr, float *dw1, float *db1, float *dw2, float *db2)
+static void compact_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+			struct moe_scratch *sc, float *dx, const float *dout, float aux_scale,
+			const float *x, const float *wr, const float *w1, const float *w2,
+			float *dwr, float *dw1, float *db1, float *dw2, float *db2)
 {
 	int C = s->C, F = s->F, *cnt = a->rows;
 	size_t r = 0;
@@ -371,8 +443,10 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 	      const float *x, const float *wr, const float *w1, const float *b1, const float *w2,
 	      const float *b2)
 {
-	if (s->dropless)
-		return dropless_fwd(k, s, a, out, x, wr, w1, b1, w2, b2);
+	if (compact(s)) {
+		moe_route(k, s, a, x, wr);
+		return moe_compact_fwd(k, s, a, out, x, w1, b1, w2, b2);
+	}
 	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap, El = held(s);
 	size_t slots = (size_t)El * cap;
 
@@ -381,7 +455,7 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 	emu_compute(k->d, "moe.route", (double)M * E * K,
 		    ((double)M * E + (double)slots * C + (double)M * K * C) * k->ab);
 	if (kctx_math(k)) {
-		assign(s, a);
+		route_local(s, a);
 		dispatch(s, a, x);
 	}
 	for (int e = 0; e < El; e++) /* e: the held expert e0 + e */
@@ -422,9 +496,9 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 	int M = s->M, E = s->E, C = s->C, F = s->F, cap = s->cap, math = kctx_math(k);
 	float *dp = sc->dprobs.data; /* d loss / d router probabilities */
 
-	if (s->dropless) {
-		dropless_bwd(k, s, a, sc, dx, dout, aux_scale, x, wr, w1, w2, dwr, dw1, db1, dw2,
-			     db2);
+	if (compact(s)) {
+		compact_bwd(k, s, a, sc, dx, dout, aux_scale, x, wr, w1, w2, dwr, dw1, db1, dw2,
+			    db2);
 		return;
 	}
 	if (math)

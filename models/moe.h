@@ -38,7 +38,11 @@ struct moe_shape {
 	int e0, El;   /* the experts moe_fwd and moe_bwd run: [e0, e0 + El), weights and slots
 		       * of those only (El 0: all E); the router still routes to every expert */
 	int dropless; /* capacity factor 0: cap = M, the experts on compact rows */
-	int rows;     /* the rows x, pre, h and y hold (0: El cap, or M k dropless) */
+	int rows;     /* the rows x, pre, h and y hold (0: El cap, or M k compact) */
+	int cap_all;  /* the micro-batch's capacity when its tokens are spread over ranks
+		       * (context parallelism): a choice is kept if the choices of its expert
+		       * before it in the whole micro-batch are fewer, while cap bounds the
+		       * slots one rank fills; the experts run on compact rows (0: cap) */
 };
 
 int moe_capacity(double capacity_factor, int M, int k, int E);
@@ -119,6 +123,26 @@ void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_
 /* The rows expert e gets with uniform routing: M k / E, the remainder to the first
  * (M k) mod E experts one more each, at most the capacity. */
 int moe_uniform_rows(const struct moe_shape *s, int e);
+
+/* Routing spread over ranks (s->cap_all): the block's M tokens are nruns runs of M /
+ * nruns consecutive tokens of the micro-batch, each a piece of one sequence.
+ *   choose  moe_route without the capacity: the probabilities and each token's choices,
+ *           and into cnt[(j nruns + u) E + e] how many of run u's j-th choices picked e
+ *   keep    the slots, from base (indexed alike: the choices of expert e before run u's
+ *           j-th ones in the whole micro-batch's order: every first choice in token
+ *           order, then every second), and f_e from all[E], each expert's choices among
+ *           the micro-batch's Mall tokens
+ * moe_route is the two with one run and the counts its own. keep's arguments in dry-run,
+ * where nothing is routed, go unread. */
+void moe_choose(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
+		const float *wr, int nruns, int *cnt);
+void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *base,
+	      const int *all, int Mall);
+/* The experts and the combine of a routed block (moe_route, or choose and keep) on
+ * compact rows: permute, each held expert, unpermute into out (M, C); the aux loss. */
+float moe_compact_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
+		      float *out, const float *x, const float *w1, const float *b1, const float *w2,
+		      const float *b2);
 
 /* One expert's MLP on rows (n, C): y = fc2(gelu(fc(x))); its backward from dy into dx
  * (n, C) and the expert's weight gradients, with scratch dh and dpre (n, F). */

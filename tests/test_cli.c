@@ -89,8 +89,10 @@ static void test_bad_input(void **state)
 		 "--cp 3 cuts each sequence into 2 x 3 chunks (Megatron's"},
 		{"run --model tiny --cp 4 --tp 2 --cp-comm-type a2a",
 		 "gives each of the 4 context-parallel ranks a share of the 2 heads"},
-		{"run --model moe-tiny --cp 2",
-		 "the router's capacity and load-balancing loss are the whole sequence's"},
+		{"run --model moe-tiny --tp 2 --ep 4 --dp 2",
+		 "--ep 4 with --tp 2: whole experts (--expert-tensor-parallel-size 1) go over "
+		 "the tensor-parallel group, so --ep is --tp; to spread them over the dp x cp "
+		 "ranks, cut each over tp with --expert-tensor-parallel-size 2"},
 		{"run --model tiny --cp 2 --cp-comm-type ring",
 		 "--cp-comm-type: 'ring' is not p2p, all_gather or a2a"},
 		{"run --model tiny --cp 2 --cp-comm-type all_gather --cp-layout contiguous",
@@ -125,11 +127,18 @@ static void test_bad_input(void **state)
 		{"run --model tiny --ep 2", "--ep 2: the model has no MoE layers (--num-experts)"},
 		{"run --model moe-tiny --ep 3 --dp 3", "--ep 3 does not divide the 4 experts"},
 		{"run --model moe-tiny --ep 2 --tp 4",
-		 "this build spreads the experts over data-parallel ranks (tp 1) or over the "
-		 "tensor-parallel group (ep = tp)"},
+		 "--ep 2 with --tp 4: whole experts (--expert-tensor-parallel-size 1) go over the "
+		 "tensor-parallel group, so --ep is --tp"},
+		{"run --model moe-tiny --ep 4 --cp 2 --dp 3 --global-batch-size 12",
+		 "--ep 4: the experts are spread over the data-parallel x context-parallel ranks, "
+		 "and the 3 x 2 of --dp 3 --cp 2 do not split into groups of 4"},
 		{"run --model moe-tiny --ep 4 --dp 2", "--dp 2 does not split into groups of 4"},
-		{"run --model moe-tiny --ep 2 --dp 2 --zero-stage 2",
-		 "ZeRO stages 2 and 3 over the experts' own group are not in this build yet"},
+		{"run --model moe-tiny --ep 2 --dp 2 --pp 2 --num-layers 4 --schedule helix",
+		 "--ep 2 with --schedule helix: not combined in this build"},
+		{"run --model moe-tiny --tp 4 --ep 2 --dp 2 --expert-tensor-parallel-size 2",
+		 "--expert-tensor-parallel-size 2: with --ep this build holds each expert whole "
+		 "(1) "
+		 "or cuts it as the dense MLP over --tp (4)"},
 		{"run --model moe-tiny --moe-token-dispatcher-type allgather",
 		 "expert parallelism's, which needs --ep > 1"},
 		{"run --model moe-tiny --ep 2 --dp 2 --moe-token-dispatcher-type flex",
@@ -156,7 +165,11 @@ static void test_bad_input(void **state)
 		{"run --model tiny --trace /nonexistent/dir/x.json",
 		 "--trace: cannot write '/nonexistent/dir/x.json' (No such file or directory)"},
 		{"run --model moe-tiny --ep 2 --dp 2 --expert-tensor-parallel-size 2",
-		 "--expert-tensor-parallel-size 2: this build cuts the experts over --ep only"},
+		 "--expert-tensor-parallel-size 2: with --ep this build holds each expert whole "
+		 "(1) "
+		 "or cuts it as the dense MLP over --tp (1)"},
+		{"run --model moe-tiny --tp 2 --expert-tensor-parallel-size 1",
+		 "without --ep the experts are cut as the dense MLP, over --tp, so it is 2 here"},
 		{"run --model tiny --dp 4096 --tp 4096",
 		 "--dp 4096 x --tp 4096 x --pp 1 x --cp 1 is more devices than pemu runs"},
 		{"run --model tiny --num-layers-per-virtual-pipeline-stage 3 --pp 2",

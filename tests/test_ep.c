@@ -1,16 +1,21 @@
 /* Expert parallelism (par/ep.h: the alltoall and allgather dispatchers) against the
  * serial reference and the formulas of docs/formulas.md:
- *   - the verify table: both dispatchers with ep 2 and 4 over dp 2 and 4, ZeRO-1, pp
+ *   - the verify table: both dispatchers with ep 2 and 4 over dp 2 and 4, ZeRO 1-3, pp
  *     (1F1B, ZB-H1), selective and full recomputation; the experts over the
  *     tensor-parallel group (ep = tp 2 and 4, sp, dp 2 with ZeRO 1 and 3, pp 2, full
- *     recomputation), and dropless (capacity factor 0) over dp and over tp; no routing
- *     flip;
+ *     recomputation), dropless (capacity factor 0) over dp and over tp, and the experts
+ *     cut over tp (expert tensor parallelism = tp) spread over dp x cp; no routing flip;
+ *   - under context parallelism (the experts over dp x cp ranks, over none, over tp): the
+ *     table's cp cases; the capacity is the micro-batch's, every expert keeping and
+ *     dropping the serial model's choices, and a router counting its own rank's alone
+ *     fails verify;
  *   - the load-balancing loss is the same whatever the layout;
  *   - the bytes: in a dry-run (uniform routing) 4 T k h bytes (P - 1) / P a MoE layer,
  *     micro-batch and rank on the links, plus the counts' all-to-all; in an execute run
  *     the sum of the real splits, from the routing decisions;
  *   - ranks whose experts get no token take part (no hang) and the run verifies;
- *   - the experts' memory over ep and ZeRO-1's over dp;
+ *   - the experts' memory over ep, ZeRO-1's state and ZeRO-3's weights and gradients
+ *     over dp (the experts' over their own group);
  *   - a dropped all-to-all-v fails verify; runs are bitwise deterministic.
  *
  *   PEMU_TEST_FILTER=allgather build/tests/test_ep      table cases containing it
@@ -19,6 +24,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,24 +68,55 @@ static const struct layout {
 	enum sched_kind schedule;
 	int tp, sp;   /* ep = tp: the experts over the tensor-parallel group */
 	int dropless; /* capacity factor 0 */
+	int cp;       /* context parallelism: the routing over the micro-batch's cp ranks */
+	enum par_cp_comm comm;
 } layouts[] = {
-	{"dp2/ep2", 2, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
-	{"dp4/ep2", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
-	{"dp4/ep4", 4, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
-	{"dp4/ep2/zero1", 4, 2, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
-	{"dp4/ep4/zero1/full", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 0},
-	{"dp2/ep2/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 1, 0, 0},
-	{"dp2/ep2/pp2", 2, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0},
-	{"dp2/ep2/pp2/zb-h1/zero1", 2, 2, 2, 1, PAR_RECOMPUTE_NONE, SCHED_ZBH1, 1, 0, 0},
-	{"tp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0},
-	{"tp2/sp/ep2/full", 1, 2, 1, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 2, 1, 0},
-	{"tp4/ep4/dp2/zero1", 2, 4, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 4, 0, 0},
-	{"tp2/sp/ep2/dp2/zero3", 2, 2, 1, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0},
-	{"tp2/ep2/pp2", 1, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0},
-	{"dp4/ep2/dropless", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 1},
-	{"dp4/ep4/zero1/dropless", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 1},
-	{"tp2/sp/ep2/dropless", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 1},
-	{"tp2/ep1/dropless", 1, 1, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 2, 0, 1},
+	{"dp2/ep2", 2, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep2", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep4", 4, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep2/zero1", 4, 2, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep2/zero2", 4, 2, 1, 2, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep2/zero3/selective", 4, 2, 1, 3, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 1, 0, 0, 1,
+	 PAR_CP_P2P},
+	{"dp2/ep2/zero3/full", 2, 2, 1, 3, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep4/zero1/full", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp2/ep2/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 1, 0, 0, 1,
+	 PAR_CP_P2P},
+	{"dp2/ep2/pp2", 2, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 1, PAR_CP_P2P},
+	{"dp2/ep2/pp2/zb-h1/zero1", 2, 2, 2, 1, PAR_RECOMPUTE_NONE, SCHED_ZBH1, 1, 0, 0, 1,
+	 PAR_CP_P2P},
+	{"tp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0, 1, PAR_CP_P2P},
+	{"tp2/sp/ep2/full", 1, 2, 1, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 2, 1, 0, 1, PAR_CP_P2P},
+	{"tp4/ep4/dp2/zero1", 2, 4, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 4, 0, 0, 1, PAR_CP_P2P},
+	{"tp2/sp/ep2/dp2/zero3", 2, 2, 1, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 1,
+	 PAR_CP_P2P},
+	{"tp2/ep2/pp2", 1, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0, 1, PAR_CP_P2P},
+	{"dp4/ep2/dropless", 4, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 1, 1, PAR_CP_P2P},
+	{"dp4/ep4/zero1/dropless", 4, 4, 1, 1, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 1, 1,
+	 PAR_CP_P2P},
+	{"tp2/sp/ep2/dropless", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 1, 1, PAR_CP_P2P},
+	{"tp2/ep1/dropless", 1, 1, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 2, 0, 1, 1,
+	 PAR_CP_P2P},
+	/* the experts cut over tp (--expert-tensor-parallel-size = tp), spread over dp x cp */
+	{"etp2/tp2/dp2/ep2", 2, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 0, 0, 1, PAR_CP_P2P},
+	{"etp2/tp2/sp/dp4/ep4/zero3", 4, 4, 1, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 1,
+	 PAR_CP_P2P},
+	{"etp2/tp2/dp2/ep2/pp2/full", 2, 2, 2, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 2, 0, 0, 1,
+	 PAR_CP_P2P},
+	{"etp2/tp2/sp/cp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 2, PAR_CP_P2P},
+	/* under context parallelism: the experts over dp x cp, or none, or over tp */
+	{"cp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 2, PAR_CP_P2P},
+	{"cp2/dp2/ep4/zero1", 2, 4, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 2, PAR_CP_P2P},
+	{"cp2/dp2/ep2/all_gather/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 1, 0,
+	 0, 2, PAR_CP_ALL_GATHER},
+	{"cp4/a2a/ep2/full", 1, 2, 1, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 1, 0, 0, 4, PAR_CP_A2A},
+	{"cp2/ep2/pp2", 1, 2, 2, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 2, PAR_CP_P2P},
+	{"cp2/dp2/ep2/zero3", 2, 2, 1, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 2, PAR_CP_P2P},
+	{"cp2/ep2/dropless", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 1, 2, PAR_CP_P2P},
+	{"cp4/ep1", 1, 1, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 4, PAR_CP_P2P},
+	{"cp2/tp2/sp/ep1/zero1", 2, 1, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 2,
+	 PAR_CP_P2P},
+	{"cp2/a2a/tp2/sp/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 2, PAR_CP_A2A},
 };
 
 static int selected(const char *name)
@@ -106,12 +143,17 @@ static void test_verify_table(void **state)
 				skipped++;
 				continue;
 			}
-			if (lo->tp > 1 && d) {
+			int etp = !strncmp(lo->name, "etp", 3);
+
+			if (((lo->tp > 1 && !etp) || lo->ep == 1) && d) {
 				skipped++; /* over the tp group there is no dispatch to choose */
 				continue;
 			}
 			make_cfg(&cfg, lo->dp, lo->ep, lo->pp, (enum par_ep_dispatch)d);
-			mesh_init(&cfg.mesh, lo->tp, 1, 1, lo->dp, lo->pp);
+			mesh_init(&cfg.mesh, lo->tp, lo->cp, 1, lo->dp, lo->pp);
+			cfg.cp_comm = lo->comm;
+			cfg.etp = etp ? lo->tp : 0;
+			cfg.flash = cfg.flash || lo->cp > 1;
 			cfg.sp = lo->sp;
 			cfg.model.capacity_factor = lo->dropless ? 0.0f : cfg.model.capacity_factor;
 			cfg.zero = lo->zero;
@@ -159,7 +201,7 @@ static double first_loss(struct run_cfg cfg)
  * ep 1, 2 and 4, both dispatchers, and the experts over a tp group of 2. */
 static void test_aux_loss(void **state)
 {
-	double aux[6];
+	double aux[9];
 	int k = 0;
 
 	(void)state;
@@ -175,12 +217,17 @@ static void test_aux_loss(void **state)
 			without = first_loss(cfg);
 			aux[k++] = with - without;
 		}
-	{ /* and over the tensor-parallel group */
+	/* and over the tensor-parallel group (tp 2 dp 2); under context parallelism, the
+	 * experts over no rank, over the cp ranks, over dp x cp (tp, cp, ep, dp) */
+	static const int more[][4] = {{2, 1, 2, 2}, {1, 2, 1, 2}, {1, 2, 2, 2}, {1, 2, 4, 2}};
+
+	for (int i = 0; i < 4; i++) {
 		struct run_cfg cfg;
 		double with, without;
 
-		make_cfg(&cfg, 2, 2, 1, PAR_EP_ALLTOALL);
-		mesh_init(&cfg.mesh, 2, 1, 1, 2, 1);
+		make_cfg(&cfg, more[i][3], more[i][2], 1, PAR_EP_ALLTOALL);
+		mesh_init(&cfg.mesh, more[i][0], more[i][1], 1, more[i][3], 1);
+		cfg.flash = more[i][1] > 1;
 		cfg.gbs = 16;
 		cfg.model.aux_coeff = 1.0f;
 		with = first_loss(cfg);
@@ -188,11 +235,63 @@ static void test_aux_loss(void **state)
 		without = first_loss(cfg);
 		aux[k++] = with - without;
 	}
-	printf("aux loss: ep 1 %.7f; ep 2 %.7f %.7f; ep 4 %.7f %.7f; ep = tp 2 %.7f\n", aux[0],
-	       aux[1], aux[2], aux[3], aux[4], aux[5]);
+	printf("aux loss: ep 1 %.7f; ep 2 %.7f %.7f; ep 4 %.7f %.7f; ep = tp 2 %.7f; cp 2 ep 1 "
+	       "%.7f, ep 2 %.7f, dp 2 ep 4 %.7f\n",
+	       aux[0], aux[1], aux[2], aux[3], aux[4], aux[5], aux[6], aux[7], aux[8]);
 	assert_true(aux[0] > 0.5); /* E sum f P: 1 when perfectly balanced */
 	for (int i = 1; i < k; i++)
 		assert_true(fabs(aux[i] - aux[0]) <= 1e-6 * aux[0]);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The capacity under context parallelism                                               */
+
+/* Under cp the capacity is the micro-batch's (par/moe_route.c): every expert keeps and
+ * drops exactly the serial model's choices, summed from each cp rank's histogram, with
+ * some dropped; a router counting its own rank's choices alone keeps others and fails
+ * verify. */
+static void test_capacity_cp(void **state)
+{
+	(void)state;
+	for (int cp = 2; cp <= 4; cp *= 2)
+		for (int contiguous = 0; contiguous < 2; contiguous++) {
+			struct emu_cluster *one = test_cluster("dgx-a100", 1, 1, 0, 0);
+			struct emu_cluster *many = test_cluster("dgx-a100", 1, cp, 0, 0);
+			struct run_cfg cfg;
+			struct run_out ref, par;
+			uint64_t dropped = 0, differ = 0;
+
+			make_cfg(&cfg, 1, cp == 2 ? 2 : 1, 1, PAR_EP_ALLTOALL);
+			mesh_init(&cfg.mesh, 1, cp, 1, 1, 1);
+			cfg.flash = 1;
+			cfg.cp_contiguous = contiguous;
+			cfg.steps = 2;
+			run_alloc(&ref, &cfg, 0);
+			run_alloc(&par, &cfg, 0);
+			if (run_reference(one, &cfg, &ref) || run_parallel(many, &cfg, &par))
+				fail_msg("run failed");
+			for (int l = 0; l < cfg.model.num_layers; l++)
+				for (int e = 0;
+				     gpt_layer_is_moe(&cfg.model, l) && e < cfg.model.num_experts;
+				     e++) {
+					uint64_t d0, d1, k0 = run_moe_tokens(&ref, &cfg, l, e, &d0),
+							 k1 = run_moe_tokens(&par, &cfg, l, e, &d1);
+
+					differ += k0 != k1 || d0 != d1;
+					dropped += d0;
+				}
+			printf("cp %d%s ep %d: %" PRIu64 " choices dropped, %" PRIu64
+			       " experts' counts differ\n",
+			       cp, contiguous ? " contiguous" : "", cfg.ep, dropped, differ);
+			assert_true(dropped > 0);
+			assert_int_equal(differ, 0);
+			run_free(&ref);
+			run_free(&par);
+			emu_cluster_free(one);
+			emu_cluster_free(many);
+			cfg.bug = PAR_BUG_CP_ROUTE;
+			assert_false(test_verify(&cfg, NULL, 0).passed);
+		}
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -320,22 +419,29 @@ static void test_empty_experts(void **state)
  * shards the dense part over dp and its experts over dp / ep (their own group). */
 static void test_memory(void **state)
 {
-	uint64_t param[3], optim[3];
+	uint64_t param[3], optim[3], param3[3], grad3[3];
 	int eps[3] = {1, 2, 4};
 
 	(void)state;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 6; i++) {
 		struct run_cfg cfg;
 		struct run_out o;
 		struct emu_cluster *c;
+		struct emu_dev *d;
 
-		make_cfg(&cfg, 4, eps[i], 1, PAR_EP_ALLTOALL);
+		make_cfg(&cfg, 4, eps[i % 3], 1, PAR_EP_ALLTOALL);
 		cfg.model = model_preset("moe-small")->cfg;
-		cfg.zero = 1;
+		cfg.zero = i < 3 ? 1 : 3;
 		cfg.steps = 1;
 		c = test_dry(&cfg, &o, 0);
-		param[i] = mem_peak_bytes(emu_cluster_dev(c, 0), MEM_PARAM);
-		optim[i] = mem_peak_bytes(emu_cluster_dev(c, 0), MEM_OPTIM);
+		d = emu_cluster_dev(c, 0);
+		if (i < 3) {
+			param[i] = mem_peak_bytes(d, MEM_PARAM);
+			optim[i] = mem_peak_bytes(d, MEM_OPTIM);
+		} else {
+			param3[i - 3] = mem_peak_bytes(d, MEM_PARAM);
+			grad3[i - 3] = mem_peak_bytes(d, MEM_GRAD);
+		}
 		run_free(&o);
 		emu_cluster_free(c);
 	}
@@ -358,6 +464,17 @@ static void test_memory(void **state)
 		/* ZeRO-1 shards every element over dp in the end (dense over dp, experts over
 		 * dp / ep of ep-times fewer): the optimizer state does not change with ep */
 		assert_true(optim[0] == optim[1] && optim[1] == optim[2]);
+		/* and ZeRO-3 the weights and gradients likewise: a quarter of ep 1's at every
+		 * ep */
+		printf("ZeRO-3 weights and gradients of a rank at ep 1, 2, 4: %llu %llu %llu, "
+		       "%llu %llu %llu\n",
+		       (unsigned long long)param3[0], (unsigned long long)param3[1],
+		       (unsigned long long)param3[2], (unsigned long long)grad3[0],
+		       (unsigned long long)grad3[1], (unsigned long long)grad3[2]);
+		for (int i = 0; i < 3; i++) {
+			assert_true(param3[i] * 4 == param[0]);
+			assert_true(grad3[i] == param3[i]);
+		}
 	}
 }
 
@@ -392,15 +509,26 @@ static void test_deterministic(void **state)
 		cfg.zero = 1;
 		test_same_on_threads(&cfg);
 	}
+	{ /* under cp (the routing's counts exchanged), the experts cut over tp */
+		struct run_cfg cfg;
+
+		make_cfg(&cfg, 2, 2, 1, PAR_EP_ALLTOALL);
+		mesh_init(&cfg.mesh, 2, 2, 1, 2, 1);
+		cfg.flash = 1;
+		cfg.sp = 1;
+		cfg.etp = 2;
+		test_same_on_threads(&cfg);
+	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_verify_table),    cmocka_unit_test(test_aux_loss),
-		cmocka_unit_test(test_volumes_uniform), cmocka_unit_test(test_volumes_real),
-		cmocka_unit_test(test_empty_experts),   cmocka_unit_test(test_memory),
-		cmocka_unit_test(test_broken_fails),    cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_verify_table),  cmocka_unit_test(test_aux_loss),
+		cmocka_unit_test(test_capacity_cp),   cmocka_unit_test(test_volumes_uniform),
+		cmocka_unit_test(test_volumes_real),  cmocka_unit_test(test_empty_experts),
+		cmocka_unit_test(test_memory),        cmocka_unit_test(test_broken_fails),
+		cmocka_unit_test(test_deterministic),
 	};
 	int rc;
 

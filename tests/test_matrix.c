@@ -5,7 +5,7 @@
  * The product has 4608 points; a dimension that a point does not use is not varied (the
  * cp comm type without cp, the dispatcher without ep, sp without tp), which leaves 1728
  * distinct configurations, of which run_check (the one checker) refuses those this build
- * does not combine (ep without MoE layers or with tp or cp, cp with MoE layers, Ulysses
+ * does not combine (ep without MoE layers, ep over more ranks than dp x cp has, Ulysses
  * where cp does not divide a rank's heads, ...): the program prints how many for each
  * reason. Of the ones it accepts, make test runs a sample: each configuration gets a
  * fixed pseudo-random key from its name (splitmix64 of an FNV-1a hash); the smallest key
@@ -32,7 +32,7 @@
 #include "run/run.h"
 #include "verify.h"
 
-enum { SAMPLE = 48 };
+enum { SAMPLE = 64 };
 
 static struct data corpus;
 
@@ -231,14 +231,15 @@ static void test_matrix(void **state)
 
 /* A broken strategy fails the matrix: for the first accepted point of each kind in key
  * order, a dropped ring step (a lost K, V message: the fault plan's send), the chunks in
- * the wrong order (every cp comm type), and a dispatch split off by one (alltoall over
- * data-parallel ranks) each fail verify, where the same point passed above. */
+ * the wrong order (every cp comm type), a dispatch split off by one (alltoall over
+ * data-parallel ranks), and a MoE router under cp counting its own rank's choices alone
+ * each fail verify, where the same point passed above. */
 static void test_broken(void **state)
 {
 	struct point *pts = calloc(4608, sizeof *pts);
 	struct reasons why = {0};
 	int distinct, refused, n = enumerate(pts, &distinct, &refused, &why);
-	int done[5] = {0};
+	int done[6] = {0};
 
 	(void)state;
 	for (int i = 0; i < n; i++) {
@@ -249,7 +250,8 @@ static void test_broken(void **state)
 			   : p->cp > 1 && !done[1 + p->comm]              ? 1 + (int)p->comm
 			   : p->ep > 1 && p->tp == 1 && p->dispatch == PAR_EP_ALLTOALL && !done[4]
 				   ? 4
-				   : -1;
+			   : p->moe && p->cp > 1 && !done[5] ? 5
+							     : -1;
 
 		if (kind < 0)
 			continue;
@@ -257,16 +259,18 @@ static void test_broken(void **state)
 		make_cfg(&cfg, p);
 		cfg.bug = kind == 0   ? PAR_BUG_NONE
 			  : kind == 4 ? PAR_BUG_EP_SPLIT
+			  : kind == 5 ? PAR_BUG_CP_ROUTE
 				      : PAR_BUG_CP_CHUNKS;
 		v = test_verify(&cfg, kind == 0 ? "send" : NULL, 0);
 		printf("%-4s %-62s %s: grad %.1e\n", v.passed ? "FAIL" : "ok", p->name,
 		       kind == 0   ? "a lost ring step"
 		       : kind == 4 ? "split off by one"
+		       : kind == 5 ? "a rank's own capacity"
 				   : "chunks swapped",
 		       v.grad_err);
 		assert_false(v.passed);
 	}
-	for (int k = 0; k < 5; k++)
+	for (int k = 0; k < 6; k++)
 		assert_true(done[k]);
 	free(pts);
 }

@@ -36,12 +36,14 @@ const struct cli_opt cli_par_opts[] = {
 	 "balanced (default: rank r holds chunks r and 2N-1-r of 2N) or contiguous (chunk r of "
 	 "N: the ring's ranks do unequal work, for comparison)"},
 	{"ep", 0, 1, CLI_PAR_EP, "N",
-	 "expert-parallel size: each MoE layer's experts over N data-parallel ranks (E/N each, "
-	 "tokens sent by the dispatcher), or with --tp N over the tensor-parallel group"},
+	 "expert-parallel size: each MoE layer's experts over N data- or context-parallel "
+	 "ranks (E/N each, tokens sent by the dispatcher), or with --tp N over the "
+	 "tensor-parallel group"},
 	{"expert-model-parallel-size", 0, 1, CLI_PAR_EP, "N", "the same as --ep"},
 	{"expert-tensor-parallel-size", 0, 1, CLI_PAR_ETP, "N",
 	 "the experts' tensor-parallel size: tp without --ep (each expert cut as the dense "
-	 "MLP), 1 with it (each expert whole on its rank); no other in this build"},
+	 "MLP); with it 1 (each expert whole on its rank: the default) or tp (each cut over "
+	 "tp, spread over the dp x cp ranks); no other in this build"},
 	{"moe-token-dispatcher-type", 0, 1, CLI_PAR_DISPATCHER, "TYPE",
 	 "expert parallelism's dispatch: alltoall (default: all-to-all-v of the routed tokens) "
 	 "or allgather (every rank's tokens gathered, outputs reduce-scattered)"},

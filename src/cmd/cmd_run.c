@@ -74,7 +74,7 @@ static const char *cmd_name(int verify)
 
 static void print_header(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
-	char mesh[96], first[64] = "";
+	char mesh[96], first[64] = "", cp[64] = "";
 	static const char *const recompute[] = {"", ", selective recomputation",
 						", full recomputation", ", Oases's recomputation"};
 
@@ -82,20 +82,21 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	if (cfg->tpf_layers)
 		snprintf(first, sizeof first, ", the first %d layers at tp %d", cfg->tpf_layers,
 			 cfg->tpf);
-	else if (cfg->ep > 1 && cfg->mesh.size[MESH_TP] > 1)
+	else if (run_ep_over_tp(cfg))
 		snprintf(first, sizeof first, ", experts over the tp group (ep %d)", cfg->ep);
 	else if (cfg->ep > 1)
-		snprintf(first, sizeof first, ", experts over ep %d (%s)", cfg->ep,
+		snprintf(first, sizeof first, ", experts over ep %d%s (%s)", cfg->ep,
+			 cfg->mesh.size[MESH_TP] > 1 ? ", each cut over tp" : "",
 			 cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");
 	if (cfg->mesh.size[MESH_CP] > 1)
-		snprintf(first, sizeof first, " (cp: %s)",
+		snprintf(cp, sizeof cp, " (cp: %s)",
 			 cfg->cp_comm == PAR_CP_A2A          ? "Ulysses all-to-all"
 			 : cfg->cp_comm == PAR_CP_ALL_GATHER ? "K, V all-gathered"
 			 : cfg->cp_contiguous                ? "the ring, p2p, contiguous chunks"
 							     : "the ring, p2p");
-	printf("# pemu %s: %s, %zu parameters on %s%s, ZeRO stage %d%s%s, micro-batch %d, "
+	printf("# pemu %s: %s, %zu parameters on %s%s%s, ZeRO stage %d%s%s, micro-batch %d, "
 	       "global batch %d, %d steps\n",
-	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, first,
+	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, cp, first,
 	       cfg->zero, recompute[cfg->recompute],
 	       cfg->tp_overlap ? ", Oases's overlapped tp (2 sub-batches)" : "", cfg->mbs, cfg->gbs,
 	       cfg->steps);

@@ -167,47 +167,77 @@ static int release(struct par_dp_state *s, struct par_dp_bucket *b)
 	return rc;
 }
 
+/* ZeRO-3: gather (post), wait for or release every bucket of unit u. */
+enum unit_op { UNIT_GATHER, UNIT_WAIT, UNIT_RELEASE };
+
+static int unit_do(struct par_dp_state *s, int u, enum unit_op op)
+{
+	int rc = 0;
+
+	for (int k = s->unit_bucket[u]; k < s->unit_bucket[u] + s->unit_nb[u] && !rc; k++) {
+		struct par_dp_bucket *b = &s->b[k];
+
+		if (op == UNIT_GATHER)
+			rc = gather(s, b);
+		else if (op == UNIT_RELEASE)
+			rc = release(s, b);
+		else if (b->gather) {
+			rc = coll_wait(s->m->k.d, b->gather);
+			b->gather = NULL;
+		}
+	}
+	return rc;
+}
+
 /* The read hook (ZeRO-3): unit u is about to be read. Frees the unit read before it,
  * waits for u's gather, and posts the next one's. */
 static int use(void *ctx, int u)
 {
 	struct par_dp_state *s = ctx;
-	struct par_dp_bucket *b = &s->b[s->unit_bucket[u]];
 	int i = s->cur++, rc;
 
 	EMU_ASSERT(i < s->nseq && s->seq[i] == u);
-	if (i > 0 && s->seq[i - 1] != u && (rc = release(s, &s->b[s->unit_bucket[s->seq[i - 1]]])))
+	if (i > 0 && s->seq[i - 1] != u && (rc = unit_do(s, s->seq[i - 1], UNIT_RELEASE)))
 		return rc;
-	if ((rc = gather(s, b)))
+	if ((rc = unit_do(s, u, UNIT_GATHER)) || (rc = unit_do(s, u, UNIT_WAIT)))
 		return rc;
-	if (b->gather) {
-		rc = coll_wait(s->m->k.d, b->gather);
-		b->gather = NULL;
-		if (rc)
-			return rc;
-	}
 	if (i + 1 < s->nseq && s->seq[i + 1] != u)
-		return gather(s, &s->b[s->unit_bucket[s->seq[i + 1]]]);
+		return unit_do(s, s->seq[i + 1], UNIT_GATHER);
 	return 0;
 }
 
-/* ZeRO-3: one bucket per unit, and the order a micro-batch reads the units in. */
-static void unit_buckets(struct par_dp_state *s)
+/* The group a bucket of expert parameters (or not) is reduced, sharded and gathered
+ * over: under expert parallelism the experts' own (par/dp.h). */
+static void bucket_group(const struct par_dp_state *s, const struct par_groups *g, int expert,
+			 struct par_dp_bucket *b)
+{
+	b->g = expert ? g->edp : g->dp;
+	b->n = expert ? s->dp / s->m->ep : s->dp;
+	b->r = expert ? g->edp_rank : g->dp_rank;
+}
+
+/* ZeRO-3: a bucket per unit, two or more where a MoE layer's experts have a group of
+ * their own (expert parallelism over dp ranks: the unit's parameters by group, in flat
+ * order), and the order a micro-batch reads the units in. */
+static void unit_buckets(struct par_dp_state *s, const struct par_groups *g)
 {
 	struct par_model *m = s->m;
 	int L = m->cfg.num_layers;
 
 	s->nb = 0;
-	s->unit_bucket = emu_xcalloc((size_t)L + 2, sizeof *s->unit_bucket);
+	s->unit_bucket = emu_xcalloc(2 * ((size_t)L + 2), sizeof *s->unit_bucket);
+	s->unit_nb = s->unit_bucket + L + 2;
 	for (int k = 0; k < m->np; k++) {
-		int u = par_unit_of(m, m->order[k]);
+		int u = par_unit_of(m, m->order[k]), expert = m->p[m->order[k]].expert;
 
-		if (k + 1 < m->np && par_unit_of(m, m->order[k + 1]) == u)
+		if (k + 1 < m->np && par_unit_of(m, m->order[k + 1]) == u &&
+		    m->p[m->order[k + 1]].expert == expert)
 			continue;
-		s->unit_bucket[u] = s->nb;
-		s->b[s->nb].g = s->g;
-		s->b[s->nb].n = s->dp;
-		s->b[s->nb].r = s->r;
+		/* a unit's parameters are contiguous in flat order, so are its buckets */
+		EMU_ASSERT(!s->unit_nb[u] || s->unit_bucket[u] + s->unit_nb[u] == s->nb);
+		if (!s->unit_nb[u]++)
+			s->unit_bucket[u] = s->nb;
+		bucket_group(s, g, expert, &s->b[s->nb]);
 		s->b[s->nb].lo = s->nb ? s->b[s->nb - 1].hi : 0;
 		s->b[s->nb].hi = k + 1 < m->np ? m->p[m->order[k + 1]].off : m->nflat;
 		s->b[s->nb++].last = k;
@@ -251,18 +281,13 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 		/* a bucket ends at its size, and where the parameters' group changes */
 		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np ||
 		    m->p[m->order[k + 1]].expert != expert) {
-			s->b[s->nb++] =
-				(struct par_dp_bucket){.lo = lo,
-						       .hi = hi,
-						       .g = expert ? g->edp : g->dp,
-						       .n = expert ? dp / m->ep : dp,
-						       .r = expert ? g->edp_rank : g->dp_rank,
-						       .last = k};
+			s->b[s->nb] = (struct par_dp_bucket){.lo = lo, .hi = hi, .last = k};
+			bucket_group(s, g, expert, &s->b[s->nb++]);
 			lo = hi;
 		}
 	}
 	if (s->zero == 3)
-		unit_buckets(s);
+		unit_buckets(s, g);
 	m->hook = hook;
 	m->hook_ctx = s;
 	s->owned = 0;
@@ -278,7 +303,7 @@ void par_dp_free(struct par_dp_state *s)
 {
 	free(s->pos);
 	free(s->b);
-	free(s->unit_bucket);
+	free(s->unit_bucket); /* (and unit_nb) */
 	free(s->seq);
 	s->pos = NULL;
 	s->b = NULL;

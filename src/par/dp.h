@@ -75,7 +75,8 @@ struct par_dp_state {
 	int armed;         /* post buckets from the backward hook (the last micro-batch) */
 	size_t owned;      /* elements whose Adam state this rank keeps */
 	struct tensor opt; /* Adam m then v for the owned elements */
-	int *unit_bucket;  /* ZeRO 3: [L + 2] the bucket of each unit */
+	int *unit_bucket;  /* ZeRO 3: [L + 2] the first bucket of each unit */
+	int *unit_nb;      /* ZeRO 3: [L + 2] its buckets (more than one: by group) */
 	int *seq, nseq;    /* ZeRO 3: the units a micro-batch reads, in order (par/model.h) */
 	int cur;           /* ZeRO 3: reads so far in this micro-batch */
 };

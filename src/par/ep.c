@@ -81,6 +81,18 @@ static void charge(const struct ep *g, const char *name, size_t n)
 		coll_set_tag(m->k.d, old_);                                                        \
 	} while (0)
 
+/* The router's backward from the gates' gradients in w->moe_scratch.dprobs, into d ln2
+ * and the router's gradient; with the experts cut over tp, par_moe_router_sum's way. */
+static int router_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      struct gpt_layer_acts *la, int l, float scale)
+{
+	par_zero(&w->drouter);
+	moe_router_bwd(&m->k, &c->moe, &la->moe, &w->moe_scratch, D(w->dln),
+		       c->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER),
+		       c->t == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter));
+	return par_moe_router_sum(m, c, w, l);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* alltoall                                                                             */
 
@@ -180,7 +192,8 @@ static int a2a_fwd(struct par_model *m, const struct par_tp *c, struct par_work 
 	size_t *send = emu_xcalloc(2 * (size_t)g.n, sizeof *send), *recv = send + g.n;
 	size_t xo = 0;
 
-	moe_route(&m->k, g.s, a, D(la->ln2), PW(m, l, LP_ROUTER));
+	if ((rc = par_moe_route(m, c, w, a, D(la->ln2), PW(m, l, LP_ROUTER))))
+		goto out;
 	*aux += moe_aux(g.s, a);
 	moe_permute(&m->k, g.s, a, D(w->ep[0]), D(la->ln2), cnt);
 	sent = sent_counts(&g, cnt);
@@ -246,8 +259,7 @@ static int a2a_bwd(struct par_model *m, const struct par_tp *c, struct par_work 
 	if (rc)
 		goto out;
 	moe_permute_bwd(&m->k, g.s, a, D(w->dln), D(w->ep[0]), cnt);
-	moe_router_bwd(&m->k, g.s, a, &w->moe_scratch, D(w->dln), scale, D(la->ln2),
-		       PW(m, l, LP_ROUTER), PG(m, l, LP_ROUTER));
+	rc = router_bwd(m, c, w, la, l, scale);
 out:
 	free(send);
 	return rc;
@@ -363,7 +375,8 @@ static int ag_fwd(struct par_model *m, const struct par_tp *c, struct par_work *
 	size_t M = (size_t)g.s->M, xo = 0;
 	int rc;
 
-	moe_route(&m->k, g.s, a, D(la->ln2), PW(m, l, LP_ROUTER));
+	if ((rc = par_moe_route(m, c, w, a, D(la->ln2), PW(m, l, LP_ROUTER))))
+		return rc;
 	*aux += moe_aux(g.s, a);
 	if ((rc = gather_routing(&g, w, a)))
 		return rc;
@@ -429,9 +442,7 @@ static int ag_bwd(struct par_model *m, const struct par_tp *c, struct par_work *
 	TAGGED(coll_reduce_scatter(m->k.d, g.g, dp, D(w->moe_scratch.dprobs), M * g.E, COLL_SUM));
 	if (rc)
 		return rc;
-	moe_router_bwd(&m->k, g.s, a, &w->moe_scratch, D(w->dln), scale, D(la->ln2),
-		       PW(m, l, LP_ROUTER), PG(m, l, LP_ROUTER));
-	return 0;
+	return router_bwd(m, c, w, la, l, scale);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -448,9 +459,9 @@ int par_ep_alloc_work(struct par_model *m, struct par_work *w)
 {
 	const struct moe_shape *s = &m->moe;
 	size_t C = (size_t)s->C, G = (size_t)m->ep * s->M;
-	/* the rows a rank's experts can receive: cap a rank each, or dropless all of its
-	 * choices from every rank; and what an expert can get: ep cap, or ep M */
-	size_t R = s->dropless ? (size_t)m->ep * s->M * s->k : (size_t)s->E * s->cap;
+	/* the rows a rank's experts can receive (par/model.c); and what an expert can
+	 * get: ep cap, or ep M */
+	size_t R = (size_t)s->rows;
 	size_t ecap = (size_t)m->ep * s->cap;
 	int rc = 0;
 

@@ -9,11 +9,12 @@
  *
  * Otherwise the experts fold onto the dense mesh (Megatron's parallel folding, Liu et al.
  * 2025, arXiv 2504.14960): the expert grid is EP x EDP x PP over the same devices, EDP =
- * dp / ep in this build (tp = cp = 1): the ep consecutive data-parallel ranks hold E / ep
- * experts each, and the experts' gradients are reduced over the dp / ep ranks that hold
- * the same ones (par/dp.h), the dense ones over dp as before. Each rank routes its own
- * micro-batch (its router is replicated: the capacity, the dropping and the
- * load-balancing loss are the micro-batch's, as in the serial model), then, as one of two
+ * dp cp / ep in this build (tp = 1): the ep consecutive ranks of the dp x cp group hold
+ * E / ep experts each, and the experts' gradients are reduced over the dp cp / ep ranks
+ * that hold the same ones (par/dp.h), the dense ones over dp x cp as before. Each rank
+ * routes its own tokens (its router is replicated: the capacity, the dropping and the
+ * load-balancing loss are the micro-batch's, as in the serial model, under cp by the
+ * counts par/moe_route.c exchanges), then, as one of two
  * tables of the layer's MLP (par/layer.h), Megatron-Core's --moe-token-dispatcher-type:
  *   alltoall   the kept tokens permuted by expert (models/moe.h), the counts exchanged by
  *              an all-to-all, the rows by an all-to-all-v whose splits are the real

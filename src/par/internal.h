@@ -42,6 +42,19 @@ static inline int par_ready(struct par_model *m, int i)
 int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char *name, float *dw,
 		    float *db, const float *dy, const float *x, int M, int K, int N);
 
+/* A MoE layer's routing of x (its ln2 rows) with router weights wr into a: the model's
+ * own (moe_route), or under context parallelism the micro-batch's, its counts exchanged
+ * over the cp group (par/moe_route.c). 0 or the collective's error. */
+int par_moe_route(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		  struct moe_acts *a, const float *x, const float *wr);
+/* Under tp (the experts cut over the group, the router replicated) a MoE layer's router
+ * sees partial expert outputs: rank 0 alone adds the aux loss's gradient, and the router
+ * gradient of a micro-batch, written into w->drouter, is summed over the group here
+ * before it joins the accumulated one (nothing with t = 1, where it went there). */
+int par_moe_router_sum(struct par_model *m, const struct par_tp *c, struct par_work *w, int l);
+/* The floats of the routing's counts, par_work.route_cnt (cp > 1). */
+size_t par_moe_route_floats(const struct par_model *m);
+
 /* The tables (par/layer.h). */
 extern const struct par_attn par_attn_heads, par_attn_flash; /* par/attn.c */
 extern const struct par_mlp par_mlp_dense, par_mlp_chunked;  /* par/mlp.c */

@@ -129,11 +129,23 @@ static int chunked_bwd(struct par_model *m, const struct par_tp *c, struct par_w
 	return 0;
 }
 
+/* The block of models/moe.h, or under context parallelism the micro-batch's routing
+ * (par/moe_route.c) and the experts on the rows kept. */
 static int moe_fwd_piece(struct par_model *m, const struct par_tp *c, struct par_work *w,
 			 struct gpt_layer_acts *la, int l, float *aux)
 {
-	*aux += moe_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), D(la->ln2), PW(m, l, LP_ROUTER),
-			PW(m, l, LP_FCW), PW(m, l, LP_FCB), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
+	int rc;
+
+	if (m->cp == 1) {
+		*aux += moe_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), D(la->ln2),
+				PW(m, l, LP_ROUTER), PW(m, l, LP_FCW), PW(m, l, LP_FCB),
+				PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
+		return 0;
+	}
+	if ((rc = par_moe_route(m, c, w, &la->moe, D(la->ln2), PW(m, l, LP_ROUTER))))
+		return rc;
+	*aux += moe_compact_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), D(la->ln2), PW(m, l, LP_FCW),
+				PW(m, l, LP_FCB), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
 	return 0;
 }
 
@@ -156,8 +168,6 @@ static int moe_bwd_piece(struct par_model *m, const struct par_tp *c, struct par
 			 struct par_stash *st)
 {
 	float *dr = c->t == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter);
-	size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
-	int rc;
 
 	(void)weight;
 	(void)st;
@@ -166,12 +176,22 @@ static int moe_bwd_piece(struct par_model *m, const struct par_tp *c, struct par
 		c->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
 		PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB), PG(m, l, LP_FC2W),
 		PG(m, l, LP_FC2B));
-	if (c->t > 1) { /* after the collective in flight: one at a time (par_post_slot) */
-		if ((rc = par_work_wait(m, m->inflight)) ||
-		    (rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM)))
-			return rc;
-		add_acc(&m->k, PG(m, l, LP_ROUTER), dr, nr);
-	}
+	return par_moe_router_sum(m, c, w, l);
+}
+
+int par_moe_router_sum(struct par_model *m, const struct par_tp *c, struct par_work *w, int l)
+{
+	size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
+	float *dr = D(w->drouter);
+	int rc;
+
+	if (c->t == 1)
+		return 0;
+	/* after the collective in flight: one at a time (par_post_slot) */
+	if ((rc = par_work_wait(m, m->inflight)) ||
+	    (rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM)))
+		return rc;
+	add_acc(&m->k, PG(m, l, LP_ROUTER), dr, nr);
 	return 0;
 }
 

@@ -28,7 +28,7 @@ int par_unit_of(const struct par_model *m, int i)
 static int alloc_params(struct par_model *m, uint64_t seed, size_t pad, int zero)
 {
 	const struct gpt_config *c = &m->cfg;
-	size_t total = 0;
+	size_t total = 0, owned = 0;
 	int k = 0, rc;
 
 	m->np = gpt_num_tensors(c);
@@ -47,16 +47,21 @@ static int alloc_params(struct par_model *m, uint64_t seed, size_t pad, int zero
 		m->partials |= m->p[i].partial != PAR_PARTIAL_NONE;
 	}
 	/* Every parameter starts at a multiple of pad, so that buckets made of whole
-	 * parameters split evenly into pad shards. */
+	 * parameters split evenly into pad shards; a sharded buffer keeps 1 / pad of each,
+	 * and of an expert's (over the ep times smaller expert-data-parallel group) ep / pad */
 	for (int k2 = 0; k2 < m->np; k2++) {
+		const struct par_param *p = &m->p[m->order[k2]];
+		size_t next = (total + p->n + pad - 1) / pad * pad;
+
 		m->p[m->order[k2]].off = total;
-		total = (total + m->p[m->order[k2]].n + pad - 1) / pad * pad;
+		owned += (next - total) / (p->expert ? pad / (size_t)m->ep : pad);
+		total = next;
 	}
 	m->nflat = total;
 	if ((rc = tensor_alloc_shard(&m->k, &m->weights, MEM_PARAM, m->nflat,
-				     zero >= 3 ? m->nflat / pad : m->nflat, "weights")) ||
+				     zero >= 3 ? owned : m->nflat, "weights")) ||
 	    (rc = tensor_alloc_shard(&m->k, &m->grads, MEM_GRAD, m->nflat,
-				     zero >= 2 ? m->nflat / pad : m->nflat, "gradients")))
+				     zero >= 2 ? owned : m->nflat, "gradients")))
 		return rc;
 	for (int i = 0; i < m->np; i++) {
 		struct par_param *p = &m->p[i];
@@ -129,6 +134,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 	}
 	if (m->cfg.num_experts > 0)
 		A(&w->drouter, (size_t)m->cfg.num_experts * h, "d router");
+	if (m->cfg.num_experts > 0 && m->cp > 1)
+		A(&w->route_cnt, par_moe_route_floats(m), "moe routing counts");
 	if (!rc && m->cfg.num_experts > 0)
 		rc = moe_scratch_alloc(k, &w->moe_scratch, &m->moe);
 	if (!rc && m->cp > 1)
@@ -322,18 +329,31 @@ static void tp_view(const struct par_model *m, struct par_tp *c, int t, int r, s
 	c->Fl = cfg->ffn / t;
 	/* the experts: each cut t ways like the dense MLP, or, with ep = t (par/ep.h), E / t
 	 * of them whole on each rank of the group */
-	if (cfg->num_experts > 0)
-		c->moe = (struct moe_shape){
-			c->B * m->T, cfg->hidden, m->ep_tp ? cfg->ffn : c->Fl, cfg->num_experts,
-			cfg->moe_top_k,
-			moe_capacity(cfg->capacity_factor, c->B * m->T, cfg->moe_top_k,
-				     cfg->num_experts),
-			cfg->aux_coeff, m->ep_tp ? r * (cfg->num_experts / t) : 0,
-			m->ep_tp ? cfg->num_experts / t : 0, cfg->capacity_factor <= 0,
-			/* dropless over dp ranks: every rank's choices may come */
-			cfg->capacity_factor <= 0 && m->ep > 1
-				? m->ep * c->B * m->T * cfg->moe_top_k
-				: 0};
+	if (cfg->num_experts > 0) {
+		int M = c->B * m->T, K = cfg->moe_top_k, E = cfg->num_experts;
+		int dropless = cfg->capacity_factor <= 0;
+
+		c->moe = (struct moe_shape){.M = M,
+					    .C = cfg->hidden,
+					    .F = m->ep_tp ? cfg->ffn : c->Fl,
+					    .E = E,
+					    .k = K,
+					    .cap = moe_capacity(cfg->capacity_factor, M, K, E),
+					    .aux_coeff = cfg->aux_coeff,
+					    .e0 = m->ep_tp ? r * (E / t) : 0,
+					    .El = m->ep_tp ? E / t : 0,
+					    .dropless = dropless};
+		if (m->cp > 1) { /* the micro-batch's capacity, over cp ranks (par/moe_route.c) */
+			int all = moe_capacity(cfg->capacity_factor, M * m->cp, K, E);
+
+			c->moe.cap_all = all;
+			c->moe.cap = all < M ? all : M;
+		}
+		/* over ep ranks (par/ep.c), the rows a rank's experts can receive: at most cap
+		 * from each rank an expert, or dropless every rank's choices */
+		if (m->ep > 1)
+			c->moe.rows = dropless ? m->ep * M * K : E * c->moe.cap;
+	}
 }
 
 int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct par_groups *g,
@@ -355,7 +375,7 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->cp = cfg->cp > 1 ? cfg->cp : 1;
 	m->cpr = m->cp > 1 ? g->cp_rank : 0;
 	m->cpg = m->cp > 1 ? g->cp : NULL;
-	m->ep_tp = cfg->ep > 1 && cfg->tp > 1; /* experts over the tp group (par/ep.h) */
+	m->ep_tp = cfg->ep_tp; /* experts over the tp group (par/ep.h) */
 	m->ep = cfg->ep > 1 && !m->ep_tp ? cfg->ep : 1;
 	m->epr = m->ep > 1 ? g->ep_rank : 0;
 	m->epg = m->ep > 1 ? g->ep : NULL;

@@ -50,8 +50,9 @@ enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_TRAFFIC_EP, PAR_NTRAFF
 /* A deliberate bug, for the tests that show verify catches one (as emu's fault plan
  * drops a collective): context parallelism's chunks in the wrong order on every rank
  * (rows placed at the other chunk's positions), expert parallelism's dispatch split off
- * by one (a row of each rank's first expert sent as its second's). */
-enum par_bug { PAR_BUG_NONE, PAR_BUG_CP_CHUNKS, PAR_BUG_EP_SPLIT };
+ * by one (a row of each rank's first expert sent as its second's), a MoE router under
+ * context parallelism counting its own rank's choices alone (par/moe_route.c). */
+enum par_bug { PAR_BUG_NONE, PAR_BUG_CP_CHUNKS, PAR_BUG_EP_SPLIT, PAR_BUG_CP_ROUTE };
 
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
 #define PAR_NSUB 2
@@ -68,6 +69,8 @@ struct par_cfg {
 	int cp_contiguous;                /* each rank one contiguous chunk (p2p only): the
 					   * unbalanced ring, for comparison */
 	int ep;                           /* the expert-parallel degree (par/ep.h) */
+	int ep_tp;                        /* the experts whole over the tp group (ep = tp); else
+					   * over ep of the dp x cp ranks, cut over tp */
 	enum par_ep_dispatch ep_dispatch; /* and how tokens reach the experts */
 	int zero;                         /* ZeRO stage (>= 2: gradients sharded, 3: weights) */
 	int pad;                          /* the data-parallel degree (dp x cp): shards of the flat
@@ -243,6 +246,7 @@ struct par_work {
 	struct tensor ep[5];         /* expert parallelism's row buffers (par/ep.c) */
 	struct tensor ep_dh, ep_dpre; /* (ep cap, f): an expert's backward scratch */
 	struct tensor ep_meta;        /* routing and counts sent between ranks */
+	struct tensor route_cnt;      /* cp: every cp rank's routing counts (par/moe_route.c) */
 	struct moe_scratch moe_scratch;
 	const float *sum;     /* forward: the rows the region's exit summed */
 	const float *g;       /* backward: the rows a row-parallel layer reads */

@@ -249,14 +249,6 @@ static int check_cp(const struct run_cfg *cfg, char *err, size_t n)
 			 cp);
 		return -1;
 	}
-	if (m->num_experts > 0) {
-		snprintf(err, n,
-			 "--cp %d with --num-experts %d: the router's capacity and load-balancing "
-			 "loss are the whole sequence's, which context parallelism cuts (not in "
-			 "this build yet)",
-			 cp, m->num_experts);
-		return -1;
-	}
 	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
 	    cfg->recompute == PAR_RECOMPUTE_OASES) {
 		snprintf(err, n, "--cp %d (%s) with %s: not combined in this build", cp,
@@ -270,7 +262,7 @@ static int check_cp(const struct run_cfg *cfg, char *err, size_t n)
 	return 0;
 }
 
-/* The rules of expert parallelism (par/ep.h): experts over ep of the data-parallel ranks,
+/* The rules of expert parallelism (par/ep.h): experts over ep of the dp x cp ranks,
  * and what this build combines it with. */
 static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 {
@@ -287,13 +279,12 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 			 m->num_experts);
 		return -1;
 	}
-	if (size[MESH_CP] > 1 || (size[MESH_TP] > 1 && ep != size[MESH_TP])) {
+	if (run_ep_over_tp(cfg) && ep != size[MESH_TP]) {
 		snprintf(err, n,
-			 "--ep %d with --%s %d: this build spreads the experts over data-parallel "
-			 "ranks (tp 1) or over the tensor-parallel group (ep = tp), and runs no cp "
-			 "with them yet",
-			 ep, size[MESH_CP] > 1 ? "cp" : "tp",
-			 size[MESH_CP] > 1 ? size[MESH_CP] : size[MESH_TP]);
+			 "--ep %d with --tp %d: whole experts (--expert-tensor-parallel-size 1) go "
+			 "over the tensor-parallel group, so --ep is --tp; to spread them over the "
+			 "dp x cp ranks, cut each over tp with --expert-tensor-parallel-size %d",
+			 ep, size[MESH_TP], size[MESH_TP]);
 		return -1;
 	}
 	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
@@ -305,23 +296,32 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 						      : "--recompute oases");
 		return -1;
 	}
-	if (size[MESH_TP] > 1) /* over the tp group: the experts' gradients are the rest's */
+	if (run_ep_over_tp(cfg)) /* over the tp group: the experts' gradients are the rest's */
 		return 0;
-	if (size[MESH_DP] % ep) {
-		snprintf(err, n,
-			 "--ep %d: the experts are spread over data-parallel ranks, and --dp %d "
-			 "does not split into groups of %d",
-			 ep, size[MESH_DP], ep);
-		return -1;
-	}
-	if (cfg->zero > 1) {
-		snprintf(err, n,
-			 "--zero-stage %d with --ep %d: ZeRO stages 2 and 3 over the experts' own "
-			 "group are not in this build yet (0 and 1 are)",
-			 cfg->zero, ep);
+	if (size[MESH_DP] * size[MESH_CP] % ep) {
+		if (size[MESH_CP] == 1)
+			snprintf(err, n,
+				 "--ep %d: the experts are spread over data-parallel ranks, and "
+				 "--dp "
+				 "%d does not split into groups of %d",
+				 ep, size[MESH_DP], ep);
+		else
+			snprintf(
+				err, n,
+				"--ep %d: the experts are spread over the data-parallel x "
+				"context-parallel ranks, and the %d x %d of --dp %d --cp %d do not "
+				"split into groups of %d",
+				ep, size[MESH_DP], size[MESH_CP], size[MESH_DP], size[MESH_CP], ep);
 		return -1;
 	}
 	return 0;
+}
+
+int run_ep_over_tp(const struct run_cfg *cfg)
+{
+	int tp = cfg->mesh.size[MESH_TP];
+
+	return cfg->ep > 1 && tp > 1 && cfg->etp != tp;
 }
 
 /* The rules of Oases's overlap (par/overlap.h): two sub-batches of a micro-batch, each
@@ -467,14 +467,17 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			 cfg->cp_contiguous ? "cp-layout contiguous" : "cp-comm-type");
 		return -1;
 	}
-	if (cfg->etp && cfg->etp != (cfg->ep > 1 ? 1 : tp)) { /* (ep over tp: whole experts) */
-		snprintf(err, n,
-			 "--expert-tensor-parallel-size %d: this build cuts the experts %s, so it "
-			 "is %d here",
-			 cfg->etp,
-			 cfg->ep > 1 ? "over --ep only (each whole on its rank)"
-				     : "as the dense MLP, over --tp",
-			 cfg->ep > 1 ? 1 : tp);
+	if (cfg->etp && cfg->etp != tp && (cfg->ep <= 1 || cfg->etp != 1)) {
+		if (cfg->ep > 1)
+			snprintf(err, n,
+				 "--expert-tensor-parallel-size %d: with --ep this build holds "
+				 "each expert whole (1) or cuts it as the dense MLP over --tp (%d)",
+				 cfg->etp, tp);
+		else
+			snprintf(err, n,
+				 "--expert-tensor-parallel-size %d: without --ep the experts are "
+				 "cut as the dense MLP, over --tp, so it is %d here",
+				 cfg->etp, tp);
 		return -1;
 	}
 	if (cfg->ep <= 1 && cfg->ep_dispatch != PAR_EP_ALLTOALL) {

@@ -38,10 +38,12 @@ struct run_cfg {
 	enum par_cp_comm cp_comm;         /* context parallelism's attention (par/cp.h) */
 	int cp_contiguous;                /* --cp-layout contiguous: the unbalanced ring */
 	int ep;                           /* the expert-parallel degree: experts over ep of the
-					   * data-parallel ranks (not a factor of the mesh) */
+					   * dp x cp ranks, or over the tp group (run_ep_over_tp;
+					   * not a factor of the mesh) */
 	enum par_ep_dispatch ep_dispatch; /* expert parallelism's token dispatcher */
-	int etp;                          /* --expert-tensor-parallel-size as given, 0 if not: the
-					   * build's is tp without ep, 1 with it */
+	int etp;                          /* --expert-tensor-parallel-size as given, 0 if not: tp
+					   * without ep; with it 1 (each expert whole), or tp (each
+					   * cut as the dense MLP, spread over dp x cp) */
 	int zero;                         /* ZeRO stage: 0 to 3 */
 	int sp;                           /* sequence parallelism (with tp > 1) */
 	enum sched_kind schedule;         /* the pipeline schedule (pp > 1) */
@@ -91,6 +93,11 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
  * divisibility, and proves the pipeline schedule (sched_check) before anything runs.
  * Rules are tried in a fixed order; the first broken one is reported. */
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
+
+/* Whether cfg's experts go over the tensor-parallel group (ep = tp, each expert whole:
+ * --expert-tensor-parallel-size 1, the default with tp > 1), rather than over ep of the
+ * dp x cp ranks (tp 1, or the experts cut over tp: --expert-tensor-parallel-size tp). */
+int run_ep_over_tp(const struct run_cfg *cfg);
 
 /* Builds cfg's pipeline schedule into sc (pp > 1; free it with sched_free). */
 void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc);

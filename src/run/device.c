@@ -63,6 +63,7 @@ struct rank {
 	const struct run_cfg *cfg;
 	struct run_out *o;
 	int step, tpr, dpr, local, accum;
+	struct run_rows rows; /* its rows of each sequence (the model's, once it is made) */
 };
 
 /* Micro-batch mb of this step on this replica: its index among the run's, and its
@@ -84,7 +85,7 @@ static void rank_forwarded(void *ctx, uint64_t g, const struct par_acts *a)
 	struct rank *rk = ctx;
 
 	for (int s = 0; rk->tpr == 0 && s < par_nsub(a); s++)
-		run_record_routes(rk->o, rk->cfg, g, s, par_nsub(a),
+		run_record_routes(rk->o, rk->cfg, g, s, par_nsub(a), &rk->rows,
 				  par_sub((struct par_acts *)a, s)->la, a->l0, a->l1);
 }
 
@@ -111,6 +112,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.cp_comm = cfg->cp_comm,
 				.cp_contiguous = cfg->cp_contiguous,
 				.ep = cfg->ep > 1 ? cfg->ep : 1,
+				.ep_tp = run_ep_over_tp(cfg),
 				.ep_dispatch = cfg->ep_dispatch,
 				.bug = cfg->bug,
 				.zero = cfg->zero,
@@ -142,14 +144,14 @@ static int first_groups(struct emu_dev *d, const struct run_cfg *cfg, const int 
 	return rc;
 }
 
-/* Expert parallelism's grid (Megatron's parallel folding, with tp = cp = 1 in this
- * build): of the data-parallel group (dp_devs, this rank d), the ep consecutive ranks
- * that hold a layer's experts between them (d / ep), and the dp / ep ranks that hold the
- * same ones (d % ep). */
+/* Expert parallelism's grid (Megatron's parallel folding, with tp = 1 in this build): of
+ * the dp x cp group that reduces the dense gradients (dp_devs, this rank d), the ep
+ * consecutive ranks that hold a layer's experts between them (d / ep), and the dp cp / ep
+ * ranks that hold the same ones (d % ep). */
 static int expert_groups(struct emu_dev *dev, const struct run_cfg *cfg, const int *dp_devs, int d,
 			 struct par_groups *g)
 {
-	int ep = cfg->ep, edp = cfg->mesh.size[MESH_DP] / ep, rc = 0;
+	int ep = cfg->ep, edp = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP] / ep, rc = 0;
 	int *edp_devs = emu_xcalloc((size_t)edp, sizeof *edp_devs);
 
 	for (int j = 0; j < edp; j++)
@@ -180,9 +182,14 @@ static int par_device(struct emu_dev *d, void *arg)
 	int *tok = emu_xcalloc((size_t)cfg->mbs * cfg->model.seq_len, sizeof *tok);
 	int *tgt = emu_xcalloc((size_t)cfg->mbs * cfg->model.seq_len, sizeof *tgt);
 	unsigned char *held = emu_xcalloc((size_t)L + 1, 1);
-	struct rank rk = {
-		cfg,        o,    0, mesh_coord(me, id, MESH_TP), mesh_coord(me, id, MESH_DP),
-		accum / dp, accum};
+	struct rank rk = {cfg,
+			  o,
+			  0,
+			  mesh_coord(me, id, MESH_TP),
+			  mesh_coord(me, id, MESH_DP),
+			  accum / dp,
+			  accum,
+			  {NULL, 0, 0}};
 	const struct pipe_io io = {rank_batch, rank_forwarded, &rk};
 	const struct par_cfg pc = par_cfg_of(cfg);
 	const struct par_source src = {cfg->seed};
@@ -224,12 +231,14 @@ static int par_device(struct emu_dev *d, void *arg)
 				     .cp = gc,
 				     .cp_rank = cpr,
 				     .pp = gp};
-	if (cfg->ep > 1 && tp == 1 && (rc = expert_groups(d, cfg, dp_devs, rk.dpr, &groups)))
+	if (cfg->ep > 1 && !run_ep_over_tp(cfg) &&
+	    (rc = expert_groups(d, cfg, dp_devs, groups.dp_rank, &groups)))
 		goto out;
 	if (cfg->tpf_layers && (rc = first_groups(d, cfg, tp_devs, rk.tpr, &groups)))
 		goto out;
 	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))
 		goto out;
+	rk.rows = (struct run_rows){m.pos, m.T, cpr};
 	coll_set_wire_bytes(d, m.k.ab);
 	if ((rc = par_dp_init(&s, &m, &groups)))
 		goto out;

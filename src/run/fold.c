@@ -130,7 +130,7 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	 * are no dimension of the mesh): not folded */
 	nrun = best_plan(&p,
 			 me->size[MESH_DP] > 1 && cfg->zero == 0 &&
-				 (cfg->ep <= 1 || me->size[MESH_TP] > 1),
+				 (cfg->ep <= 1 || run_ep_over_tp(cfg)),
 			 me->size[MESH_TP] > 2 && !cfg->tpf_layers, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);

@@ -21,6 +21,7 @@ static int ref_device(struct emu_dev *d, void *arg)
 	struct run_out *o = j->o;
 	int accum = cfg->gbs / cfg->mbs, BT = cfg->mbs * cfg->model.seq_len, rc;
 	int nsub = cfg->tp_overlap == PAR_OVERLAP_OASES ? PAR_NSUB : 1, rows = BT / nsub;
+	const struct run_rows whole = {NULL, cfg->model.seq_len, 0};
 	int *tok = emu_xcalloc((size_t)BT, sizeof *tok),
 	    *tgt = emu_xcalloc((size_t)BT, sizeof *tgt);
 	struct kctx k;
@@ -43,7 +44,7 @@ static int ref_device(struct emu_dev *d, void *arg)
 					(accum * nsub);
 				if (kctx_math(&k))
 					run_record_routes(o, cfg, (uint64_t)s * accum + a, sb, nsub,
-							  m.la, 0, cfg->model.num_layers);
+							  &whole, m.la, 0, cfg->model.num_layers);
 				gpt_backward(&m, 1.0f / (float)(accum * nsub));
 			}
 		}

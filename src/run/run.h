@@ -37,9 +37,9 @@ struct run_out {
 	 * dropped at the capacity limit. */
 	int *routes;
 	size_t route_mb;
-	/* MoE presets in execute mode: per micro-batch of a step, MoE layer and expert, the
-	 * choices kept and dropped over the run ([gbs / mbs][L][2 E]; run_moe_tokens sums
-	 * them) */
+	/* MoE presets in execute mode: per context-parallel rank, micro-batch of a step,
+	 * MoE layer and expert, the choices kept and dropped over the run ([cp][gbs / mbs]
+	 * [L][2 E], each cp rank its tokens'; run_moe_tokens sums them) */
 	uint64_t *moe_hist;
 	/* pp > 1: the schedule run, and from the last step, per stage (the devices of tp
 	 * and dp rank 0): its bubble (idle time between its first and last compute action)
@@ -52,11 +52,21 @@ struct run_out {
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
 void run_free(struct run_out *o);
 
+/* Where a device's routing decisions go in the sequence (run_record_routes): its T rows
+ * of each sequence, pos[i] the position of row i (pos NULL: row i is position i), and its
+ * context-parallel rank. */
+struct run_rows {
+	const int *pos;
+	int T, cpr;
+};
+
 /* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from the
  * activations la[0 .. l1 - l0) of its layers l0 .. l1 - 1, those of its sub-batch sub of
- * nsub (1 if it is not cut); sums each step's loss from its stages' and replicas' shares. */
+ * nsub (1 if it is not cut) and of the rows rows says; sums each step's loss from its
+ * stages' and replicas' shares. */
 void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb, int sub, int nsub,
-		       const struct gpt_layer_acts *la, int l0, int l1);
+		       const struct run_rows *rows, const struct gpt_layer_acts *la, int l0,
+		       int l1);
 void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
 
 /* The choices of layer l that expert e kept (and dropped) over the run, every
