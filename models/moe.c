@@ -72,7 +72,8 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 	a->slot_token = emu_xcalloc((size_t)s->E * s->cap, sizeof *a->slot_token);
 	a->choice = emu_xcalloc((size_t)s->M * s->k, sizeof *a->choice);
 	a->slot = emu_xcalloc((size_t)s->M * s->k, sizeof *a->slot);
-	a->frac = emu_xcalloc((size_t)s->E, sizeof *a->frac);
+	a->frac = emu_xcalloc(2 * (size_t)s->E, sizeof *a->frac);
+	a->psum = a->frac + s->E;
 	a->rows = emu_xcalloc(2 * (size_t)s->E, sizeof *a->rows);
 	return 0;
 }
@@ -85,7 +86,7 @@ void moe_acts_free(struct moe_acts *a)
 	free(a->frac);
 	free(a->rows);
 	a->slot_token = a->choice = a->slot = a->rows = NULL;
-	a->frac = NULL;
+	a->frac = a->psum = NULL; /* (one allocation) */
 }
 
 int moe_scratch_alloc(const struct kctx *k, struct moe_scratch *sc, const struct moe_shape *s)
@@ -134,24 +135,40 @@ static void top_k(const struct moe_shape *s, struct moe_acts *a)
 	}
 }
 
-/* cnt[(j nruns + u) E + e]: run u's j-th choices of expert e. */
-static void count_runs(const struct moe_shape *s, const struct moe_acts *a, int nruns, int *cnt)
+/* The micro-batch's tokens. */
+static int all_tokens(const struct moe_shape *s)
 {
-	int E = s->E, K = s->k, len = s->M / nruns;
+	return s->Mall ? s->Mall : s->M;
+}
+
+/* cnt[(j nruns + u) E + e]: run u's j-th choices of expert e; a->psum: the block's sums
+ * of each expert's probability. */
+static void count_runs(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *len,
+		       int *cnt)
+{
+	int E = s->E, K = s->k;
 
 	memset(cnt, 0, (size_t)K * nruns * E * sizeof *cnt);
 	for (int j = 0; j < K; j++)
+		for (int u = 0, t = 0; u < nruns; u++)
+			for (int end = t + len[u]; t < end; t++)
+				cnt[(j * nruns + u) * E + a->choice[t * K + j]]++;
+	for (int e = 0; e < E; e++) {
+		double pe = 0;
+
 		for (int t = 0; t < s->M; t++)
-			cnt[(j * nruns + t / len) * E + a->choice[t * K + j]]++;
+			pe += a->probs.data[(size_t)t * E + e];
+		a->psum[e] = pe;
+	}
 }
 
-void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *base,
-	      const int *all, int Mall)
+void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *len,
+	      const int *base, const int *all)
 {
-	int M = s->M, E = s->E, K = s->k, cap = s->cap, len = M / nruns;
+	int E = s->E, K = s->k, cap = s->cap;
 	int lim = s->cap_all ? s->cap_all : cap;
 	int *fill = emu_xcalloc(2 * (size_t)E, sizeof *fill), *seen = fill + E;
-	double inc = 1.0 / ((double)Mall * K);
+	double inc = 1.0 / ((double)all_tokens(s) * K);
 
 	/* f_e as the sum of its choices' shares, one at a time: the same bits however the
 	 * micro-batch is spread */
@@ -165,11 +182,11 @@ void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const in
 	/* First choices in token order, then second choices: a choice's place is the
 	 * choices of its expert before it in the micro-batch */
 	for (int j = 0; j < K; j++)
-		for (int u = 0; u < nruns; u++) {
+		for (int u = 0, t0 = 0; u < nruns; t0 += len[u++]) {
 			const int *b = base + (size_t)(j * nruns + u) * E;
 
 			memset(seen, 0, (size_t)E * sizeof *seen);
-			for (int t = u * len; t < (u + 1) * len; t++) {
+			for (int t = t0; t < t0 + len[u]; t++) {
 				int e = a->choice[t * K + j], place = b[e] + seen[e]++;
 
 				a->slot[t * K + j] = -1;
@@ -193,13 +210,13 @@ static void route_local(const struct moe_shape *s, struct moe_acts *a)
 	    *all = base + K * E;
 
 	top_k(s, a);
-	count_runs(s, a, 1, cnt);
+	count_runs(s, a, 1, &s->M, cnt);
 	for (int j = 0; j < K; j++)
 		for (int e = 0; e < E; e++) {
 			base[j * E + e] = j ? base[(j - 1) * E + e] + cnt[(j - 1) * E + e] : 0;
 			all[e] += cnt[j * E + e];
 		}
-	moe_keep(s, a, 1, base, all, s->M);
+	moe_keep(s, a, 1, &s->M, base, all);
 	free(cnt);
 }
 
@@ -236,13 +253,13 @@ void moe_route(const struct kctx *k, const struct moe_shape *s, struct moe_acts 
 }
 
 void moe_choose(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
-		const float *wr, int nruns, int *cnt)
+		const float *wr, int nruns, const int *len, int *cnt)
 {
 	router(k, s, a, x, wr);
 	if (!kctx_math(k))
 		return;
 	top_k(s, a);
-	count_runs(s, a, nruns, cnt);
+	count_runs(s, a, nruns, len, cnt);
 }
 
 float moe_aux(const struct moe_shape *s, const struct moe_acts *a)
@@ -251,13 +268,8 @@ float moe_aux(const struct moe_shape *s, const struct moe_acts *a)
 
 	if (!a->probs.data)
 		return 0;
-	for (int e = 0; e < s->E; e++) {
-		double pe = 0;
-
-		for (int t = 0; t < s->M; t++)
-			pe += a->probs.data[(size_t)t * s->E + e];
-		aux += a->frac[e] * pe / s->M;
-	}
+	for (int e = 0; e < s->E; e++)
+		aux += a->frac[e] * a->psum[e] / all_tokens(s);
 	return (float)(s->aux_coeff * s->E * aux);
 }
 
@@ -574,14 +586,15 @@ void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_
 	int M = s->M, E = s->E, math = kctx_math(k);
 	float *dp = sc->dprobs.data;
 
-	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / M; then the router's softmax
-	 * and linear backward */
+	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / Mall; then the router's
+	 * softmax and linear backward */
 	emu_compute(k->d, "moe.aux.bwd", (double)M * E, 2.0 * M * E * k->ab);
 	if (math)
 		for (int t = 0; t < M; t++)
 			for (int e = 0; e < E; e++)
 				dp[(size_t)t * E + e] +=
-					aux_scale * (float)(s->aux_coeff * E * a->frac[e] / M);
+					aux_scale *
+					(float)(s->aux_coeff * E * a->frac[e] / all_tokens(s));
 	if (math)
 		memset(sc->dlogits.data, 0, sc->dlogits.n * sizeof *sc->dlogits.data);
 	softmax_bwd(k, sc->dlogits.data, a->probs.data, dp, M, E);

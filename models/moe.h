@@ -17,7 +17,8 @@
  *             (the raw router probability as gate, as Switch does; not renormalised)
  *   aux loss  aux = coeff * E * sum_e f_e P_e (Switch eq. 4, with top-k), where f_e is
  *             the fraction of the M * k choices that picked e (before dropping) and P_e
- *             the mean router probability of e; its gradient flows through P_e.
+ *             the mean router probability of e; its gradient flows through P_e. Both are
+ *             the micro-batch's, also when a strategy spreads its tokens (Mall).
  *
  * The routing decisions are kept (choice, slot) so that a parallel run can compare them
  * with the reference's and tell a routing flip from a strategy error (docs/formulas.md
@@ -40,9 +41,11 @@ struct moe_shape {
 	int dropless; /* capacity factor 0: cap = M, the experts on compact rows */
 	int rows;     /* the rows x, pre, h and y hold (0: El cap, or M k compact) */
 	int cap_all;  /* the micro-batch's capacity when its tokens are spread over ranks
-		       * (context parallelism): a choice is kept if the choices of its expert
-		       * before it in the whole micro-batch are fewer, while cap bounds the
-		       * slots one rank fills; the experts run on compact rows (0: cap) */
+		       * (context parallelism, or each rank's rows under expert parallelism):
+		       * a choice is kept if the choices of its expert before it in the whole
+		       * micro-batch are fewer, while cap bounds the slots one rank fills; the
+		       * experts run on compact rows (0: cap) */
+	int Mall;     /* the micro-batch's tokens, which f_e and P_e average over (0: M) */
 };
 
 int moe_capacity(double capacity_factor, int M, int k, int E);
@@ -58,6 +61,7 @@ struct moe_acts {
 	int *choice;         /* [M * k] the experts each token picked, best first */
 	int *slot;           /* [M * k] the slot each choice got, -1 if it was dropped */
 	double *frac;        /* [E] f_e of the aux loss */
+	double *psum;        /* [E] the sum of p_e over the micro-batch's tokens (P_e Mall) */
 	int *rows;           /* [2 E] the rows of each expert moe_permute counted, and E more
 			      * for a strategy's own counts of them */
 	float aux;           /* the aux loss of the last forward */
@@ -124,20 +128,21 @@ void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_
  * (M k) mod E experts one more each, at most the capacity. */
 int moe_uniform_rows(const struct moe_shape *s, int e);
 
-/* Routing spread over ranks (s->cap_all): the block's M tokens are nruns runs of M /
- * nruns consecutive tokens of the micro-batch, each a piece of one sequence.
+/* Routing spread over ranks (s->cap_all): the block's M tokens are nruns runs of len[u]
+ * consecutive tokens of the micro-batch (of Mall = s->Mall tokens).
  *   choose  moe_route without the capacity: the probabilities and each token's choices,
- *           and into cnt[(j nruns + u) E + e] how many of run u's j-th choices picked e
+ *           into cnt[(j nruns + u) E + e] how many of run u's j-th choices picked e, and
+ *           into a->psum the sum of each expert's probability over the block's tokens
  *   keep    the slots, from base (indexed alike: the choices of expert e before run u's
  *           j-th ones in the whole micro-batch's order: every first choice in token
- *           order, then every second), and f_e from all[E], each expert's choices among
- *           the micro-batch's Mall tokens
+ *           order, then every second), and f_e from all[E], each expert's choices in the
+ *           micro-batch; a strategy puts the micro-batch's sums into a->psum
  * moe_route is the two with one run and the counts its own. keep's arguments in dry-run,
  * where nothing is routed, go unread. */
 void moe_choose(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
-		const float *wr, int nruns, int *cnt);
-void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *base,
-	      const int *all, int Mall);
+		const float *wr, int nruns, const int *len, int *cnt);
+void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *len,
+	      const int *base, const int *all);
 /* The experts and the combine of a routed block (moe_route, or choose and keep) on
  * compact rows: permute, each held expert, unpermute into out (M, C); the aux loss. */
 float moe_compact_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,

@@ -90,9 +90,10 @@ static void test_bad_input(void **state)
 		{"run --model tiny --cp 4 --tp 2 --cp-comm-type a2a",
 		 "gives each of the 4 context-parallel ranks a share of the 2 heads"},
 		{"run --model moe-tiny --tp 2 --ep 4 --dp 2",
-		 "--ep 4 with --tp 2: whole experts (--expert-tensor-parallel-size 1) go over "
-		 "the tensor-parallel group, so --ep is --tp; to spread them over the dp x cp "
-		 "ranks, cut each over tp with --expert-tensor-parallel-size 2"},
+		 "--ep 4 with --tp 2: whole experts over ep ranks that are not the tp group take "
+		 "each rank's own tokens, its sequence-parallel rows: add --sequence-parallel (as "
+		 "Megatron-Core's MoE with tp), or give --ep 2 (the experts over the tp group) or "
+		 "--expert-tensor-parallel-size 2 (each cut over tp)"},
 		{"run --model tiny --cp 2 --cp-comm-type ring",
 		 "--cp-comm-type: 'ring' is not p2p, all_gather or a2a"},
 		{"run --model tiny --cp 2 --cp-comm-type all_gather --cp-layout contiguous",
@@ -127,8 +128,12 @@ static void test_bad_input(void **state)
 		{"run --model tiny --ep 2", "--ep 2: the model has no MoE layers (--num-experts)"},
 		{"run --model moe-tiny --ep 3 --dp 3", "--ep 3 does not divide the 4 experts"},
 		{"run --model moe-tiny --ep 2 --tp 4",
-		 "--ep 2 with --tp 4: whole experts (--expert-tensor-parallel-size 1) go over the "
-		 "tensor-parallel group, so --ep is --tp"},
+		 "--ep 2 with --tp 4: whole experts over ep ranks that are not the tp group"},
+		{"run --model moe-tiny --ep 4 --tp 2 --sequence-parallel --dp 3 "
+		 "--global-batch-size 12",
+		 "--ep 4: whole experts over the tp x cp x dp ranks, and the 6 of --tp 2 --cp 1 "
+		 "--dp 3 "
+		 "do not split into groups of 4"},
 		{"run --model moe-tiny --ep 4 --cp 2 --dp 3 --global-batch-size 12",
 		 "--ep 4: the experts are spread over the data-parallel x context-parallel ranks, "
 		 "and the 3 x 2 of --dp 3 --cp 2 do not split into groups of 4"},

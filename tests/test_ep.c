@@ -104,6 +104,17 @@ static const struct layout {
 	{"etp2/tp2/dp2/ep2/pp2/full", 2, 2, 2, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 2, 0, 0, 1,
 	 PAR_CP_P2P},
 	{"etp2/tp2/sp/cp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 2, PAR_CP_P2P},
+	/* whole experts over ep ranks spanning tp (ep not tp): each rank its own rows */
+	{"tp2/sp/dp2/ep4", 2, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 1, PAR_CP_P2P},
+	{"tp4/sp/dp2/ep2/selective", 2, 2, 1, 0, PAR_RECOMPUTE_SELECTIVE, SCHED_1F1B, 4, 1, 0, 1,
+	 PAR_CP_P2P},
+	{"tp2/sp/dp2/ep4/zero3", 2, 4, 1, 3, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 1,
+	 PAR_CP_P2P},
+	{"tp2/sp/dp2/ep4/zero1/dropless", 2, 4, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 1, 1,
+	 PAR_CP_P2P},
+	{"tp2/sp/dp2/ep4/pp2/full", 2, 4, 2, 0, PAR_RECOMPUTE_FULL, SCHED_1F1B, 2, 1, 0, 1,
+	 PAR_CP_P2P},
+	{"tp2/sp/cp2/ep4/a2a", 1, 4, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 2, 1, 0, 2, PAR_CP_A2A},
 	/* under context parallelism: the experts over dp x cp, or none, or over tp */
 	{"cp2/ep2", 1, 2, 1, 0, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 2, PAR_CP_P2P},
 	{"cp2/dp2/ep4/zero1", 2, 4, 1, 1, PAR_RECOMPUTE_NONE, SCHED_1F1B, 1, 0, 0, 2, PAR_CP_P2P},
@@ -145,8 +156,9 @@ static void test_verify_table(void **state)
 			}
 			int etp = !strncmp(lo->name, "etp", 3);
 
-			if (((lo->tp > 1 && !etp) || lo->ep == 1) && d) {
-				skipped++; /* over the tp group there is no dispatch to choose */
+			/* over the tp group there is no dispatch to choose */
+			if (((lo->tp > 1 && !etp && lo->ep == lo->tp) || lo->ep == 1) && d) {
+				skipped++;
 				continue;
 			}
 			make_cfg(&cfg, lo->dp, lo->ep, lo->pp, (enum par_ep_dispatch)d);
@@ -201,7 +213,7 @@ static double first_loss(struct run_cfg cfg)
  * ep 1, 2 and 4, both dispatchers, and the experts over a tp group of 2. */
 static void test_aux_loss(void **state)
 {
-	double aux[9];
+	double aux[11];
 	int k = 0;
 
 	(void)state;
@@ -219,15 +231,17 @@ static void test_aux_loss(void **state)
 		}
 	/* and over the tensor-parallel group (tp 2 dp 2); under context parallelism, the
 	 * experts over no rank, over the cp ranks, over dp x cp (tp, cp, ep, dp) */
-	static const int more[][4] = {{2, 1, 2, 2}, {1, 2, 1, 2}, {1, 2, 2, 2}, {1, 2, 4, 2}};
+	static const int more[][4] = {{2, 1, 2, 2}, {1, 2, 1, 2}, {1, 2, 2, 2},
+				      {1, 2, 4, 2}, {2, 1, 4, 2}, {2, 2, 4, 1}};
 
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 6; i++) {
 		struct run_cfg cfg;
 		double with, without;
 
 		make_cfg(&cfg, more[i][3], more[i][2], 1, PAR_EP_ALLTOALL);
 		mesh_init(&cfg.mesh, more[i][0], more[i][1], 1, more[i][3], 1);
 		cfg.flash = more[i][1] > 1;
+		cfg.sp = more[i][0] > 1 && more[i][2] != more[i][0]; /* (each rank its rows) */
 		cfg.gbs = 16;
 		cfg.model.aux_coeff = 1.0f;
 		with = first_loss(cfg);
@@ -236,8 +250,10 @@ static void test_aux_loss(void **state)
 		aux[k++] = with - without;
 	}
 	printf("aux loss: ep 1 %.7f; ep 2 %.7f %.7f; ep 4 %.7f %.7f; ep = tp 2 %.7f; cp 2 ep 1 "
-	       "%.7f, ep 2 %.7f, dp 2 ep 4 %.7f\n",
-	       aux[0], aux[1], aux[2], aux[3], aux[4], aux[5], aux[6], aux[7], aux[8]);
+	       "%.7f, ep 2 %.7f, dp 2 ep 4 %.7f; ep 4 over tp 2 dp 2 %.7f, over tp 2 cp 2 "
+	       "%.7f\n",
+	       aux[0], aux[1], aux[2], aux[3], aux[4], aux[5], aux[6], aux[7], aux[8], aux[9],
+	       aux[10]);
 	assert_true(aux[0] > 0.5); /* E sum f P: 1 when perfectly balanced */
 	for (int i = 1; i < k; i++)
 		assert_true(fabs(aux[i] - aux[0]) <= 1e-6 * aux[0]);
@@ -246,24 +262,31 @@ static void test_aux_loss(void **state)
 /* ------------------------------------------------------------------------------------ */
 /* The capacity under context parallelism                                               */
 
-/* Under cp the capacity is the micro-batch's (par/moe_route.c): every expert keeps and
- * drops exactly the serial model's choices, summed from each cp rank's histogram, with
- * some dropped; a router counting its own rank's choices alone keeps others and fails
- * verify. */
+/* Under cp, and with each rank routing its own rows to experts over tp and dp ranks, the
+ * capacity is the micro-batch's (par/moe_route.c): every expert keeps and drops exactly
+ * the serial model's choices, summed from each rank's histogram, with some dropped; a
+ * router counting its own rank's choices alone keeps others and fails verify. */
 static void test_capacity_cp(void **state)
 {
+	/* tp, cp, dp, ep, contiguous: under cp; each rank its own rows over tp (and cp) */
+	static const int cases[][5] = {{1, 2, 1, 2, 0}, {1, 2, 1, 2, 1}, {1, 4, 1, 1, 0},
+				       {1, 4, 1, 1, 1}, {2, 1, 2, 4, 0}, {2, 2, 1, 4, 1}};
+
 	(void)state;
-	for (int cp = 2; cp <= 4; cp *= 2)
-		for (int contiguous = 0; contiguous < 2; contiguous++) {
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		int tp = cases[i][0], cp = cases[i][1], dp = cases[i][2], contiguous = cases[i][4];
+
+		{
 			struct emu_cluster *one = test_cluster("dgx-a100", 1, 1, 0, 0);
-			struct emu_cluster *many = test_cluster("dgx-a100", 1, cp, 0, 0);
+			struct emu_cluster *many = test_cluster("dgx-a100", 1, tp * cp * dp, 0, 0);
 			struct run_cfg cfg;
 			struct run_out ref, par;
 			uint64_t dropped = 0, differ = 0;
 
-			make_cfg(&cfg, 1, cp == 2 ? 2 : 1, 1, PAR_EP_ALLTOALL);
-			mesh_init(&cfg.mesh, 1, cp, 1, 1, 1);
-			cfg.flash = 1;
+			make_cfg(&cfg, dp, cases[i][3], 1, PAR_EP_ALLTOALL);
+			mesh_init(&cfg.mesh, tp, cp, 1, dp, 1);
+			cfg.flash = cp > 1;
+			cfg.sp = tp > 1;
 			cfg.cp_contiguous = contiguous;
 			cfg.steps = 2;
 			run_alloc(&ref, &cfg, 0);
@@ -280,18 +303,20 @@ static void test_capacity_cp(void **state)
 					differ += k0 != k1 || d0 != d1;
 					dropped += d0;
 				}
-			printf("cp %d%s ep %d: %" PRIu64 " choices dropped, %" PRIu64
+			printf("tp %d cp %d%s dp %d ep %d: %" PRIu64 " choices dropped, %" PRIu64
 			       " experts' counts differ\n",
-			       cp, contiguous ? " contiguous" : "", cfg.ep, dropped, differ);
+			       tp, cp, contiguous ? " contiguous" : "", dp, cfg.ep, dropped,
+			       differ);
 			assert_true(dropped > 0);
 			assert_int_equal(differ, 0);
 			run_free(&ref);
 			run_free(&par);
 			emu_cluster_free(one);
 			emu_cluster_free(many);
-			cfg.bug = PAR_BUG_CP_ROUTE;
+			cfg.bug = PAR_BUG_MOE_ROUTE;
 			assert_false(test_verify(&cfg, NULL, 0).passed);
 		}
+	}
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -259,7 +259,7 @@ static void test_broken(void **state)
 		make_cfg(&cfg, p);
 		cfg.bug = kind == 0   ? PAR_BUG_NONE
 			  : kind == 4 ? PAR_BUG_EP_SPLIT
-			  : kind == 5 ? PAR_BUG_CP_ROUTE
+			  : kind == 5 ? PAR_BUG_MOE_ROUTE
 				      : PAR_BUG_CP_CHUNKS;
 		v = test_verify(&cfg, kind == 0 ? "send" : NULL, 0);
 		printf("%-4s %-62s %s: grad %.1e\n", v.passed ? "FAIL" : "ok", p->name,

@@ -37,8 +37,9 @@ const struct cli_opt cli_par_opts[] = {
 	 "N: the ring's ranks do unequal work, for comparison)"},
 	{"ep", 0, 1, CLI_PAR_EP, "N",
 	 "expert-parallel size: each MoE layer's experts over N data- or context-parallel "
-	 "ranks (E/N each, tokens sent by the dispatcher), or with --tp N over the "
-	 "tensor-parallel group"},
+	 "ranks (E/N each, tokens sent by the dispatcher); with --tp N over the "
+	 "tensor-parallel group; with another --tp and --sequence-parallel over N ranks of tp x "
+	 "cp x dp, each sending its own rows"},
 	{"expert-model-parallel-size", 0, 1, CLI_PAR_EP, "N", "the same as --ep"},
 	{"expert-tensor-parallel-size", 0, 1, CLI_PAR_ETP, "N",
 	 "the experts' tensor-parallel size: tp without --ep (each expert cut as the dense "

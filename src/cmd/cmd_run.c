@@ -82,8 +82,11 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	if (cfg->tpf_layers)
 		snprintf(first, sizeof first, ", the first %d layers at tp %d", cfg->tpf_layers,
 			 cfg->tpf);
-	else if (run_ep_over_tp(cfg))
+	else if (run_ep_mode(cfg) == RUN_EP_TP)
 		snprintf(first, sizeof first, ", experts over the tp group (ep %d)", cfg->ep);
+	else if (run_ep_mode(cfg) == RUN_EP_ROWS)
+		snprintf(first, sizeof first, ", experts over ep %d of tp x cp x dp (%s)", cfg->ep,
+			 cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");
 	else if (cfg->ep > 1)
 		snprintf(first, sizeof first, ", experts over ep %d%s (%s)", cfg->ep,
 			 cfg->mesh.size[MESH_TP] > 1 ? ", each cut over tp" : "",

@@ -212,7 +212,7 @@ static void bucket_group(const struct par_dp_state *s, const struct par_groups *
 			 struct par_dp_bucket *b)
 {
 	b->g = expert ? g->edp : g->dp;
-	b->n = expert ? s->dp / s->m->ep : s->dp;
+	b->n = expert ? s->m->pc.edp : s->dp;
 	b->r = expert ? g->edp_rank : g->dp_rank;
 }
 
@@ -403,14 +403,17 @@ static int grad_norm(struct par_dp_state *s, double *norm)
 		return 0;
 	}
 	/* each rank of the expert-parallel group holds other experts: without ZeRO (which
-	 * sums everything over dp below), their squares are summed over it */
+	 * sums everything over dp below), their squares are summed over it, and when the
+	 * group spans the tp group (whole experts), not again over tp */
 	ex = (float)c.sq_expert;
 	if (m->ep > 1 && s->zero == 0 &&
 	    (rc = coll_all_reduce(m->k.d, m->epg, &ex, &ex, 1, COLL_SUM)))
 		return rc;
-	part = (float)c.sq + ex;
+	part = (float)c.sq + (m->ep_rows && s->zero == 0 ? 0.0f : ex);
 	if (m->tp > 1 && (rc = coll_all_reduce(m->k.d, m->g, &part, &part, 1, COLL_SUM)))
 		return rc;
+	if (m->ep_rows && s->zero == 0)
+		part += ex;
 	if (s->zero >= 1 && s->dp > 1 &&
 	    (rc = coll_all_reduce(m->k.d, s->g, &part, &part, 1, COLL_SUM)))
 		return rc;

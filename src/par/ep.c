@@ -41,7 +41,7 @@ static struct ep ep_of(struct par_model *m, const struct par_tp *c, int l)
 	g.El = g.E / g.n;
 	g.e0 = g.r * g.El;
 	g.C = m->cfg.hidden;
-	g.F = c->Fl;
+	g.F = c->moe.F;
 	g.s = &c->moe;
 	return g;
 }
@@ -67,6 +67,15 @@ static float *g_at(const struct ep *g, int i, int e)
 	return d ? d + (size_t)e * per : NULL;
 }
 
+/* The rows the layer's MoE block routes: the group's ln2 (B T, h), or under ep_rows this
+ * rank's own (Ml, h), which the layer's LayerNorm wrote at row0 and the rows region
+ * leaves there. */
+static const float *ln2_rows(const struct par_model *m, const struct par_tp *c,
+			     const struct gpt_layer_acts *la)
+{
+	return par_rows_at(D(la->ln2), m->ep_rows ? (size_t)c->row0 : 0, (size_t)m->cfg.hidden);
+}
+
 /* A memory-bound kernel moving n elements. */
 static void charge(const struct ep *g, const char *name, size_t n)
 {
@@ -88,7 +97,7 @@ static int router_bwd(struct par_model *m, const struct par_tp *c, struct par_wo
 {
 	par_zero(&w->drouter);
 	moe_router_bwd(&m->k, &c->moe, &la->moe, &w->moe_scratch, D(w->dln),
-		       c->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER),
+		       par_moe_aux_scale(m, c, scale), ln2_rows(m, c, la), PW(m, l, LP_ROUTER),
 		       c->t == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter));
 	return par_moe_router_sum(m, c, w, l);
 }
@@ -192,10 +201,10 @@ static int a2a_fwd(struct par_model *m, const struct par_tp *c, struct par_work 
 	size_t *send = emu_xcalloc(2 * (size_t)g.n, sizeof *send), *recv = send + g.n;
 	size_t xo = 0;
 
-	if ((rc = par_moe_route(m, c, w, a, D(la->ln2), PW(m, l, LP_ROUTER))))
+	if ((rc = par_moe_route(m, c, w, a, ln2_rows(m, c, la), PW(m, l, LP_ROUTER))))
 		goto out;
 	*aux += moe_aux(g.s, a);
-	moe_permute(&m->k, g.s, a, D(w->ep[0]), D(la->ln2), cnt);
+	moe_permute(&m->k, g.s, a, D(w->ep[0]), ln2_rows(m, c, la), cnt);
 	sent = sent_counts(&g, cnt);
 	rc = exchange_counts(&g, w, sent, rcv);
 	splits(&g, sent, rcv, send, recv);
@@ -375,12 +384,12 @@ static int ag_fwd(struct par_model *m, const struct par_tp *c, struct par_work *
 	size_t M = (size_t)g.s->M, xo = 0;
 	int rc;
 
-	if ((rc = par_moe_route(m, c, w, a, D(la->ln2), PW(m, l, LP_ROUTER))))
+	if ((rc = par_moe_route(m, c, w, a, ln2_rows(m, c, la), PW(m, l, LP_ROUTER))))
 		return rc;
 	*aux += moe_aux(g.s, a);
 	if ((rc = gather_routing(&g, w, a)))
 		return rc;
-	TAGGED(coll_all_gather(m->k.d, g.g, D(la->ln2), D(w->ep[0]), M * g.C));
+	TAGGED(coll_all_gather(m->k.d, g.g, ln2_rows(m, c, la), D(w->ep[0]), M * g.C));
 	if (rc)
 		return rc;
 	par_zero(&w->ep[1]); /* the outputs of every rank's tokens, my experts' part */
@@ -444,6 +453,47 @@ static int ag_bwd(struct par_model *m, const struct par_tp *c, struct par_work *
 		return rc;
 	return router_bwd(m, c, w, la, l, scale);
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* Each rank's own rows                                                                 */
+
+/* With the experts over ep ranks that span the tp group (ep_rows), a MoE layer's MLP takes
+ * the rank's sequence-parallel rows where ln2's LayerNorm wrote them and gives its output
+ * rows whole: no gather before it, no reduce-scatter after. Backward likewise, from the
+ * residual gradient's rows. */
+static int rows_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
+		      size_t C)
+{
+	(void)m;
+	(void)c;
+	(void)w;
+	(void)buf;
+	(void)C;
+	return 0;
+}
+
+static int rows_exit(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     float *partial, float *local, size_t C, const float **out)
+{
+	(void)m;
+	(void)c;
+	(void)w;
+	(void)local;
+	(void)C;
+	*out = partial;
+	return 0;
+}
+
+static int rows_rows(struct par_model *m, const struct par_tp *c, struct par_work *w)
+{
+	(void)m;
+	(void)c;
+	w->g = D(w->dres);
+	return 0;
+}
+
+const struct par_region par_region_rows = {"each rank's own rows", rows_enter, rows_exit,
+					   rows_rows};
 
 /* ------------------------------------------------------------------------------------ */
 

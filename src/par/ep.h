@@ -8,13 +8,22 @@
  * region's g sums the experts' outputs (par/mlp.c's MoE table, par/tp.c's shards).
  *
  * Otherwise the experts fold onto the dense mesh (Megatron's parallel folding, Liu et al.
- * 2025, arXiv 2504.14960): the expert grid is EP x EDP x PP over the same devices, EDP =
- * dp cp / ep in this build (tp = 1): the ep consecutive ranks of the dp x cp group hold
- * E / ep experts each, and the experts' gradients are reduced over the dp cp / ep ranks
- * that hold the same ones (par/dp.h), the dense ones over dp x cp as before. Each rank
- * routes its own tokens (its router is replicated: the capacity, the dropping and the
- * load-balancing loss are the micro-batch's, as in the serial model, under cp by the
- * counts par/moe_route.c exchanges), then, as one of two
+ * 2025, arXiv 2504.14960): the expert grid is ETP x EP x EDP x PP over the same devices
+ * (run/cfg.h's run_ep_mode):
+ *   over dp x cp  with tp 1, or each expert cut over tp as the dense MLP is (ETP = tp):
+ *                 the ep consecutive ranks of the dp x cp group (one tp rank's) hold
+ *                 E / ep experts each, EDP = dp cp / ep, and each rank routes the group's
+ *                 tokens (gathered over tp by the region under sp)
+ *   rows          whole experts over ep consecutive ranks of the stage's tp x cp x dp
+ *                 (tp fastest), EDP = tp cp dp / ep, each rank routing its own
+ *                 sequence-parallel rows: the layer's MLP runs in the rows region below,
+ *                 no gather before it and no reduce-scatter after, as Megatron-Core's
+ *                 MoE layer with tp
+ * The experts' gradients are reduced over the EDP ranks that hold the same ones
+ * (par/dp.h), the dense ones over dp x cp as before. The router is replicated: the
+ * capacity, the dropping and the load-balancing loss are the micro-batch's, as in the
+ * serial model, by the counts par/moe_route.c exchanges where the micro-batch's tokens
+ * are spread over ranks (cp, or each rank's own rows). Then, as one of two
  * tables of the layer's MLP (par/layer.h), Megatron-Core's --moe-token-dispatcher-type:
  *   alltoall   the kept tokens permuted by expert (models/moe.h), the counts exchanged by
  *              an all-to-all, the rows by an all-to-all-v whose splits are the real

@@ -52,6 +52,10 @@ int par_moe_route(struct par_model *m, const struct par_tp *c, struct par_work *
  * gradient of a micro-batch, written into w->drouter, is summed over the group here
  * before it joins the accumulated one (nothing with t = 1, where it went there). */
 int par_moe_router_sum(struct par_model *m, const struct par_tp *c, struct par_work *w, int l);
+/* The scale of the aux loss's gradient in a MoE layer's backward of scale: the rank's
+ * whole share when it routes its own tokens, rank 0's alone when the tokens are the tp
+ * group's, undoing the device loop's division by cp (par/moe_route.c). */
+float par_moe_aux_scale(const struct par_model *m, const struct par_tp *c, float scale);
 /* The floats of the routing's counts, par_work.route_cnt (cp > 1). */
 size_t par_moe_route_floats(const struct par_model *m);
 
@@ -61,5 +65,6 @@ extern const struct par_mlp par_mlp_dense, par_mlp_chunked;  /* par/mlp.c */
 extern const struct par_mlp par_mlp_moe;                     /* par/mlp.c */
 extern const struct par_region par_region_tp;                /* par/tp.c */
 extern const struct par_region par_region_sp;                /* par/sp.c */
+extern const struct par_region par_region_rows;              /* par/ep.c */
 
 #endif

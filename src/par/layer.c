@@ -136,11 +136,11 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
 			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
 			      c->Ml, C);
-		return pl->region->enter(m, c, w, D(la->ln2), (size_t)C);
+		return pl->mlp_region->enter(m, c, w, D(la->ln2), (size_t)C);
 	case PAR_MLP: /* the MLP's partial sums, summed by g into w->sum */
 		if ((rc = pl->mlp->fwd(m, c, w, la, l, &a->aux_loss)))
 			return rc;
-		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
+		return pl->mlp_region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
 	case PAR_OUT: /* res3 = res2 + the MLP's branch */
 		residual_fwd(k, D(la->res3), D(la->res2), w->sum, mc);
 		return cut_gather(m, a, l);
@@ -163,12 +163,12 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	switch (p) {
 	case PAR_OUT: /* the output's gradient rows for the row-parallel fc2 */
 		cut_split(m, w, a, l);
-		return pl->region->rows(m, c, w);
+		return pl->mlp_region->rows(m, c, w);
 	case PAR_MLP: /* d ln2, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
 		if ((rc = pl->mlp->bwd(m, c, w, la, l, scale, weight, st)))
 			return rc;
-		return pl->region->exit(m, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		return pl->mlp_region->exit(m, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
 	case PAR_MID: /* ln2's backward into dres, then its rows for proj */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
 			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),

@@ -173,7 +173,7 @@ static int moe_bwd_piece(struct par_model *m, const struct par_tp *c, struct par
 	(void)st;
 	par_zero(&w->drouter);
 	moe_bwd(&m->k, &c->moe, &la->moe, &w->moe_scratch, D(w->dln), w->g,
-		c->r == 0 ? scale : 0.0f, D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
+		par_moe_aux_scale(m, c, scale), D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
 		PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB), PG(m, l, LP_FC2W),
 		PG(m, l, LP_FC2B));
 	return par_moe_router_sum(m, c, w, l);

@@ -25,10 +25,24 @@ int par_unit_of(const struct par_model *m, int i)
 /* The parameters in the order backward finishes them, each cut by tensor parallelism
  * (par_tp_describe), placed in the flat buffers and initialised from the serial
  * model's. */
-static int alloc_params(struct par_model *m, uint64_t seed, size_t pad, int zero)
+/* The least common multiple of a and b (> 0). */
+static size_t lcm(size_t a, size_t b)
+{
+	size_t x = a, y = b;
+
+	while (y) {
+		size_t t = x % y;
+
+		x = y;
+		y = t;
+	}
+	return a / x * b;
+}
+
+static int alloc_params(struct par_model *m, uint64_t seed, size_t dpn, size_t edpn, int zero)
 {
 	const struct gpt_config *c = &m->cfg;
-	size_t total = 0, owned = 0;
+	size_t total = 0, owned = 0, pad = lcm(dpn, edpn);
 	int k = 0, rc;
 
 	m->np = gpt_num_tensors(c);
@@ -46,15 +60,16 @@ static int alloc_params(struct par_model *m, uint64_t seed, size_t pad, int zero
 		par_tp_describe(m, i, &m->p[i]);
 		m->partials |= m->p[i].partial != PAR_PARTIAL_NONE;
 	}
-	/* Every parameter starts at a multiple of pad, so that buckets made of whole
-	 * parameters split evenly into pad shards; a sharded buffer keeps 1 / pad of each,
-	 * and of an expert's (over the ep times smaller expert-data-parallel group) ep / pad */
+	/* Every parameter starts at a multiple of pad (of the dp x cp degree dpn and of the
+	 * experts' edpn), so that buckets made of whole parameters split evenly into the
+	 * shards of their group; a sharded buffer keeps 1 / dpn of each parameter, and
+	 * 1 / edpn of an expert's */
 	for (int k2 = 0; k2 < m->np; k2++) {
 		const struct par_param *p = &m->p[m->order[k2]];
 		size_t next = (total + p->n + pad - 1) / pad * pad;
 
 		m->p[m->order[k2]].off = total;
-		owned += (next - total) / (p->expert ? pad / (size_t)m->ep : pad);
+		owned += (next - total) / (p->expert ? edpn : dpn);
 		total = next;
 	}
 	m->nflat = total;
@@ -134,7 +149,7 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 	}
 	if (m->cfg.num_experts > 0)
 		A(&w->drouter, (size_t)m->cfg.num_experts * h, "d router");
-	if (m->cfg.num_experts > 0 && m->cp > 1)
+	if (m->cfg.num_experts > 0 && m->route_n > 1)
 		A(&w->route_cnt, par_moe_route_floats(m), "moe routing counts");
 	if (!rc && m->cfg.num_experts > 0)
 		rc = moe_scratch_alloc(k, &w->moe_scratch, &m->moe);
@@ -309,7 +324,11 @@ static void make_plans(struct par_model *m)
 						      : &par_mlp_moe,
 			c->sp ? &par_region_sp : &par_region_tp,
 			c,
+			NULL,
 		};
+		m->plan[l].mlp_region = gpt_layer_is_moe(&m->cfg, l) && m->ep_rows && m->tp > 1
+						? &par_region_rows
+						: m->plan[l].region;
 	}
 }
 
@@ -330,12 +349,13 @@ static void tp_view(const struct par_model *m, struct par_tp *c, int t, int r, s
 	/* the experts: each cut t ways like the dense MLP, or, with ep = t (par/ep.h), E / t
 	 * of them whole on each rank of the group */
 	if (cfg->num_experts > 0) {
-		int M = c->B * m->T, K = cfg->moe_top_k, E = cfg->num_experts;
+		/* the tokens a rank routes: the group's, or its own rows (par/ep.h) */
+		int M = m->ep_rows ? c->Ml : c->B * m->T, K = cfg->moe_top_k, E = cfg->num_experts;
 		int dropless = cfg->capacity_factor <= 0;
 
 		c->moe = (struct moe_shape){.M = M,
 					    .C = cfg->hidden,
-					    .F = m->ep_tp ? cfg->ffn : c->Fl,
+					    .F = m->ep_tp || m->ep_rows ? cfg->ffn : c->Fl,
 					    .E = E,
 					    .k = K,
 					    .cap = moe_capacity(cfg->capacity_factor, M, K, E),
@@ -343,9 +363,10 @@ static void tp_view(const struct par_model *m, struct par_tp *c, int t, int r, s
 					    .e0 = m->ep_tp ? r * (E / t) : 0,
 					    .El = m->ep_tp ? E / t : 0,
 					    .dropless = dropless};
-		if (m->cp > 1) { /* the micro-batch's capacity, over cp ranks (par/moe_route.c) */
-			int all = moe_capacity(cfg->capacity_factor, M * m->cp, K, E);
+		if (m->route_n > 1) { /* the micro-batch's capacity, over ranks (par/moe_route.c) */
+			int all = moe_capacity(cfg->capacity_factor, c->B * m->T * m->cp, K, E);
 
+			c->moe.Mall = c->B * m->T * m->cp;
 			c->moe.cap_all = all;
 			c->moe.cap = all < M ? all : M;
 		}
@@ -376,7 +397,11 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->cpr = m->cp > 1 ? g->cp_rank : 0;
 	m->cpg = m->cp > 1 ? g->cp : NULL;
 	m->ep_tp = cfg->ep_tp; /* experts over the tp group (par/ep.h) */
+	m->ep_rows = cfg->ep_rows;
 	m->ep = cfg->ep > 1 && !m->ep_tp ? cfg->ep : 1;
+	m->route_n = (m->ep_rows ? tp : 1) * m->cp;
+	m->routeg = m->route_n > 1 ? g->route : NULL;
+	m->route_r = m->route_n > 1 ? g->route_rank : 0;
 	m->epr = m->ep > 1 ? g->ep_rank : 0;
 	m->epg = m->ep > 1 ? g->ep : NULL;
 	m->edpg = m->ep > 1 ? g->edp : NULL;
@@ -408,7 +433,8 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 		m->layers[l] = part ? part->layers[l] : PAR_PART_PRE | PAR_PART_POST;
 	m->part = (struct par_part){part ? part->first : 1, part ? part->last : 1, m->layers};
 	make_plans(m);
-	if ((rc = alloc_params(m, src->seed, cfg->pad ? (size_t)cfg->pad : 1, cfg->zero)))
+	if ((rc = alloc_params(m, src->seed, cfg->pad ? (size_t)cfg->pad : 1,
+			       cfg->edp ? (size_t)cfg->edp : 1, cfg->zero)))
 		return rc;
 	if (!part && (rc = par_acts_alloc(m, &m->own, 0, c->num_layers)))
 		return rc;

@@ -50,9 +50,10 @@ enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_TRAFFIC_EP, PAR_NTRAFF
 /* A deliberate bug, for the tests that show verify catches one (as emu's fault plan
  * drops a collective): context parallelism's chunks in the wrong order on every rank
  * (rows placed at the other chunk's positions), expert parallelism's dispatch split off
- * by one (a row of each rank's first expert sent as its second's), a MoE router under
- * context parallelism counting its own rank's choices alone (par/moe_route.c). */
-enum par_bug { PAR_BUG_NONE, PAR_BUG_CP_CHUNKS, PAR_BUG_EP_SPLIT, PAR_BUG_CP_ROUTE };
+ * by one (a row of each rank's first expert sent as its second's), a MoE router whose
+ * micro-batch is spread over ranks counting its own rank's choices alone
+ * (par/moe_route.c). */
+enum par_bug { PAR_BUG_NONE, PAR_BUG_CP_CHUNKS, PAR_BUG_EP_SPLIT, PAR_BUG_MOE_ROUTE };
 
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
 #define PAR_NSUB 2
@@ -71,10 +72,14 @@ struct par_cfg {
 	int ep;                           /* the expert-parallel degree (par/ep.h) */
 	int ep_tp;                        /* the experts whole over the tp group (ep = tp); else
 					   * over ep of the dp x cp ranks, cut over tp */
+	int ep_rows;                      /* the experts whole over ep of the tp x cp x dp
+					   * ranks, each rank routing its own rows (sp) */
 	enum par_ep_dispatch ep_dispatch; /* and how tokens reach the experts */
 	int zero;                         /* ZeRO stage (>= 2: gradients sharded, 3: weights) */
 	int pad;                          /* the data-parallel degree (dp x cp): shards of the flat
 					   * buffers */
+	int edp;                          /* expert parallelism's expert-data-parallel degree,
+					   * the experts' shards (0 without it) */
 	enum par_recompute recompute;     /* what a layer keeps between forward and backward */
 	int flash;                        /* memory-efficient attention */
 	int mlp_chunks;                   /* the dense MLP over this many chunks of rows (> 1) */
@@ -100,6 +105,10 @@ struct par_groups {
 	 * experts' gradients are reduced) */
 	struct emu_group *ep, *edp;
 	int ep_rank, edp_rank;
+	/* MoE layers whose micro-batch is routed by several ranks (par/moe_route.c): the cp
+	 * group, or the tp x cp group when each rank routes its own rows, or NULL */
+	struct emu_group *route;
+	int route_rank;
 	struct emu_group *pp; /* the pipeline group, or NULL (the norm sums over it) */
 	/* With mixed degrees (tpf_layers > 0): the tpf ranks of the tp group this rank
 	 * shares the first layers with, and the tp / tpf ranks that hold the same shard of
@@ -280,6 +289,8 @@ struct par_plan {
 	const struct par_mlp *mlp;
 	const struct par_region *region;
 	const struct par_tp *tp;
+	const struct par_region *mlp_region; /* the MLP's, if not region's (each rank's own rows
+					      * to experts over tp and dp ranks, par/ep.h) */
 };
 
 /* Told when parameter i's gradient is final for this micro-batch; i = -1 when backward
@@ -309,8 +320,12 @@ struct par_model {
 			      * each sequence */
 	int cp, cpr;         /* the context-parallel degree, this rank's place in cpg */
 	int ep, epr;         /* the expert-parallel degree, this rank's place in epg */
-	int ep_tp; /* the experts over the tensor-parallel group instead (ep = t): E / t whole
-		    * ones a rank, reduced over dp as the rest */
+	int ep_tp;   /* the experts over the tensor-parallel group instead (ep = t): E / t whole
+		      * ones a rank, reduced over dp as the rest */
+	int ep_rows; /* the experts over ep ranks spanning tp (par/ep.h): each rank routes its
+		      * own rows */
+	struct emu_group *routeg;     /* the ranks sharing a micro-batch's routing, or NULL */
+	int route_n, route_r;         /* their number (1: no one else), this rank's place */
 	struct emu_group *epg, *edpg; /* expert parallelism's groups (par_groups), or NULL */
 	struct emu_group *cpg;        /* the context-parallel group, or NULL */
 	int *pos;            /* [T]: the position of each of this rank's rows in its sequence */

@@ -19,7 +19,7 @@ static void drop_but(struct par_model *m, struct gpt_layer_acts *la, struct tens
 		*keep[n] = (struct tensor){0};
 	}
 	la->moe.slot_token = la->moe.choice = la->moe.slot = la->moe.rows = NULL;
-	la->moe.frac = NULL;
+	la->moe.frac = la->moe.psum = NULL;
 	gpt_layer_acts_free(&m->k, la);
 	while (n--)
 		*keep[n] = saved[n];
@@ -27,6 +27,7 @@ static void drop_but(struct par_model *m, struct gpt_layer_acts *la, struct tens
 	la->moe.choice = host.choice;
 	la->moe.slot = host.slot;
 	la->moe.frac = host.frac;
+	la->moe.psum = host.psum;
 	la->moe.rows = host.rows;
 }
 

@@ -102,11 +102,11 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 		else
 			p->rows /= (size_t)m->ep; /* fc2's bias, (E, h) replicated: its rows */
 	}
-	int whole = moe && m->ep_tp && w >= LP_FCW && w <= LP_FC2B;
+	int whole = moe && (m->ep_tp || m->ep_rows) && w >= LP_FCW && w <= LP_FC2B;
 
-	if (whole) { /* the experts over the tp group (par/ep.h): E / t whole ones here */
-		p->experts = c->num_experts / m->tp;
-		p->e0 = v->r * p->experts;
+	if (whole) { /* the experts whole (par/ep.h): E / t over the tp group, or E / ep */
+		p->experts = c->num_experts / (m->ep_rows ? m->ep : m->tp);
+		p->e0 = (m->ep_rows ? m->epr : v->r) * p->experts;
 		p->split = PAR_ROWS;
 		p->rows = w == LP_FCW || w == LP_FCB ? f : h;
 		p->cols = w == LP_FCW ? h : w == LP_FC2W ? f : 1;

@@ -279,12 +279,14 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 			 m->num_experts);
 		return -1;
 	}
-	if (run_ep_over_tp(cfg) && ep != size[MESH_TP]) {
+	if (run_ep_mode(cfg) == RUN_EP_ROWS && !cfg->sp) {
 		snprintf(err, n,
-			 "--ep %d with --tp %d: whole experts (--expert-tensor-parallel-size 1) go "
-			 "over the tensor-parallel group, so --ep is --tp; to spread them over the "
-			 "dp x cp ranks, cut each over tp with --expert-tensor-parallel-size %d",
-			 ep, size[MESH_TP], size[MESH_TP]);
+			 "--ep %d with --tp %d: whole experts over ep ranks that are not the tp "
+			 "group take each rank's own tokens, its sequence-parallel rows: add "
+			 "--sequence-parallel (as Megatron-Core's MoE with tp), or give --ep %d "
+			 "(the experts over the tp group) or --expert-tensor-parallel-size %d "
+			 "(each cut over tp)",
+			 ep, size[MESH_TP], size[MESH_TP], size[MESH_TP]);
 		return -1;
 	}
 	if (cfg->schedule == SCHED_HELIX || cfg->tp_overlap || cfg->tpf_layers ||
@@ -296,8 +298,21 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 						      : "--recompute oases");
 		return -1;
 	}
-	if (run_ep_over_tp(cfg)) /* over the tp group: the experts' gradients are the rest's */
+	if (run_ep_mode(cfg) == RUN_EP_TP) /* over the tp group: the experts' gradients are the
+					    * rest's */
 		return 0;
+	if (run_ep_mode(cfg) == RUN_EP_ROWS) {
+		if (size[MESH_TP] * size[MESH_DP] * size[MESH_CP] % ep) {
+			snprintf(
+				err, n,
+				"--ep %d: whole experts over the tp x cp x dp ranks, and the %d of "
+				"--tp %d --cp %d --dp %d do not split into groups of %d",
+				ep, size[MESH_TP] * size[MESH_DP] * size[MESH_CP], size[MESH_TP],
+				size[MESH_CP], size[MESH_DP], ep);
+			return -1;
+		}
+		return 0;
+	}
 	if (size[MESH_DP] * size[MESH_CP] % ep) {
 		if (size[MESH_CP] == 1)
 			snprintf(err, n,
@@ -317,11 +332,15 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 	return 0;
 }
 
-int run_ep_over_tp(const struct run_cfg *cfg)
+enum run_ep_mode run_ep_mode(const struct run_cfg *cfg)
 {
 	int tp = cfg->mesh.size[MESH_TP];
 
-	return cfg->ep > 1 && tp > 1 && cfg->etp != tp;
+	if (cfg->ep <= 1)
+		return RUN_EP_NONE;
+	if (tp == 1 || cfg->etp == tp)
+		return RUN_EP_DP;
+	return cfg->ep == tp ? RUN_EP_TP : RUN_EP_ROWS;
 }
 
 /* The rules of Oases's overlap (par/overlap.h): two sub-batches of a micro-batch, each

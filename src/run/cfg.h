@@ -94,10 +94,16 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
  * Rules are tried in a fixed order; the first broken one is reported. */
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
 
-/* Whether cfg's experts go over the tensor-parallel group (ep = tp, each expert whole:
- * --expert-tensor-parallel-size 1, the default with tp > 1), rather than over ep of the
- * dp x cp ranks (tp 1, or the experts cut over tp: --expert-tensor-parallel-size tp). */
-int run_ep_over_tp(const struct run_cfg *cfg);
+/* Where cfg's experts go (par/ep.h), Megatron's ETP x EP x EDP grid on the same ranks:
+ *   NONE  no expert parallelism (the experts cut over tp as the dense MLP)
+ *   TP    whole over the tensor-parallel group (ep = tp > 1, expert tensor-parallel size
+ *         1, the default with tp > 1): the tokens the group's
+ *   DP    over ep of the dp x cp ranks with the same tp rank: whole (tp 1), or each cut
+ *         over tp (--expert-tensor-parallel-size tp)
+ *   ROWS  whole over ep consecutive ranks of tp x cp x dp (tp > 1, ep not tp, expert
+ *         tensor-parallel size 1), each rank routing its own sequence-parallel rows */
+enum run_ep_mode { RUN_EP_NONE, RUN_EP_TP, RUN_EP_DP, RUN_EP_ROWS };
+enum run_ep_mode run_ep_mode(const struct run_cfg *cfg);
 
 /* Builds cfg's pipeline schedule into sc (pp > 1; free it with sched_free). */
 void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc);

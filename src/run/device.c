@@ -79,12 +79,14 @@ static uint64_t rank_batch(void *ctx, int mb, int need, int *tok, int *tgt)
 	return g;
 }
 
-/* Tensor-parallel rank 0 records the routing (the other ranks route alike). */
+/* Tensor-parallel rank 0 records the routing (the other ranks route alike), or each rank
+ * its own rows' (run_ep_mode ROWS). */
 static void rank_forwarded(void *ctx, uint64_t g, const struct par_acts *a)
 {
 	struct rank *rk = ctx;
+	int own = run_ep_mode(rk->cfg) == RUN_EP_ROWS;
 
-	for (int s = 0; rk->tpr == 0 && s < par_nsub(a); s++)
+	for (int s = 0; (rk->tpr == 0 || own) && s < par_nsub(a); s++)
 		run_record_routes(rk->o, rk->cfg, g, s, par_nsub(a), &rk->rows,
 				  par_sub((struct par_acts *)a, s)->la, a->l0, a->l1);
 }
@@ -112,11 +114,18 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.cp_comm = cfg->cp_comm,
 				.cp_contiguous = cfg->cp_contiguous,
 				.ep = cfg->ep > 1 ? cfg->ep : 1,
-				.ep_tp = run_ep_over_tp(cfg),
+				.ep_tp = run_ep_mode(cfg) == RUN_EP_TP,
+				.ep_rows = run_ep_mode(cfg) == RUN_EP_ROWS,
 				.ep_dispatch = cfg->ep_dispatch,
 				.bug = cfg->bug,
 				.zero = cfg->zero,
 				.pad = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
+				.edp = run_ep_mode(cfg) == RUN_EP_DP
+					       ? cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP] /
+							 cfg->ep
+				       : run_ep_mode(cfg) == RUN_EP_ROWS
+					       ? cfg->mesh.world / cfg->mesh.size[MESH_PP] / cfg->ep
+					       : 0,
 				.recompute = cfg->recompute,
 				.flash = cfg->flash,
 				.mlp_chunks = cfg->mlp_chunks,
@@ -144,24 +153,58 @@ static int first_groups(struct emu_dev *d, const struct run_cfg *cfg, const int 
 	return rc;
 }
 
-/* Expert parallelism's grid (Megatron's parallel folding, with tp = 1 in this build): of
- * the dp x cp group that reduces the dense gradients (dp_devs, this rank d), the ep
- * consecutive ranks that hold a layer's experts between them (d / ep), and the dp cp / ep
- * ranks that hold the same ones (d % ep). */
-static int expert_groups(struct emu_dev *dev, const struct run_cfg *cfg, const int *dp_devs, int d,
-			 struct par_groups *g)
+/* Expert parallelism's grid (Megatron's parallel folding): of the n ranks the experts
+ * fold over (devs, this rank d: the dp x cp group that reduces the dense gradients, or
+ * the pipeline stage's tp x cp x dp ranks), the ep consecutive ranks that hold a layer's
+ * experts between them (d / ep), and the n / ep ranks that hold the same ones (d % ep). */
+static int expert_groups(struct emu_dev *dev, const struct run_cfg *cfg, const int *devs, int n,
+			 int d, struct par_groups *g)
 {
-	int ep = cfg->ep, edp = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP] / ep, rc = 0;
+	int ep = cfg->ep, edp = n / ep, rc = 0;
 	int *edp_devs = emu_xcalloc((size_t)edp, sizeof *edp_devs);
 
 	for (int j = 0; j < edp; j++)
-		edp_devs[j] = dp_devs[j * ep + d % ep];
+		edp_devs[j] = devs[j * ep + d % ep];
 	g->ep_rank = d % ep;
 	g->edp_rank = d / ep;
-	if (!(g->ep = emu_group_get(dev, dp_devs + d / ep * ep, ep)) ||
+	if (!(g->ep = emu_group_get(dev, devs + d / ep * ep, ep)) ||
 	    !(g->edp = emu_group_get(dev, edp_devs, edp)))
 		rc = EMU_EINVAL;
 	free(edp_devs);
+	return rc;
+}
+
+/* The groups of the MoE layers (par/model.h's par_groups): who routes a micro-batch
+ * together (the cp group gc, or the tp x cp group when each rank routes its own rows),
+ * and the experts' grid. */
+static int route_and_expert_groups(struct emu_dev *d, const struct run_cfg *cfg, const int *dp_devs,
+				   struct emu_group *gc, struct par_groups *g)
+{
+	const struct mesh *me = &cfg->mesh;
+	int id = emu_dev_id(d), tp = me->size[MESH_TP], cp = me->size[MESH_CP];
+	int W = tp * cp * me->size[MESH_DP], rc = 0;
+	enum run_ep_mode mode = run_ep_mode(cfg);
+
+	if (cfg->model.num_experts == 0)
+		return 0;
+	g->route = gc;
+	g->route_rank = g->cp_rank;
+	if (mode == RUN_EP_ROWS) {
+		int *devs = emu_xcalloc((size_t)W, sizeof *devs);
+
+		mesh_group2(me, id, MESH_TP, MESH_CP, devs);
+		g->route_rank = g->cp_rank * tp + g->tp_rank;
+		if (!(g->route = emu_group_get(d, devs, tp * cp)))
+			rc = EMU_EINVAL;
+		for (int i = 0; i < W; i++) /* the stage's ranks: pp is the mesh's outermost */
+			devs[i] = id - id % W + i;
+		if (!rc)
+			rc = expert_groups(d, cfg, devs, W, id % W, g);
+		free(devs);
+		return rc;
+	}
+	if (mode == RUN_EP_DP)
+		rc = expert_groups(d, cfg, dp_devs, me->size[MESH_DP] * cp, g->dp_rank, g);
 	return rc;
 }
 
@@ -189,7 +232,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			  mesh_coord(me, id, MESH_DP),
 			  accum / dp,
 			  accum,
-			  {NULL, 0, 0}};
+			  {NULL, 0, 0, 0, 0}};
 	const struct pipe_io io = {rank_batch, rank_forwarded, &rk};
 	const struct par_cfg pc = par_cfg_of(cfg);
 	const struct par_source src = {cfg->seed};
@@ -231,14 +274,18 @@ static int par_device(struct emu_dev *d, void *arg)
 				     .cp = gc,
 				     .cp_rank = cpr,
 				     .pp = gp};
-	if (cfg->ep > 1 && !run_ep_over_tp(cfg) &&
-	    (rc = expert_groups(d, cfg, dp_devs, groups.dp_rank, &groups)))
+	if ((rc = route_and_expert_groups(d, cfg, dp_devs, gc, &groups)))
 		goto out;
 	if (cfg->tpf_layers && (rc = first_groups(d, cfg, tp_devs, rk.tpr, &groups)))
 		goto out;
 	if ((rc = par_model_init(&m, &pc, &groups, pp > 1 ? &part : NULL, &src)))
 		goto out;
-	rk.rows = (struct run_rows){m.pos, m.T, cpr};
+	{ /* the rows this device routes, and its histogram slice */
+		int own = run_ep_mode(cfg) == RUN_EP_ROWS;
+
+		rk.rows = (struct run_rows){m.pos, m.T, own ? m.row0 : 0, own ? m.Ml : m.B * m.T,
+					    cpr * tp + (own ? rk.tpr : 0)};
+	}
 	coll_set_wire_bytes(d, m.k.ab);
 	if ((rc = par_dp_init(&s, &m, &groups)))
 		goto out;

@@ -128,10 +128,11 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	/* mixed degrees give tp ranks of different parts different owners: not folded */
 	/* expert parallelism gives data-parallel ranks different experts (and groups that
 	 * are no dimension of the mesh): not folded */
-	nrun = best_plan(&p,
-			 me->size[MESH_DP] > 1 && cfg->zero == 0 &&
-				 (cfg->ep <= 1 || run_ep_over_tp(cfg)),
-			 me->size[MESH_TP] > 2 && !cfg->tpf_layers, rep);
+	nrun = best_plan(
+		&p,
+		me->size[MESH_DP] > 1 && cfg->zero == 0 &&
+			(cfg->ep <= 1 || run_ep_mode(cfg) == RUN_EP_TP),
+		me->size[MESH_TP] > 2 && !cfg->tpf_layers && run_ep_mode(cfg) != RUN_EP_ROWS, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);
 	free(p.ga);

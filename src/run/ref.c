@@ -21,7 +21,7 @@ static int ref_device(struct emu_dev *d, void *arg)
 	struct run_out *o = j->o;
 	int accum = cfg->gbs / cfg->mbs, BT = cfg->mbs * cfg->model.seq_len, rc;
 	int nsub = cfg->tp_overlap == PAR_OVERLAP_OASES ? PAR_NSUB : 1, rows = BT / nsub;
-	const struct run_rows whole = {NULL, cfg->model.seq_len, 0};
+	const struct run_rows whole = {NULL, cfg->model.seq_len, 0, rows, 0};
 	int *tok = emu_xcalloc((size_t)BT, sizeof *tok),
 	    *tgt = emu_xcalloc((size_t)BT, sizeof *tgt);
 	struct kctx k;

@@ -26,7 +26,7 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 	o->compute_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->compute_ns);
 	o->snapshot = snapshot;
 	if (cfg->model.num_experts > 0 && cfg->data)
-		o->moe_hist = emu_xcalloc((size_t)cfg->mesh.size[MESH_CP] * (size_t)o->accum *
+		o->moe_hist = emu_xcalloc(run_moe_slices(cfg) * (size_t)o->accum *
 						  (size_t)cfg->model.num_layers * 2 *
 						  (size_t)cfg->model.num_experts,
 					  sizeof *o->moe_hist);
@@ -88,14 +88,14 @@ void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb
 	int s = cfg->model.seq_len, T = rows->T;
 	size_t all = o->route_mb / (size_t)L, per = all / (size_t)nsub;
 	int *out = o->routes ? o->routes + mb * o->route_mb + (size_t)sub * per : NULL;
-	/* this device's choices: its T rows of each of its sequences */
-	size_t choices = (size_t)cfg->mbs / (size_t)nsub * (size_t)T * (size_t)K;
+	size_t choices = (size_t)rows->n * (size_t)K; /* this device's */
 
 	for (int l = l0; o->moe_hist && l < l1; l++) { /* each micro-batch its own slots */
 		const struct moe_acts *a = &la[l - l0].moe;
-		uint64_t at = ((uint64_t)rows->cpr * (uint64_t)o->accum + mb % (uint64_t)o->accum) *
-				      (uint64_t)L +
-			      (uint64_t)l;
+		uint64_t at =
+			((uint64_t)rows->slice * (uint64_t)o->accum + mb % (uint64_t)o->accum) *
+				(uint64_t)L +
+			(uint64_t)l;
 		uint64_t *h = o->moe_hist + at * 2 * (uint64_t)E;
 
 		if (!gpt_layer_is_moe(&cfg->model, l) || !a->choice)
@@ -109,8 +109,9 @@ void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb
 
 		if (!gpt_layer_is_moe(&cfg->model, l) || !a->choice)
 			continue;
-		for (size_t e = 0; e < choices; e++) { /* choice e: row e / K of the rank's */
-			size_t t = e / (size_t)K, b = t / (size_t)T, i = t % (size_t)T;
+		for (size_t e = 0; e < choices; e++) { /* choice e: row row0 + e / K */
+			size_t t = (size_t)rows->row0 + e / (size_t)K, b = t / (size_t)T,
+			       i = t % (size_t)T;
 			size_t g = (b * (size_t)s + (size_t)(rows->pos ? rows->pos[i] : (int)i)) *
 					   (size_t)K +
 				   e % (size_t)K;
@@ -120,6 +121,11 @@ void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb
 	}
 }
 
+size_t run_moe_slices(const struct run_cfg *cfg)
+{
+	return (size_t)cfg->mesh.size[MESH_CP] * (size_t)cfg->mesh.size[MESH_TP];
+}
+
 uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int l, int e,
 			uint64_t *dropped)
 {
@@ -127,7 +133,7 @@ uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int 
 	uint64_t kept = 0;
 
 	*dropped = 0;
-	for (int mb = 0; o->moe_hist && mb < cfg->mesh.size[MESH_CP] * o->accum; mb++) {
+	for (int mb = 0; o->moe_hist && (size_t)mb < run_moe_slices(cfg) * (size_t)o->accum; mb++) {
 		const uint64_t *h = o->moe_hist + ((size_t)mb * L + (size_t)l) * 2 * (size_t)E;
 
 		kept += h[e];

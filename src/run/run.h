@@ -37,9 +37,9 @@ struct run_out {
 	 * dropped at the capacity limit. */
 	int *routes;
 	size_t route_mb;
-	/* MoE presets in execute mode: per context-parallel rank, micro-batch of a step,
-	 * MoE layer and expert, the choices kept and dropped over the run ([cp][gbs / mbs]
-	 * [L][2 E], each cp rank its tokens'; run_moe_tokens sums them) */
+	/* MoE presets in execute mode: per slice (cp x tp: the devices that route tokens of
+	 * their own), micro-batch of a step, MoE layer and expert, the choices kept and
+	 * dropped over the run ([cp tp][gbs / mbs][L][2 E]; run_moe_tokens sums them) */
 	uint64_t *moe_hist;
 	/* pp > 1: the schedule run, and from the last step, per stage (the devices of tp
 	 * and dp rank 0): its bubble (idle time between its first and last compute action)
@@ -52,12 +52,13 @@ struct run_out {
 void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot);
 void run_free(struct run_out *o);
 
-/* Where a device's routing decisions go in the sequence (run_record_routes): its T rows
- * of each sequence, pos[i] the position of row i (pos NULL: row i is position i), and its
- * context-parallel rank. */
+/* Where a device's routing decisions go in the sequence (run_record_routes): it holds T
+ * rows of each sequence, pos[i] the position of row i (pos NULL: row i is position i),
+ * and routes n of them a (sub-)batch from row row0 (of B T); its slice of the histogram
+ * (cp rank x tp + tp rank: each device that routes tokens of its own, its own). */
 struct run_rows {
 	const int *pos;
-	int T, cpr;
+	int T, row0, n, slice;
 };
 
 /* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from the
@@ -71,6 +72,8 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o);
 
 /* The choices of layer l that expert e kept (and dropped) over the run, every
  * micro-batch's; 0 without a histogram (dry-run, a dense model). */
+/* The histogram's slices (run_out.moe_hist). */
+size_t run_moe_slices(const struct run_cfg *cfg);
 uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int l, int e,
 			uint64_t *dropped);
 
