@@ -427,6 +427,14 @@ static void test_verify(void **state)
 	assert_non_null(strstr(out, "\"exposed_comm_s\":"));
 	assert_non_null(strstr(out, "\"by_collective\":{\"all-reduce\""));
 	assert_non_null(strstr(out, "{\"device\":3,"));
+	/* the experts' grid, named: whole experts over ranks spanning tp */
+	assert_int_equal(run("verify --model moe-tiny --tp 2 --sequence-parallel --dp 2 --ep 4 "
+			     "--steps 2 --json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"expert_tensor_parallel_size\":1,\"experts_over\":"
+				    "\"tp_cp_dp\""));
+	assert_non_null(strstr(out, "\"passed\":true"));
 }
 
 /* A training that diverges: pemu run stops at the step whose loss is not finite, saying

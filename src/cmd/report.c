@@ -128,9 +128,15 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 			: cfg->cp_comm == PAR_CP_ALL_GATHER ? "all_gather"
 							    : "p2p",
 			cfg->cp_contiguous ? "contiguous" : "balanced");
-	if (cfg->ep > 1) /* expert parallelism's dispatcher, only when used */
-		fprintf(f, ",\"moe_token_dispatcher_type\":\"%s\"",
-			cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");
+	if (cfg->ep > 1) /* expert parallelism's dispatcher and grid, only when used */
+		fprintf(f,
+			",\"moe_token_dispatcher_type\":\"%s\",\"expert_tensor_parallel_size\":%d,"
+			"\"experts_over\":\"%s\"",
+			cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall",
+			run_ep_mode(cfg) == RUN_EP_DP ? size[MESH_TP] : 1,
+			run_ep_mode(cfg) == RUN_EP_TP   ? "tp"
+			: run_ep_mode(cfg) == RUN_EP_DP ? "dp_cp"
+							: "tp_cp_dp");
 	if (cfg->tpf_layers) /* Oases's mixed degrees, only when used */
 		fprintf(f, ",\"tp_first\":{\"layers\":%d,\"tp\":%d}", cfg->tpf_layers, cfg->tpf);
 	fputc('}', f);
