@@ -9,36 +9,58 @@
 #include "internal.h"
 #include "util.h"
 
+/* launch + max(t_math, t_mem) (seconds), in ns rounded up, at most the horizon. */
+static int64_t kernel_ns(int64_t launch, double t_math, double t_mem)
+{
+	double t = ceil((t_math > t_mem ? t_math : t_mem) * 1e9);
+
+	if (!(t < (double)EMU_TIME_MAX)) /* (NaN too) */
+		return EMU_TIME_MAX;
+	return emu_time_add(launch, (int64_t)t);
+}
+
+int emu_cost_calibrated(const struct emu_dev *d)
+{
+	return d->c->cfg.cost == EMU_COST_CALIBRATED;
+}
+
+/* A memory-bound kernel's memory time under the calibrated model. */
+static double mem_s(const struct topo_gpu *g, double bytes)
+{
+	return bytes / (g->hbm_bw * g->mem_eff);
+}
+
 int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
 {
 	const struct topo_gpu *g = &d->c->cfg.topo.gpu;
-	double t_math = flops / (g->peak_flops * g->efficiency) * 1e9;
-	double t_mem = bytes / g->hbm_bw * 1e9;
-
-	double t = ceil(t_math > t_mem ? t_math : t_mem);
 
 	EMU_ASSERT(flops >= 0 && bytes >= 0);
-	if (!(t < (double)EMU_TIME_MAX)) /* (NaN too) */
-		return EMU_TIME_MAX;
-	return emu_time_add(g->launch_ns, (int64_t)t);
+	if (emu_cost_calibrated(d))
+		return kernel_ns(g->kernel_ns, flops / (g->peak_flops * g->gemm_ceiling),
+				 mem_s(g, bytes));
+	return kernel_ns(g->launch_ns, flops / (g->peak_flops * g->efficiency), bytes / g->hbm_bw);
 }
 
-int emu_time_check(struct emu_dev *d, int64_t t, const char *what)
+/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h). */
+static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, double n, double k)
 {
-	if (t < EMU_TIME_MAX || d->clock_failed)
-		return 0;
-	d->clock_failed = 1;
-	return dev_fail(d, EMU_EINVAL,
-			"the virtual clock passed its horizon (2^62 ns, 146 years) in '%s': the "
-			"hardware's figures (bandwidth, latency, FLOP/s) make it last longer than "
-			"pemu counts",
-			what);
+	static const double tile[][2] = {{256, 128}, {128, 256}, {128, 128}};
+	double per_sm = g->peak_flops * g->gemm_ceiling / g->sms, best = INFINITY;
+
+	for (size_t i = 0; i < sizeof tile / sizeof *tile; i++) {
+		double tm = tile[i][0], tn = tile[i][1];
+		double waves = ceil(ceil(m / tm) * ceil(n / tn) * batch / g->sms);
+		double t = waves * 2 * tm * tn * k / per_sm;
+
+		best = t < best ? t : best;
+	}
+	return best;
 }
 
-int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes)
+/* Charges a kernel of dur ns and flops to d's compute stream. */
+static int64_t charge(struct emu_dev *d, const char *name, double flops, int64_t dur)
 {
 	struct emu_stream_state *st = &d->stream[EMU_STREAM_COMPUTE];
-	int64_t dur = emu_compute_cost(d, flops, bytes);
 
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = st->t,
@@ -56,6 +78,48 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 	emu_time_check(d, st->t, name);
 	emu_pace(d);
 	return dur;
+}
+
+int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, double n, double k,
+		 double extra_flops, double bytes)
+{
+	const struct topo_gpu *g = &d->c->cfg.topo.gpu;
+	double flops = 2 * m * n * k * batch + extra_flops;
+
+	EMU_ASSERT(flops >= 0 && bytes >= 0);
+	if (!emu_cost_calibrated(d) || flops == 0)
+		return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
+	return charge(d, name, flops,
+		      kernel_ns(g->kernel_ns, gemm_tiles_s(g, batch, m, n, k), mem_s(g, bytes)));
+}
+
+int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double bytes)
+{
+	const struct topo_gpu *g = &d->c->cfg.topo.gpu;
+
+	EMU_ASSERT(flops >= 0 && bytes >= 0);
+	if (!emu_cost_calibrated(d))
+		return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
+	return charge(
+		d, name, flops,
+		kernel_ns(g->kernel_ns, flops / (g->peak_flops * g->fused_eff), mem_s(g, bytes)));
+}
+
+int emu_time_check(struct emu_dev *d, int64_t t, const char *what)
+{
+	if (t < EMU_TIME_MAX || d->clock_failed)
+		return 0;
+	d->clock_failed = 1;
+	return dev_fail(d, EMU_EINVAL,
+			"the virtual clock passed its horizon (2^62 ns, 146 years) in '%s': the "
+			"hardware's figures (bandwidth, latency, FLOP/s) make it last longer than "
+			"pemu counts",
+			what);
+}
+
+int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes)
+{
+	return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
 }
 
 double emu_flops(const struct emu_dev *d)

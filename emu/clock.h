@@ -5,7 +5,21 @@
  * exact and deterministic whatever the host threads do.
  *
  * Compute is charged by the roofline of the device preset (docs/architecture.md):
- *     launch + max(flops / (peak * efficiency), bytes / hbm_bw), rounded up to 1 ns.
+ *     launch + max(flops / (peak * efficiency), bytes / hbm_bw), rounded up to 1 ns,
+ * or under the calibrated cost model (emu_config.cost; docs/formulas.md, "How accurate
+ * is the clock") by the kind of kernel:
+ *   memory-bound  kernel + max(flops / (peak * gemm_ceiling), bytes / (hbm_bw mem_eff))
+ *   GEMM          kernel + max(the tiles' time, bytes / (hbm_bw mem_eff)): each of the
+ *                 batch output matrices (m, n) cut into tiles Tm x Tn of cuBLAS's usual
+ *                 large-GEMM sizes, 256 x 128, 128 x 256 or 128 x 128 (the fewest
+ *                 waves' work), ceil(tiles / sms) waves, each as long as one tile of k
+ *                 on one SM at the ceiling, 2 Tm Tn k / (peak gemm_ceiling / sms): tile
+ *                 and wave quantization (NVIDIA's Matrix Multiplication Background
+ *                 guide)
+ *   fused         a fused attention kernel: kernel + max(flops / (peak fused_eff),
+ *                 bytes / (hbm_bw mem_eff))
+ * kernel being the preset's kernel_ns.
+ * Under the roofline every kind is charged as emu_compute's roofline.
  *
  * Time has a horizon, EMU_TIME_MAX (2^62 ns, 146 years): a duration or a cursor that
  * would pass it stops there and fails the device ("the virtual clock passed its
@@ -35,6 +49,17 @@ int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double by
 
 /* The roofline duration of such a kernel on d, without charging it. */
 int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes);
+
+/* Charges batch GEMMs C (m, n) = A (m, k) B (k, n) moving bytes, with extra_flops of an
+ * epilogue (a bias): 2 m n k batch + extra_flops FLOPs. */
+int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, double n, double k,
+		 double extra_flops, double bytes);
+/* Charges a fused tensor-core kernel of flops and bytes (an attention kernel). */
+int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double bytes);
+
+/* Whether d's cost model is the calibrated one (the kernels a model launches may be
+ * charged apart under it). */
+int emu_cost_calibrated(const struct emu_dev *d);
 
 /* FLOPs and virtual time charged on d by emu_compute since the run began. */
 double emu_flops(const struct emu_dev *d);

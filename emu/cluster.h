@@ -52,13 +52,18 @@ enum emu_stream {
 	EMU_NSTREAMS
 };
 
+/* How virtual time is charged (clock.h): the roofline of the data sheets, or the model
+ * calibrated against measurements. */
+enum emu_cost { EMU_COST_ROOFLINE, EMU_COST_CALIBRATED };
+
 struct emu_config {
-	struct topo topo; /* the hardware */
-	int ndev;         /* devices to start: the first ndev of the topology */
-	int dry_run;      /* 1: no data, only shapes, time and memory accounting */
-	uint64_t mem_cap; /* bytes per device; 0: the GPU's HBM size */
-	double pace;      /* >0: wall clock follows virtual clock * pace (a demo aid) */
-	int trace;        /* 1: record every op for trace_write_json / trace_timeline */
+	struct topo topo;   /* the hardware */
+	enum emu_cost cost; /* the cost model */
+	int ndev;           /* devices to start: the first ndev of the topology */
+	int dry_run;        /* 1: no data, only shapes, time and memory accounting */
+	uint64_t mem_cap;   /* bytes per device; 0: the GPU's HBM size */
+	double pace;        /* >0: wall clock follows virtual clock * pace (a demo aid) */
+	int trace;          /* 1: record every op for trace_write_json / trace_timeline */
 	/* Host threads that run the devices, each device a user-level context on them: 0
 	 * (the default) one per online core in execute mode and one in dry-run, N > 0 that
 	 * many (never more than the devices that run); -1 one OS thread per device

@@ -164,12 +164,40 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 	return t > (uint64_t)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
 }
 
+/* A link under the run's cost model (clock.h): a collective's fixed cost, and two
+ * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta twice, or the
+ * calibrated base and NCCL-like LL and bulk protocols (topo.h). */
+struct wire {
+	int64_t base, ll_hop, hop;
+	uint64_t ll_bw, bw;
+};
+
+static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
+{
+	double bw = (double)l->bw_bytes * l->bus_eff;
+
+	if (c->cfg.cost != EMU_COST_CALIBRATED)
+		return (struct wire){0, l->lat_ns, l->lat_ns, l->bw_bytes, l->bw_bytes};
+	return (struct wire){l->base_ns, l->ll_hop_ns, l->hop_ns, l->ll_bw,
+			     bw >= 1 && bw < 1.8e19 ? (uint64_t)bw : l->bw_bytes};
+}
+
+/* steps steps and num S / den bytes over the wire, by the faster protocol. */
+static int64_t proto_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
+			uint64_t den)
+{
+	int64_t ll = emu_time_add((int64_t)steps * l->ll_hop, bw_ns(num, S, den, l->ll_bw));
+	int64_t bulk = emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
+
+	return ll < bulk ? ll : bulk;
+}
+
 /* The ring collectives' (n-1) alpha + (n-1)/n S / beta, doubled for all-reduce. */
-static int64_t ring_ns(const struct topo_link *l, int n, uint64_t S, int twice)
+static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice)
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
 
-	return emu_time_add((int64_t)steps * l->lat_ns, bw_ns(steps, S, (uint64_t)n, l->bw_bytes));
+	return proto_ns(l, steps, steps, S, (uint64_t)n);
 }
 
 /* Bytes member m of an all-to-all-v sends to (recv from) the other members. */
@@ -196,16 +224,25 @@ static uint64_t task_count(uint64_t elems)
 }
 
 /* A message of S bytes on link l. */
-static int64_t p2p_ns(const struct topo_link *l, uint64_t S)
+static int64_t p2p_ns(const struct wire *l, uint64_t S)
 {
-	return emu_time_add(l->lat_ns, bw_ns(1, S, 1, l->bw_bytes));
+	return proto_ns(l, 1, 1, S, 1);
+}
+
+/* A send of S bytes over link class link, its fixed cost included (as coll_op_resolve
+ * times it). */
+static int64_t send_ns(const struct emu_cluster *c, int link, uint64_t S)
+{
+	struct wire w = wire_of(c, &c->cfg.topo.link[link]);
+
+	return emu_time_add(w.base, p2p_ns(&w, S));
 }
 
 int coll_op_resolve(struct emu_cluster *c, struct op *op)
 {
 	const struct topo *t = &c->cfg.topo;
 	const struct op_arg *a = &op->arg[0];
-	const struct topo_link *l = &t->link[op->ch->link];
+	const struct wire w = wire_of(c, &t->link[op->ch->link]), *l = &w;
 	int n = op->ch->n;
 	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes, work = 0;
 	int64_t dur = 0;
@@ -227,20 +264,18 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		break;
 	case OP_BROADCAST:
 	case OP_REDUCE:
-		dur = emu_time_add((int64_t)(n - 1) * l->lat_ns, bw_ns(1, S, 1, l->bw_bytes));
+		dur = proto_ns(l, (uint64_t)(n - 1), 1, S, 1);
 		work = a->count;
 		break;
 	case OP_ALL_REDUCE:
 		if (op->ch->hier_nodes > 1) {
 			int k = op->ch->hier_nodes, L = op->ch->hier_local;
-			const struct topo_link *li = &t->link[TOPO_LINK_INTRA];
+			const struct wire wi = wire_of(c, &t->link[TOPO_LINK_INTRA]), *li = &wi;
 
 			op->hier = 1;
-			dur = emu_time_add(
-				emu_time_add(ring_ns(li, L, S, 0), ring_ns(li, L, S, 0)),
-				emu_time_add((int64_t)(2 * (k - 1)) * l->lat_ns,
-					     bw_ns(2 * (uint64_t)(k - 1), S,
-						   (uint64_t)k * (uint64_t)L, l->bw_bytes)));
+			dur = emu_time_add(emu_time_add(ring_ns(li, L, S, 0), ring_ns(li, L, S, 0)),
+					   proto_ns(l, 2 * (uint64_t)(k - 1), 2 * (uint64_t)(k - 1),
+						    S, (uint64_t)k * (uint64_t)L));
 		} else {
 			dur = ring_ns(l, n, S, 1);
 		}
@@ -271,7 +306,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 			worst = sent > worst ? sent : worst;
 			worst = got > worst ? got : worst;
 		}
-		dur = emu_time_add((int64_t)(n - 1) * l->lat_ns, bw_ns(1, worst, 1, l->bw_bytes));
+		dur = proto_ns(l, (uint64_t)(n - 1), 1, worst, 1);
 		break;
 	}
 	default:
@@ -279,6 +314,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	}
 	if (n == 1)
 		dur = 0; /* nothing crosses a link */
+	else if (a->kind != OP_BARRIER)
+		dur = emu_time_add(dur, l->base); /* (the roofline's 0) */
 	op->bytes = S;
 	op->t_end = emu_time_add(op->t_start, dur);
 	if (c->cfg.dry_run)
@@ -691,8 +728,8 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->tag = d->tag;
 	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
 		r->eager_end = emu_time_add(
-			arg->t_issue, p2p_ns(&d->c->cfg.topo.link[ch->link],
-					     (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
+			arg->t_issue,
+			send_ns(d->c, ch->link, (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
 		st->t = r->eager_end;
 	} else {
 		st->pending = r;
@@ -719,7 +756,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	const struct op *op = r->op;
 	const struct op_arg *a = &op->arg[r->member];
 	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes;
-	int64_t t0 = r->eager_end - p2p_ns(&d->c->cfg.topo.link[op->ch->link], S);
+	int64_t t0 = r->eager_end - send_ns(d->c, op->ch->link, S);
 
 	r->resolved = 1;
 	stats_add(d, OP_SEND, r->tag, S, r->eager_end - t0);

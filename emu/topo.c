@@ -2,12 +2,58 @@
  * in docs/formulas.md. Latencies are the middle of the ranges given there
  * (NVLink 2-5 us, PCIe 5-10 us, InfiniBand ~5 us, Ethernet 20-50 us).
  *
- * Efficiency: the data sheet's dense peak is not what a GEMM reaches. Megatron-LM reports
- * 44-52% of peak for whole GPT-3-sized models on A100 (Narayanan et al. 2021, Table 1),
- * and that includes communication and the memory-bound kernels, which pemu charges on
- * their own; large GEMMs alone run at roughly 70-80% of peak in vendor GEMM benchmarks.
- * pemu charges 0.7 of peak for every GPU: a round figure inside that range, not a
- * measurement, and overridable with --gpu-efficiency. */
+ * Efficiency (the roofline cost model): the data sheet's dense peak is not what a GEMM
+ * reaches. Megatron-LM reports 44-52% of peak for whole GPT-3-sized models on A100
+ * (Narayanan et al. 2021, Table 1), and that includes communication and the memory-bound
+ * kernels, which pemu charges on their own; large GEMMs alone run at roughly 70-80% of
+ * peak in vendor GEMM benchmarks. The roofline charges 0.7 of peak for every GPU: a round
+ * figure inside that range, not a measurement, and overridable with --gpu-efficiency.
+ *
+ * The calibrated cost model (clock.h, docs/formulas.md "How accurate is the clock") has
+ * these, each measured where a measurement was found:
+ *   sms           the SMs a GEMM's tiles go over: A100 108, H100 and H200 132 (Bekman,
+ *                 Machine Learning Engineering, "Tile and wave quantization", from
+ *                 torch.cuda.get_device_properties); H20 78 (its Geekbench 6 listing);
+ *                 RTX 3090 82 (NVIDIA Ampere GA102 whitepaper), RTX 4090 128 (NVIDIA Ada
+ *                 whitepaper)
+ *   gemm_ceiling  the maximum achievable matmul FLOP/s over peak (mamf-finder, bf16,
+ *                 Bekman's table): A100 SXM 271.2 / 312 = 0.869, H100 SXM 794.5 / 989 =
+ *                 0.803 ("H200 is the same"); unmeasured elsewhere: H20 takes H100's,
+ *                 the RTX cards A100 PCIe's 252.9 / 312 = 0.811 (assumptions)
+ *   fused_eff     a fused attention kernel's fraction of peak: FlashAttention-2 reaches
+ *                 50-73% of peak on A100 (Dao 2023, arXiv 2307.08691), FlashAttention-3
+ *                 up to 75% on H100 (Shah et al. 2024, arXiv 2407.08608) where
+ *                 FlashAttention-2 reaches 35%: 0.6, the middle of the A100 range, for all
+ *   mem_eff       a memory-bound kernel's fraction of HBM bandwidth: A100 0.88 (a 40 GB
+ *                 A100's memcopy at 1355 of 1555 GB/s, PTsolvers gpu-workshop-JuliaCon23
+ *                 issue 7; an A800 80GB's PyTorch elementwise at 1727 of 1935 GB/s,
+ *                 mli/transformers-benchmarks issue 4: 0.87 and 0.89); H100 0.92
+ *                 (pytorch/ao's roofline model, torchao/testing/training/roofline_utils.py,
+ *                 pct_achievable_mem_bw); the others take their generation's
+ *   kernel_ns     the fixed cost of a kernel, 2 us: pytorch/ao's roofline model's floor
+ *                 for a kernel (the roofline's launch_ns is 3 us)
+ * and per link, for NCCL's collectives (coll.h: a collective costs base plus the faster of
+ * two protocols, steps x ll_hop + bus bytes / ll_bw and steps x hop + bus bytes / (beta
+ * bus_eff), as NCCL picks LL for small messages and Simple for large):
+ *   bus_eff       large messages' bus bandwidth over beta, from nccl-tests: NVLink3 0.78
+ *                 (8 A100, all-reduce 234.9 GB/s at 16 GiB, Bekman, Machine Learning
+ *                 Engineering, network chapter, "Real network throughput"; "~230GB/s",
+ *                 S. Jeaugey, NVIDIA/nccl-tests issue 149), NVLink4 0.82 (ring 367.6 GB/s
+ *                 on 8 H200, ibid.; ~370, nccl-tests issue 212), IB HDR 0.96 (~24 GB/s a
+ *                 NIC, NVIDIA/nccl issue 412), IB NDR 0.94 (46-48 GB/s a NIC, nccl-tests
+ *                 issue 290); PCIe and Ethernet unmeasured: 0.8 and 0.9 (assumptions)
+ *   base, ll_hop, fitted to the same A100 sweep (32 KB 43.8 us ... 512 KB 80.4 us, then
+ *   ll_bw, hop    1-4 MB ~101 us): 6 us, 2.5 us a step and 22 GB/s, and 6.7 us a bulk
+ *                 step; 2 GPUs then take 11 us at 8 bytes, against 10 measured (nccl-tests
+ *                 issue 123). NVLink4: a bulk step of 3 us fitted to the H200 sweep at
+ *                 4 MiB (68.5 us), its LL NVLink3's with twice the bandwidth (assumed:
+ *                 NCCL's own LL ceiling is 1.6 times Ampere's on Hopper, tuning.cc).
+ *                 Between nodes 3 us a step of either protocol, fitted to ~47 us for
+ *                 4 B-1 KB over 2 nodes of 8 (NVIDIA/nccl issue 1244) less the node's
+ *                 steps (Ethernet's assumed the same), and LL at half the bulk bandwidth
+ *                 (NCCL's factor, tuning.cc).
+ *                 NCCL's own model (src/graph/tuning.cc: 6.6 us base, 0.6 us a NVLink LL
+ *                 step) is faster than these measurements; the measurements rule */
 #include "topo.h"
 
 #include <stdio.h>
@@ -25,42 +71,53 @@ struct preset {
 	struct topo_link intra, inter;
 };
 
+/* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
+ * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff) below, from the sources above. */
+#define A100_SMS 108, 0.869, 0.6, 0.88, 2000
+#define H100_SMS 132, 0.803, 0.6, 0.92, 2000
+#define NVLINK3  6000, 2500, 22000000000ULL, 6700, 0.78
+#define NVLINK4  6000, 2500, 44000000000ULL, 3000, 0.82
+#define IB_HDR   6000, 3000, 12000000000ULL, 3000, 0.96
+#define IB_NDR   6000, 3000, 23500000000ULL, 3000, 0.94
+#define PCIE4    6000, 2500, 10000000000ULL, 6700, 0.8
+#define ETH100   6000, 3000, 5600000000ULL, 3000, 0.9
+
 static const struct preset presets[] = {
 	{"dgx-a100",
-	 {"A100-SXM-80GB", 312e12, 0.7, 80 * GiB, 2.04e12, 3000},
+	 {"A100-SXM-80GB", 312e12, 0.7, 80 * GiB, 2.04e12, 3000, A100_SMS},
 	 8,
-	 {"NVLink3", 3000, 300000000000ULL},
-	 {"IB HDR 200Gb/s", 5000, 25000000000ULL}},
+	 {"NVLink3", 3000, 300000000000ULL, NVLINK3},
+	 {"IB HDR 200Gb/s", 5000, 25000000000ULL, IB_HDR}},
 	{"dgx-h100",
-	 {"H100-SXM-80GB", 989e12, 0.7, 80 * GiB, 3.35e12, 3000},
+	 {"H100-SXM-80GB", 989e12, 0.7, 80 * GiB, 3.35e12, 3000, H100_SMS},
 	 8,
-	 {"NVLink4", 3000, 450000000000ULL},
-	 {"IB NDR 400Gb/s", 5000, 50000000000ULL}},
+	 {"NVLink4", 3000, 450000000000ULL, NVLINK4},
+	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR}},
 	{"dgx-h200",
-	 {"H200-SXM-141GB", 989e12, 0.7, 141 * GiB, 4.8e12, 3000},
+	 {"H200-SXM-141GB", 989e12, 0.7, 141 * GiB, 4.8e12, 3000, H100_SMS},
 	 8,
-	 {"NVLink4", 3000, 450000000000ULL},
-	 {"IB NDR 400Gb/s", 5000, 50000000000ULL}},
+	 {"NVLink4", 3000, 450000000000ULL, NVLINK4},
+	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR}},
 	{"h20",
-	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000},
+	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.6, 0.92, 2000},
 	 8,
-	 {"NVLink", 3000, 450000000000ULL},
-	 {"400Gb/s", 5000, 50000000000ULL}},
+	 {"NVLink", 3000, 450000000000ULL, NVLINK4},
+	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR}},
 	{"rtx3090-pcie",
-	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000},
+	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"PCIe4 x16", 8000, 25000000000ULL},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL}},
+	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100}},
 	{"rtx3090-nvlink",
-	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000},
+	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"NVLink bridge", 3000, 56000000000ULL},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL}},
+	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100}},
 	{"rtx4090-pcie",
-	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000},
+	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"PCIe4 x16", 8000, 25000000000ULL},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL}},
+	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100}},
 };
 
 const char *const topo_preset_names[] = {"dgx-a100",     "dgx-h100",       "dgx-h200",     "h20",
@@ -79,12 +136,20 @@ int topo_preset(const char *name, struct topo *t)
 		t->nodes = 1;
 		t->gpus_per_node = p->gpus_per_node;
 		t->nodes_per_dc = 0;
-		t->link[TOPO_LINK_SELF] = (struct topo_link){"self", 0, UINT64_MAX};
+		t->link[TOPO_LINK_SELF] =
+			(struct topo_link){"self", 0, UINT64_MAX, 0, 0, UINT64_MAX, 0, 1};
 		t->link[TOPO_LINK_INTRA] = p->intra;
 		t->link[TOPO_LINK_INTER] = p->inter;
 		/* A long-haul link between datacenters: 10 ms, 100 Gb/s. Used only when
-		 * nodes_per_dc is set. */
-		t->link[TOPO_LINK_DC] = (struct topo_link){"inter-DC", 10000000, 12500000000ULL};
+		 * nodes_per_dc is set (calibrated: Ethernet's 0.9 of it, assumed). */
+		t->link[TOPO_LINK_DC] = (struct topo_link){.name = "inter-DC",
+							   .lat_ns = 10000000,
+							   .bw_bytes = 12500000000ULL,
+							   .base_ns = 6000,
+							   .ll_hop_ns = 10000000,
+							   .ll_bw = 5600000000ULL,
+							   .hop_ns = 10000000,
+							   .bus_eff = 0.9};
 		return 0;
 	}
 	return -1;

@@ -21,6 +21,14 @@ struct topo_link {
 	char name[24];     /* "NVLink3", "IB HDR", ... */
 	int64_t lat_ns;    /* alpha: latency of one message step */
 	uint64_t bw_bytes; /* beta: bytes per second, each way, per GPU */
+	/* The calibrated cost model's NCCL-like protocols (coll.h; sources in topo.c): a
+	 * collective's fixed cost; the low-latency protocol's step latency and bus bandwidth
+	 * (small messages); the bulk protocol's step latency and the fraction of beta its bus
+	 * bandwidth reaches (large messages) */
+	int64_t base_ns, ll_hop_ns;
+	uint64_t ll_bw;
+	int64_t hop_ns;
+	double bus_eff;
 };
 
 struct topo_gpu {
@@ -30,6 +38,13 @@ struct topo_gpu {
 	uint64_t hbm_bytes; /* memory per GPU: the default cap */
 	double hbm_bw;      /* bytes per second */
 	int64_t launch_ns;  /* fixed cost of every kernel */
+	/* The calibrated cost model's (clock.h; sources in topo.c): the SMs a GEMM's tiles
+	 * are spread over, the fraction of peak the best GEMM reaches (its maximum
+	 * achievable matmul FLOP/s), that of a fused attention kernel, and the fraction of
+	 * hbm_bw a memory-bound kernel reaches */
+	int sms;
+	double gemm_ceiling, fused_eff, mem_eff;
+	int64_t kernel_ns; /* and its fixed cost of a kernel, in place of launch_ns */
 };
 
 struct topo {

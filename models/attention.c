@@ -33,14 +33,51 @@ static int last_key(const struct attn_view *a, int i)
 	return j < a->Tk - 1 ? j : a->Tk - 1;
 }
 
-void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
+/* The standard attention's kernels: one charge under the roofline; under the calibrated
+ * cost model Megatron's unfused path, the scores' batched GEMM (b a, Tq, Tk, hs), the fused
+ * scale-mask-softmax over the scores, and the context's batched GEMM (b a, Tq, hs, Tk);
+ * backward the gradients' four batched GEMMs around the softmax's backward. */
+static void charge_fwd(const struct kctx *k, const struct attn_view *a)
 {
 	double heads = (double)a->B * (a->h1 - a->h0), qk = (double)a->Tq * a->Tk;
+	double hs = a->hs, Tq = a->Tq, Tk = a->Tk, ab = k->ab;
+
+	if (!emu_cost_calibrated(k->d)) {
+		emu_compute(k->d, "attention", heads * (4 * qk * hs + 5 * qk),
+			    heads * ((2 * Tq + 2 * Tk) * hs + 2 * qk) * ab);
+		return;
+	}
+	emu_gemm(k->d, "attention.scores", heads, Tq, Tk, hs, 0,
+		 heads * ((Tq + Tk) * hs + qk) * ab);
+	emu_compute(k->d, "attention.softmax", heads * 5 * qk, heads * 2 * qk * ab);
+	emu_gemm(k->d, "attention.context", heads, Tq, hs, Tk, 0,
+		 heads * (qk + (Tq + Tk) * hs) * ab);
+}
+
+static void charge_bwd(const struct kctx *k, const struct attn_view *a)
+{
+	double heads = (double)a->B * (a->h1 - a->h0), qk = (double)a->Tq * a->Tk;
+	double hs = a->hs, Tq = a->Tq, Tk = a->Tk, ab = k->ab,
+	       io = heads * (qk + (Tq + Tk) * hs) * ab;
+
+	if (!emu_cost_calibrated(k->d)) {
+		emu_compute(k->d, "attention.bwd", heads * (8 * qk * hs + 4 * qk),
+			    heads * ((4 * Tq + 4 * Tk) * hs + 3 * qk) * ab);
+		return;
+	}
+	emu_gemm(k->d, "attention.bwd.dscores", heads, Tq, Tk, hs, 0, io); /* dO V^T */
+	emu_gemm(k->d, "attention.bwd.dv", heads, Tk, hs, Tq, 0, io);      /* P^T dO */
+	emu_compute(k->d, "attention.bwd.softmax", heads * 4 * qk, heads * 3 * qk * ab);
+	emu_gemm(k->d, "attention.bwd.dq", heads, Tq, hs, Tk, 0, io); /* dS K */
+	emu_gemm(k->d, "attention.bwd.dk", heads, Tk, hs, Tq, 0, io); /* dS^T Q */
+}
+
+void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
+{
 	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
 	float scale = 1.0f / sqrtf((float)hs);
 
-	emu_compute(k->d, "attention", heads * (4 * qk * hs + 5 * qk),
-		    heads * ((double)(2 * Tq + 2 * Tk) * hs + 2 * qk) * k->ab);
+	charge_fwd(k, a);
 	if (!kctx_math(k))
 		return;
 	for (int b = 0; b < a->B; b++) {
@@ -73,12 +110,10 @@ void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
 void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *dq, float *dk,
 			float *dv, float *scratch, const float *dout)
 {
-	double heads = (double)a->B * (a->h1 - a->h0), qk = (double)a->Tq * a->Tk;
 	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
 	float scale = 1.0f / sqrtf((float)hs);
 
-	emu_compute(k->d, "attention.bwd", heads * (8 * qk * hs + 4 * qk),
-		    heads * ((double)(4 * Tq + 4 * Tk) * hs + 3 * qk) * k->ab);
+	charge_bwd(k, a);
 	if (!kctx_math(k))
 		return;
 	for (int b = 0; b < a->B; b++) {
@@ -203,8 +238,8 @@ void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, f
 
 	EMU_ASSERT(a->q0 >= 0); /* every query sees a key */
 	ldl = ldl ? ldl : Tq;
-	emu_compute(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
-		    heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
+	emu_fused(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
+		  heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
 	if (!kctx_math(k))
 		return;
 	for (int b = 0; b < a->B; b++)
@@ -242,8 +277,8 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 
 	EMU_ASSERT(a->q0 >= 0);
 	ldl = ldl ? ldl : Tq;
-	emu_compute(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
-		    heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
+	emu_fused(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
+		  heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
 	if (!kctx_math(k))
 		return;
 	for (int b = 0; b < a->B; b++)

@@ -9,8 +9,8 @@ void linear_fwd(const struct kctx *k, float *out, const float *inp, const float 
 {
 	double m = M, n = N, kk = K;
 
-	emu_compute(k->d, "linear", 2 * m * n * kk + (has_bias ? m * n : 0),
-		    (m * kk + n * kk + m * n) * k->ab);
+	emu_gemm(k->d, "linear", 1, m, n, kk, has_bias ? m * n : 0,
+		 (m * kk + n * kk + m * n) * k->ab);
 	if (!kctx_math(k))
 		return;
 	if (has_bias) {
@@ -27,8 +27,7 @@ void linear_bwd_input(const struct kctx *k, float *dinp, const float *dout, cons
 {
 	double m = M, n = N, kk = K;
 
-	emu_compute(k->d, "linear.bwd_input", 2 * m * n * kk,
-		    (m * n + n * kk + 2 * m * kk) * k->ab);
+	emu_gemm(k->d, "linear.bwd_input", 1, m, kk, n, 0, (m * n + n * kk + 2 * m * kk) * k->ab);
 	if (!kctx_math(k))
 		return;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, 1.0f,
@@ -40,8 +39,8 @@ void linear_bwd_weight(const struct kctx *k, float *dw, float *dbias, int has_bi
 {
 	double m = M, n = N, kk = K;
 
-	emu_compute(k->d, "linear.bwd_weight", 2 * m * n * kk + (has_bias ? m * n : 0),
-		    (m * n + m * kk + 2 * n * kk) * k->ab);
+	emu_gemm(k->d, "linear.bwd_weight", 1, n, kk, m, has_bias ? m * n : 0,
+		 (m * n + m * kk + 2 * n * kk) * k->ab);
 	if (!kctx_math(k))
 		return;
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K, 1.0f,

@@ -94,6 +94,8 @@ static void test_bad_input(void **state)
 		 "each rank's own tokens, its sequence-parallel rows: add --sequence-parallel (as "
 		 "Megatron-Core's MoE with tp), or give --ep 2 (the experts over the tp group) or "
 		 "--expert-tensor-parallel-size 2 (each cut over tp)"},
+		{"run --model tiny --cost-model exact",
+		 "--cost-model: 'exact' is not roofline or calibrated"},
 		{"run --model tiny --cp 2 --cp-comm-type ring",
 		 "--cp-comm-type: 'ring' is not p2p, all_gather or a2a"},
 		{"run --model tiny --cp 2 --cp-comm-type all_gather --cp-layout contiguous",
@@ -434,7 +436,16 @@ static void test_verify(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"expert_tensor_parallel_size\":1,\"experts_over\":"
 				    "\"tp_cp_dp\""));
+	assert_non_null(strstr(out, "\"cost_model\":\"roofline\""));
+	assert_non_null(strstr(out, "\"overlap_grad_reduce\":true"));
 	assert_non_null(strstr(out, "\"passed\":true"));
+	/* the calibrated clock and the gradients after backward, named in the report */
+	assert_int_equal(run("run --model tiny --dp 2 --steps 1 --cost-model calibrated "
+			     "--no-overlap-grad-reduce --json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"cost_model\":\"calibrated\""));
+	assert_non_null(strstr(out, "\"overlap_grad_reduce\":false"));
 }
 
 /* A training that diverges: pemu run stops at the step whose loss is not finite, saying

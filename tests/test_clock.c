@@ -1,11 +1,14 @@
 /* Virtual time: the roofline of docs/formulas.md to the nanosecond, events ordering one stream
- * after another, ops on one stream running back to back, and the posted forms of every
- * collective keeping the same data and time as the blocking ones. */
+ * after another, ops on one stream running back to back, the posted forms of every
+ * collective keeping the same data and time as the blocking ones, and the calibrated
+ * cost model's GEMM law (tile and wave quantization), memory-bound and fused kernels and
+ * NCCL-like protocols to the nanosecond. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -54,6 +57,149 @@ static void test_roofline(void **state)
 	assert_int_equal(p.t[0][1], 3000 + 490197); /* 1e9 B / 2.04 TB/s, rounded up */
 	assert_int_equal(p.t[0][2], 3000);
 	assert_int_equal(p.t[0][3], p.t[0][0] + p.t[0][1] + p.t[0][2]);
+	emu_cluster_free(c);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The calibrated cost model (clock.h, docs/formulas.md "How accurate is the clock")     */
+
+static struct emu_cluster *calibrated(int nodes, int ndev)
+{
+	struct emu_config cfg;
+
+	if (emu_config_default(&cfg, "dgx-a100"))
+		abort();
+	cfg.topo.nodes = nodes;
+	cfg.ndev = ndev;
+	cfg.dry_run = 1;
+	cfg.cost = EMU_COST_CALIBRATED;
+	return emu_cluster_new(&cfg);
+}
+
+/* The GEMM law by hand: the fewest waves' work over the tiles 256 x 128, 128 x 256 and
+ * 128 x 128, a wave one tile of k on one SM at the ceiling. */
+static int64_t gemm_by_hand(const struct topo_gpu *g, double batch, double m, double n, double k)
+{
+	static const double tiles[3][2] = {{256, 128}, {128, 256}, {128, 128}};
+	double best = 1e300;
+
+	for (int i = 0; i < 3; i++) {
+		double c = ceil(m / tiles[i][0]) * ceil(n / tiles[i][1]) * batch;
+		double t = ceil(c / g->sms) * 2 * tiles[i][0] * tiles[i][1] * k /
+			   (g->peak_flops * g->gemm_ceiling / g->sms);
+
+		best = t < best ? t : best;
+	}
+	return g->kernel_ns + (int64_t)ceil(best * 1e9);
+}
+
+static int gemm_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+
+	if (emu_dev_id(d))
+		return 0;
+	p->t[0][0] = emu_gemm(d, "square", 1, 8192, 8192, 8192, 0, 0);
+	p->t[0][1] = emu_gemm(d, "one wave", 1, 108 * 128, 128, 4096, 0, 0);
+	p->t[0][2] = emu_gemm(d, "two waves", 1, 109 * 128, 128, 4096, 0, 0);
+	p->t[0][3] = emu_gemm(d, "ragged", 1, 1000, 1000, 1024, 0, 0);
+	p->t[0][4] = emu_gemm(d, "batched", 96, 2048, 2048, 128, 0, 0);
+	p->t[0][5] = emu_gemm(d, "skinny", 1, 4096, 128, 4096, 0, 1e12); /* memory-bound */
+	p->t[0][6] = emu_compute(d, "elementwise", 1e6, 1e9);
+	p->t[0][7] = emu_fused(d, "fused", 1e12, 1e6);
+	return 0;
+}
+
+static void test_calibrated_compute(void **state)
+{
+	struct emu_cluster *c = calibrated(1, 1);
+	const struct topo_gpu *g = &emu_cluster_config(c)->topo.gpu;
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, gemm_device, &p), 0);
+	assert_int_equal(p.t[0][0], gemm_by_hand(g, 1, 8192, 8192, 8192));
+	/* 2048 tiles of 256 x 128 on 108 SMs: 19 waves of 2 x 256 x 128 x 8192 FLOPs at
+	 * 271.1 / 108 TFLOP/s each */
+	assert_int_equal(p.t[0][0], 2000 + (int64_t)ceil(19 * 2.0 * 256 * 128 * 8192 /
+							 (312e12 * 0.869 / 108) * 1e9));
+	/* wave quantization: one more tile than SMs takes a second wave, twice the time */
+	assert_int_equal(p.t[0][1], gemm_by_hand(g, 1, 108 * 128, 128, 4096));
+	assert_int_equal(p.t[0][2] - 2000, 2 * (p.t[0][1] - 2000));
+	/* tile quantization: a 1000 x 1000 output runs the tiles of a 1024 x 1024 one */
+	assert_int_equal(p.t[0][3], gemm_by_hand(g, 1, 1000, 1000, 1024));
+	assert_int_equal(p.t[0][3], gemm_by_hand(g, 1, 1024, 1024, 1024));
+	assert_int_equal(p.t[0][4], gemm_by_hand(g, 96, 2048, 2048, 128));
+	/* a memory-bound GEMM and kernel at 0.88 of 2.04 TB/s, the fused one at 0.6 of peak;
+	 * each kernel 2 us more */
+	assert_int_equal(p.t[0][5], 2000 + (int64_t)ceil(1e12 / (2.04e12 * 0.88) * 1e9));
+	assert_int_equal(p.t[0][6], 2000 + (int64_t)ceil(1e9 / (2.04e12 * 0.88) * 1e9));
+	assert_int_equal(p.t[0][7], 2000 + (int64_t)ceil(1e12 / (312e12 * 0.6) * 1e9));
+	emu_cluster_free(c);
+}
+
+/* Under the roofline a GEMM and a fused kernel are emu_compute's roofline. */
+static int roofline_kinds(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+
+	if (emu_dev_id(d))
+		return 0;
+	p->t[0][0] = emu_gemm(d, "gemm", 4, 1000, 3000, 500, 7e6, 3e8);
+	p->t[0][1] = emu_fused(d, "fused", 1e12, 1e6);
+	return 0;
+}
+
+static void test_roofline_kinds(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 1, 1, 0);
+	const struct topo_gpu *g = &emu_cluster_config(c)->topo.gpu;
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, roofline_kinds, &p), 0);
+	assert_int_equal(p.t[0][0], roofline(g, 2.0 * 1000 * 3000 * 500 * 4 + 7e6, 3e8));
+	assert_int_equal(p.t[0][1], roofline(g, 1e12, 1e6));
+	emu_cluster_free(c);
+}
+
+/* Collectives under the calibrated model: base + the faster of the LL protocol (2.5 us a
+ * step, 22 GB/s) and the bulk one (6.7 us a step, 0.78 of 300 GB/s), on the bus bytes
+ * 2 (n - 1) / n S of an all-reduce among 8 GPUs of a DGX A100. */
+static int allreduce_sizes(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	static const size_t count[3] = {2, 262144, 268435456}; /* 8 B, 1 MiB, 1 GiB */
+	int rc;
+
+	for (int i = 0; i < 3; i++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+
+		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM)))
+			return rc;
+		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	}
+	return 0;
+}
+
+static int64_t protocols_by_hand(double bus)
+{
+	double ll = 14 * 2500 + ceil(bus / 22e9 * 1e9), bulk = 14 * 6700 + ceil(bus / 234e9 * 1e9);
+
+	return 6000 + (int64_t)(ll < bulk ? ll : bulk);
+}
+
+static void test_calibrated_collectives(void **state)
+{
+	struct emu_cluster *c = calibrated(1, 8);
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
+	assert_int_equal(p.t[3][0], protocols_by_hand(14 / 8.0 * 8));
+	assert_int_equal(p.t[3][0], 41000 + 1); /* 41 us: nccl-tests' 8-GPU small message */
+	assert_int_equal(p.t[3][1], protocols_by_hand(14 / 8.0 * 1048576));
+	assert_int_equal(p.t[3][2], protocols_by_hand(14 / 8.0 * 1073741824.0));
 	emu_cluster_free(c);
 }
 
@@ -162,6 +308,9 @@ int main(void)
 		cmocka_unit_test(test_roofline),
 		cmocka_unit_test(test_streams_and_events),
 		cmocka_unit_test(test_posted_forms),
+		cmocka_unit_test(test_calibrated_compute),
+		cmocka_unit_test(test_roofline_kinds),
+		cmocka_unit_test(test_calibrated_collectives),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,7 +24,11 @@ const struct cli_opt cli_cluster_opts[] = {
 	{"dc-bw", 0, 1, CLI_DC_BW, "BW", "bandwidth between datacenters (default 100Gb/s)"},
 	{"dc-lat", 0, 1, CLI_DC_LAT, "TIME", "latency between datacenters (default 10ms)"},
 	{"gpu-flops", 0, 1, CLI_GPU_FLOPS, "X", "peak FLOP/s of a GPU, e.g. 312e12"},
-	{"gpu-efficiency", 0, 1, CLI_GPU_EFF, "X", "fraction of peak a GEMM reaches (default 0.7)"},
+	{"gpu-efficiency", 0, 1, CLI_GPU_EFF, "X",
+	 "fraction of peak a GEMM reaches under the roofline (default 0.7)"},
+	{"cost-model", 0, 1, CLI_COST_MODEL, "MODEL",
+	 "roofline (default: the data sheets, one GEMM efficiency) or calibrated (GEMM tiles "
+	 "and waves, measured ceilings, NCCL's achieved bus bandwidth and latency)"},
 	{"hbm-bw", 0, 1, CLI_HBM_BW, "BW", "memory bandwidth of a GPU, e.g. 2.04TB/s"},
 	{"mem-cap", 0, 1, CLI_MEM_CAP, "SIZE", "memory cap per GPU, e.g. 80GB (default: its HBM)"},
 	{"pace", 0, 1, CLI_PACE, "X", "wall clock follows virtual time times X (default 0: off)"},
@@ -244,6 +248,15 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 	if (OV(CLI_GPU_EFF))
 		cfg->topo.gpu.efficiency =
 			cli_double(c, "--gpu-efficiency", OV(CLI_GPU_EFF), 1e-3, 1);
+	if (OV(CLI_COST_MODEL)) {
+		if (!strcmp(OV(CLI_COST_MODEL), "calibrated"))
+			cfg->cost = EMU_COST_CALIBRATED;
+		else if (!strcmp(OV(CLI_COST_MODEL), "roofline"))
+			cfg->cost = EMU_COST_ROOFLINE;
+		else
+			cli_fail(c, "--cost-model: '%s' is not roofline or calibrated",
+				 OV(CLI_COST_MODEL));
+	}
 	if (OV(CLI_HBM_BW)) {
 		uint64_t bw;
 

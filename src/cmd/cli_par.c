@@ -52,6 +52,10 @@ const struct cli_opt cli_par_opts[] = {
 	 "ZeRO over dp: 1 shards Adam's state, 2 also gradients, 3 also weights (default 0)"},
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
+	{"overlap-grad-reduce", 0, 0, CLI_PAR_OVERLAP_GRAD, NULL,
+	 "reduce each gradient bucket as backward finishes it (pemu's default)"},
+	{"no-overlap-grad-reduce", 0, 0, CLI_PAR_NO_OVERLAP_GRAD, NULL,
+	 "reduce the gradients after backward (Megatron-LM's default; ZeRO 0-1 without pp)"},
 	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
 	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
 	 "interleaved, each one's collectives hidden behind the other's compute)"},
@@ -157,6 +161,10 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_ZERO:
 		cfg->zero = (int)cli_int(c, "--zero-stage", v, 0, 3);
+		break;
+	case CLI_PAR_OVERLAP_GRAD:
+	case CLI_PAR_NO_OVERLAP_GRAD:
+		cfg->grad_after_bwd = id == CLI_PAR_NO_OVERLAP_GRAD;
 		break;
 	case CLI_PAR_BUCKET:
 		cfg->bucket_bytes = cli_size(c, "--bucket-size", v);

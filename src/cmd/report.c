@@ -27,6 +27,8 @@ void report_cluster_line(FILE *f, const struct emu_config *cfg)
 		t->name, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, t->gpu.name,
 		t->gpu.peak_flops / 1e12, cap, t->link[TOPO_LINK_INTRA].name, ib, il,
 		t->link[TOPO_LINK_INTER].name, eb, el);
+	if (cfg->cost == EMU_COST_CALIBRATED)
+		fprintf(f, "; calibrated cost model");
 }
 
 static void json_link(FILE *f, const char *key, const struct topo_link *l)
@@ -48,8 +50,9 @@ void report_cluster_json(FILE *f, const struct emu_config *cfg)
 	json_link(f, "intra", &t->link[TOPO_LINK_INTRA]);
 	fputc(',', f);
 	json_link(f, "inter", &t->link[TOPO_LINK_INTER]);
-	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g}", t->nodes_per_dc,
-		cfg->dry_run ? "true" : "false", cfg->pace);
+	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g,\"cost_model\":\"%s\"}",
+		t->nodes_per_dc, cfg->dry_run ? "true" : "false", cfg->pace,
+		cfg->cost == EMU_COST_CALIBRATED ? "calibrated" : "roofline");
 }
 
 void report_vocab_padding(FILE *f, const struct run_cfg *cfg)
@@ -115,12 +118,13 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		"size\":"
 		"%d,\"steps\":%d,\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
 		"\"tp_overlap\":\"%s\",\"schedule\":\"%s\",\"bucket_size\":%" PRIu64
-		",\"cluster\":",
+		",\"overlap_grad_reduce\":%s,\"cluster\":",
 		model_name(cfg), gpt_num_params(&cfg->model), size[MESH_DP], size[MESH_TP],
 		size[MESH_PP], size[MESH_CP], cfg->ep > 1 ? cfg->ep : 1, cfg->zero, cfg->mbs,
 		cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec),
 		recompute_names[cfg->recompute], cfg->tp_overlap ? "oases" : "none",
-		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes);
+		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes,
+		cfg->grad_after_bwd ? "false" : "true");
 	report_cluster_json(f, ecfg);
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",

@@ -311,7 +311,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			uint64_t g = rank_batch(&rk, a, 1, tok, tgt);
 			float l;
 
-			s.armed = a == rk.local - 1;
+			s.armed = !cfg->grad_after_bwd && a == rk.local - 1;
 			if ((rc = par_forward(&m, tok, tgt, &l)))
 				goto out;
 			rank_forwarded(&rk, g, &m.own);
