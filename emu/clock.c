@@ -57,11 +57,14 @@ static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, dou
 	return best;
 }
 
-/* Charges a kernel of dur ns and flops to d's compute stream. */
+/* Charges a kernel of dur ns (times the device's injected slowdown) and flops to d's
+ * compute stream. */
 static int64_t charge(struct emu_dev *d, const char *name, double flops, int64_t dur)
 {
 	struct emu_stream_state *st = &d->stream[EMU_STREAM_COMPUTE];
 
+	if (d->slow != 1)
+		dur = emu_time_scale(dur, d->slow);
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = st->t,
 				      .t1 = st->t + dur,

@@ -27,6 +27,7 @@
 #ifndef EMU_CLOCK_H
 #define EMU_CLOCK_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "cluster.h"
@@ -37,6 +38,14 @@
 static inline int64_t emu_time_add(int64_t a, int64_t b)
 {
 	return b > EMU_TIME_MAX - a ? EMU_TIME_MAX : a + b;
+}
+
+/* t x x (x >= 1), rounded up, at most EMU_TIME_MAX. */
+static inline int64_t emu_time_scale(int64_t t, double x)
+{
+	double v = ceil((double)t * x);
+
+	return v < (double)EMU_TIME_MAX ? (int64_t)v : EMU_TIME_MAX;
 }
 
 struct emu_event {

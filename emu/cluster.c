@@ -77,6 +77,24 @@ int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
 			 "efficiency in (0, 1]");
 		return -1;
 	}
+	if (cfg->nslow < 0 || cfg->nslow > EMU_MAX_SLOW) {
+		snprintf(buf, n, "at most %d slowdowns can be injected, not %d", EMU_MAX_SLOW,
+			 cfg->nslow);
+		return -1;
+	}
+	for (int i = 0; i < cfg->nslow; i++) {
+		const struct emu_slow *s = &cfg->slow[i];
+
+		if (!(s->x >= 1 && s->x <= 1e6) ||
+		    (s->dev >= 0 ? s->dev >= cfg->ndev : s->node < 0 || s->node >= t->nodes)) {
+			snprintf(buf, n,
+				 "a slowdown needs a device below %d or a node below %d and a "
+				 "factor "
+				 "from 1 to 1e6 (got device %d, node %d, %g)",
+				 cfg->ndev, t->nodes, s->dev, s->node, s->x);
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -111,6 +129,12 @@ struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
 			emu_die("pthread_cond_init failed");
 	}
 	c->fault_kind = -1;
+	c->node_slow = emu_xmalloc((size_t)cfg->topo.nodes * sizeof *c->node_slow);
+	for (int n = 0; n < cfg->topo.nodes; n++)
+		c->node_slow[n] = 1;
+	for (int i = 0; i < cfg->nslow; i++)
+		if (cfg->slow[i].dev < 0)
+			c->node_slow[cfg->slow[i].node] *= cfg->slow[i].x;
 	c->nrun = cfg->ndev;
 	c->chan_nbuckets = CHAN_BUCKETS;
 	c->chan_tab = emu_xcalloc(c->chan_nbuckets, sizeof *c->chan_tab);
@@ -159,6 +183,12 @@ static void dev_reset_results(struct emu_dev *d)
 	d->flops = 0;
 	d->compute_ns = 0;
 	d->fault_calls = 0;
+	free(d->dead);
+	d->dead = NULL;
+	d->slow = 1;
+	for (int i = 0; i < d->c->cfg.nslow; i++)
+		if (d->c->cfg.slow[i].dev == d->id)
+			d->slow *= d->c->cfg.slow[i].x;
 	trace_reset(d);
 }
 
@@ -191,6 +221,7 @@ void emu_cluster_free(struct emu_cluster *c)
 	pthread_cond_destroy(&c->rq_cond);
 	free(c->chan_tab);
 	free(c->rep);
+	free(c->node_slow);
 	free(c->devs);
 	free(c->err_report);
 	free(c);
@@ -321,6 +352,24 @@ int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 	err = dev_vfail(d, err, fmt, ap);
 	va_end(ap);
 	return err;
+}
+
+int emu_dev_die(struct emu_dev *d, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&d->c->lock);
+	free(d->dead);
+	d->dead = emu_xmalloc((size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(d->dead, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&d->c->lock);
+	return 0;
 }
 
 int emu_dev_fail(struct emu_dev *d, const char *fmt, ...)
@@ -466,7 +515,7 @@ static void describe_wait(struct emu_str *s, struct emu_cluster *c, const struct
 		emu_str_addf(s, "%s device %d", first ? "" : ",", p->id);
 		first = 0;
 		if (p->finished)
-			emu_str_addf(s, " (returned)");
+			emu_str_addf(s, p->dead ? " (dead)" : " (returned)");
 		else if (p->blocked)
 			emu_str_addf(s, " (blocked in %s)",
 				     coll_op_name(p->wait_op->arg[p->wait_member].kind));
@@ -506,6 +555,29 @@ static char *group_mismatch_report(struct emu_cluster *c)
 	return NULL;
 }
 
+static int any_dead(const struct emu_cluster *c)
+{
+	for (int i = 0; i < c->cfg.ndev; i++)
+		if (c->devs[i].dead)
+			return 1;
+	return 0;
+}
+
+/* "device D died: why" for each dead device (the first few); whether there is one. */
+static int describe_dead(struct emu_str *s, const struct emu_cluster *c)
+{
+	int n = 0;
+
+	for (int i = 0; i < c->cfg.ndev; i++) {
+		if (!c->devs[i].dead)
+			continue;
+		if (n++ < REPORT_MAX_DEVS)
+			emu_str_addf(s, "%sdevice %d died: %s", n > 1 ? "; " : "", i,
+				     c->devs[i].dead);
+	}
+	return n > 0;
+}
+
 static void check_deadlock_locked(struct emu_cluster *c)
 {
 	struct emu_str s = {0};
@@ -529,8 +601,12 @@ static void check_deadlock_locked(struct emu_cluster *c)
 	}
 	for (int i = 0; i < c->cfg.ndev; i++)
 		nfinished += c->devs[i].finished;
-	emu_str_addf(&s, "deadlock: no device can make progress (%d blocked, %d returned)",
-		     c->nblocked, nfinished);
+	if (describe_dead(&s, c))
+		emu_str_addf(&s, "; the devices that need it wait (%d blocked, %d returned):",
+			     c->nblocked, nfinished);
+	else
+		emu_str_addf(&s, "deadlock: no device can make progress (%d blocked, %d returned)",
+			     c->nblocked, nfinished);
 	for (int i = 0; i < c->cfg.ndev; i++) {
 		struct emu_dev *d = &c->devs[i];
 
@@ -544,7 +620,7 @@ static void check_deadlock_locked(struct emu_cluster *c)
 		emu_str_addf(&s, "\n  device %d: ", d->id);
 		describe_wait(&s, c, d);
 	}
-	cluster_fail_locked(c, EMU_EDEADLOCK, -1, s.s);
+	cluster_fail_locked(c, any_dead(c) ? EMU_EDEVICE : EMU_EDEADLOCK, -1, s.s);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -631,11 +707,11 @@ void *dev_main(void *p)
 	trace_add_mem(d);
 	rc = c->fn(d, c->fn_arg);
 	/* Requests the function left unwaited: wait for them (their peers may need this
-	 * device's data) when it succeeded, drop them when it failed. */
+	 * device's data) when it succeeded, drop them when it failed or died. */
 	while (d->reqs) {
 		struct coll_req *r = d->reqs;
 
-		if (rc == 0) {
+		if (rc == 0 && !d->dead) {
 			rc = coll_wait(d, r);
 		} else {
 			d->reqs = r->next;
@@ -716,6 +792,15 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 		pthread_attr_destroy(&attr);
 	}
 	c->wall_ns = emu_wall_ns() - t0;
+	if (!c->err && any_dead(c)) { /* the others finished without it */
+		struct emu_str s = {0};
+
+		describe_dead(&s, c);
+		emu_str_addf(&s, "; the other devices finished without it");
+		c->err = EMU_EDEVICE;
+		c->err_dev = -1;
+		c->err_report = s.s;
+	}
 
 	for (int i = 0; i < n; i++)
 		mem_release_all(&c->devs[i]);

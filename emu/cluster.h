@@ -56,14 +56,25 @@ enum emu_stream {
  * calibrated against measurements. */
 enum emu_cost { EMU_COST_ROOFLINE, EMU_COST_CALIBRATED };
 
+/* A slowdown injected into a run (pemu's --inject-fault): device dev's kernels last x
+ * times as long, or (dev -1) every collective and message of a group with a member on
+ * node lasts x times as long (the largest factor of its members' nodes). */
+struct emu_slow {
+	int dev, node;
+	double x;
+};
+#define EMU_MAX_SLOW 16
+
 struct emu_config {
 	struct topo topo;   /* the hardware */
 	enum emu_cost cost; /* the cost model */
-	int ndev;           /* devices to start: the first ndev of the topology */
-	int dry_run;        /* 1: no data, only shapes, time and memory accounting */
-	uint64_t mem_cap;   /* bytes per device; 0: the GPU's HBM size */
-	double pace;        /* >0: wall clock follows virtual clock * pace (a demo aid) */
-	int trace;          /* 1: record every op for trace_write_json / trace_timeline */
+	int nslow;          /* slowdowns injected */
+	struct emu_slow slow[EMU_MAX_SLOW];
+	int ndev;         /* devices to start: the first ndev of the topology */
+	int dry_run;      /* 1: no data, only shapes, time and memory accounting */
+	uint64_t mem_cap; /* bytes per device; 0: the GPU's HBM size */
+	double pace;      /* >0: wall clock follows virtual clock * pace (a demo aid) */
+	int trace;        /* 1: record every op for trace_write_json / trace_timeline */
 	/* Host threads that run the devices, each device a user-level context on them: 0
 	 * (the default) one per online core in execute mode and one in dry-run, N > 0 that
 	 * many (never more than the devices that run); -1 one OS thread per device
@@ -132,6 +143,13 @@ int emu_dev_id(const struct emu_dev *d);
 int emu_dev_count(const struct emu_dev *d);
 int emu_dev_dry_run(const struct emu_dev *d);
 const struct topo *emu_dev_topo(const struct emu_dev *d);
+
+/* The device dies (a fault injected): it takes no further part, and its function must
+ * return right after (its posted requests are dropped). The peers that need it block,
+ * and the run fails with EMU_EDEVICE and a report naming it, why (printf format) and
+ * what every blocked device waits for; a run whose other devices finish without it
+ * fails too. 0. */
+int emu_dev_die(struct emu_dev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Fails this device with a report (printf format); returns EMU_EDEVICE for the device
  * function to return. Wakes every device that waits. */

@@ -229,13 +229,26 @@ static int64_t p2p_ns(const struct wire *l, uint64_t S)
 	return proto_ns(l, 1, 1, S, 1);
 }
 
-/* A send of S bytes over link class link, its fixed cost included (as coll_op_resolve
- * times it). */
-static int64_t send_ns(const struct emu_cluster *c, int link, uint64_t S)
+/* The injected slowdown of the links of ch's members' nodes: the largest. */
+static double links_slow(const struct emu_cluster *c, const struct emu_group *ch)
 {
-	struct wire w = wire_of(c, &c->cfg.topo.link[link]);
+	double x = 1;
 
-	return emu_time_add(w.base, p2p_ns(&w, S));
+	for (int i = 0; c->cfg.nslow && i < ch->n; i++) {
+		double y = c->node_slow[topo_node(&c->cfg.topo, ch->devs[i])];
+
+		x = y > x ? y : x;
+	}
+	return x;
+}
+
+/* A send of S bytes over ch, its fixed cost and slowdown included (as coll_op_resolve
+ * times it). */
+static int64_t send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S)
+{
+	struct wire w = wire_of(c, &c->cfg.topo.link[ch->link]);
+
+	return emu_time_scale(emu_time_add(w.base, p2p_ns(&w, S)), links_slow(c, ch));
 }
 
 int coll_op_resolve(struct emu_cluster *c, struct op *op)
@@ -315,7 +328,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	if (n == 1)
 		dur = 0; /* nothing crosses a link */
 	else if (a->kind != OP_BARRIER)
-		dur = emu_time_add(dur, l->base); /* (the roofline's 0) */
+		dur = emu_time_scale(emu_time_add(dur, l->base), /* (the roofline's base 0) */
+				     links_slow(c, op->ch));
 	op->bytes = S;
 	op->t_end = emu_time_add(op->t_start, dur);
 	if (c->cfg.dry_run)
@@ -729,7 +743,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
 		r->eager_end = emu_time_add(
 			arg->t_issue,
-			send_ns(d->c, ch->link, (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
+			send_ns(d->c, ch, (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
 		st->t = r->eager_end;
 	} else {
 		st->pending = r;
@@ -756,7 +770,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	const struct op *op = r->op;
 	const struct op_arg *a = &op->arg[r->member];
 	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes;
-	int64_t t0 = r->eager_end - send_ns(d->c, op->ch->link, S);
+	int64_t t0 = r->eager_end - send_ns(d->c, op->ch, S);
 
 	r->resolved = 1;
 	stats_add(d, OP_SEND, r->tag, S, r->eager_end - t0);

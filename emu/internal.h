@@ -217,6 +217,8 @@ struct emu_dev {
 	char *err_report; /* its report, malloc'd */
 	int64_t wall_t0;  /* wall clock at the start of the run, for pacing */
 	int fault_calls;  /* calls of the fault plan's collective so far this run */
+	char *dead;       /* why it died (emu_dev_die), malloc'd, or NULL */
+	double slow;      /* its kernels' slowdown (emu_config.slow), 1 if none */
 };
 
 struct emu_cluster {
@@ -230,6 +232,7 @@ struct emu_cluster {
 	int err;              /* the run's error (enum emu_err) */
 	char *err_report;     /* its report */
 	int err_dev;          /* device whose own error it is, -1 for cluster-level */
+	double *node_slow;    /* [nodes] the links' slowdown of each node (emu_config.slow) */
 
 	struct emu_group **chan_tab; /* hash table of channels */
 	size_t chan_nbuckets;

@@ -26,6 +26,9 @@ const struct cli_opt cli_cluster_opts[] = {
 	{"gpu-flops", 0, 1, CLI_GPU_FLOPS, "X", "peak FLOP/s of a GPU, e.g. 312e12"},
 	{"gpu-efficiency", 0, 1, CLI_GPU_EFF, "X",
 	 "fraction of peak a GEMM reaches under the roofline (default 0.7)"},
+	{"inject-fault", 0, 1, CLI_INJECT_FAULT, "SPEC",
+	 "repeatable: fail:DEV@STEP (the device dies as the step begins), slow:DEV:X (its "
+	 "kernels X times slower), link:NODE:X (the node's links X times slower)"},
 	{"cost-model", 0, 1, CLI_COST_MODEL, "MODEL",
 	 "roofline (default: the data sheets, one GEMM efficiency) or calibrated (GEMM tiles "
 	 "and waves, measured ceilings, NCCL's achieved bus bandwidth and latency)"},
@@ -170,6 +173,13 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val)
 	case CLI_JSON:
 		cc->json = 1;
 		return 1;
+	case CLI_INJECT_FAULT:
+		if (cc->nfaults == EMU_MAX_SLOW) {
+			fprintf(stderr, "--inject-fault: at most %d faults\n", EMU_MAX_SLOW);
+			exit(CLI_EXIT_USAGE);
+		}
+		cc->faults[cc->nfaults++] = val;
+		return 1;
 	default:
 		if (id < CLI_CLUSTER || id > CLI_JSON)
 			return 0;
@@ -187,6 +197,52 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 	if (lat && units_parse_time(lat, &l->lat_ns))
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
+}
+
+/* One --inject-fault SPEC: a slowdown into cc->cfg, a failure into cc->fail. */
+static void parse_fault(struct cli_cluster *cc, const struct cli *c, const char *spec)
+{
+	char kind[8], rest;
+	int a, b, n = 0;
+	double x;
+
+	if (sscanf(spec, "%7[a-z]:%d@%d%c", kind, &a, &b, &rest) == 3 && !strcmp(kind, "fail")) {
+		cc->fail[cc->nfail].dev = a;
+		cc->fail[cc->nfail++].step = b;
+		return;
+	}
+	if (sscanf(spec, "%7[a-z]:%d:%lf%n", kind, &a, &x, &n) == 3 && !spec[n] &&
+	    (!strcmp(kind, "slow") || !strcmp(kind, "link"))) {
+		struct emu_slow *s = &cc->cfg.slow[cc->cfg.nslow++];
+
+		*s = (struct emu_slow){!strcmp(kind, "slow") ? a : -1, a, x};
+		if (a < 0)
+			cli_fail(c, "--inject-fault %s: devices and nodes count from 0", spec);
+		if (!(x >= 1 && x <= 1e6))
+			cli_fail(c, "--inject-fault %s: the factor must be from 1 to 1e6", spec);
+		return;
+	}
+	cli_fail(c,
+		 "--inject-fault: '%s' is not fail:DEV@STEP, slow:DEV:X or link:NODE:X (for "
+		 "example fail:3@2, slow:1:2.5, link:0:4)",
+		 spec);
+}
+
+void cli_cluster_faults(const struct cli_cluster *cc, const struct cli *c, struct run_cfg *cfg)
+{
+	cfg->nfail = cc->nfail;
+	for (int i = 0; i < cc->nfail; i++) {
+		if (cc->fail[i].dev < 0 || cc->fail[i].dev >= cfg->mesh.world ||
+		    cc->fail[i].step < 1 || cc->fail[i].step > cfg->steps)
+			cli_fail(c,
+				 "--inject-fault fail:%d@%d: the run has devices 0 to %d and steps "
+				 "1 "
+				 "to %d",
+				 cc->fail[i].dev, cc->fail[i].step, cfg->mesh.world - 1,
+				 cfg->steps);
+		cfg->fail[i].dev = cc->fail[i].dev;
+		cfg->fail[i].step = cc->fail[i].step;
+	}
 }
 
 void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest)
@@ -257,6 +313,8 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 			cli_fail(c, "--cost-model: '%s' is not roofline or calibrated",
 				 OV(CLI_COST_MODEL));
 	}
+	for (int i = 0; i < cc->nfaults; i++)
+		parse_fault(cc, c, cc->faults[i]);
 	if (OV(CLI_HBM_BW)) {
 		uint64_t bw;
 
@@ -285,6 +343,18 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 			 devices, cfg->topo.nodes, cfg->topo.nodes == 1 ? "" : "s",
 			 cfg->topo.gpus_per_node, topo_ndev(&cfg->topo),
 			 cc->nodes_given ? "; raise --nodes" : "");
+	for (int i = 0; i < cfg->nslow; i++) {
+		const struct emu_slow *s = &cfg->slow[i];
+
+		if (s->dev >= cfg->ndev)
+			cli_fail(c, "--inject-fault slow:%d:%g: the run has devices 0 to %d",
+				 s->dev, s->x, cfg->ndev - 1);
+		if (s->dev < 0 && s->node >= cfg->topo.nodes)
+			cli_fail(c, "--inject-fault link:%d:%g: the cluster has node%s 0%s%.0d",
+				 s->node, s->x, cfg->topo.nodes > 1 ? "s" : "",
+				 cfg->topo.nodes > 1 ? " to " : "",
+				 cfg->topo.nodes > 1 ? cfg->topo.nodes - 1 : 0);
+	}
 	if (emu_config_check(cfg, why, sizeof why))
 		cli_fail(c, "%s", why);
 	if (cc->trace_path) { /* before the run, not after it */

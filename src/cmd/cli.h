@@ -11,6 +11,8 @@
 #include "cluster.h"
 #include "util.h"
 
+struct run_cfg;
+
 #define CLI_EXIT_USAGE 2
 
 struct cli_opt {
@@ -60,6 +62,7 @@ enum {
 	CLI_GPU_FLOPS,
 	CLI_GPU_EFF,
 	CLI_COST_MODEL,
+	CLI_INJECT_FAULT,
 	CLI_HBM_BW,
 	CLI_MEM_CAP,
 	CLI_PACE,
@@ -80,6 +83,12 @@ struct cli_cluster {
 	/* Overrides, applied after --cluster whatever the order on the command line. */
 	const char *preset;
 	const char *ov[CLI_JSON - CLI_CLUSTER + 1];
+	/* --inject-fault, repeatable: the slowdowns go into cfg, the failures here */
+	const char *faults[EMU_MAX_SLOW];
+	int nfaults, nfail;
+	struct {
+		int dev, step;
+	} fail[EMU_MAX_SLOW];
 };
 
 void cli_cluster_init(struct cli_cluster *cc);
@@ -88,6 +97,9 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val);
 /* Builds cc->cfg from the preset and overrides; with devices > 0 and no --nodes, uses
  * as many nodes as devices needs. Exits with code 2 on a bad value. */
 void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices);
+/* The --inject-fault failures into cfg (pemu run and verify): each device below the
+ * mesh's world and each step from 1 to cfg->steps, else exits with code 2. */
+void cli_cluster_faults(const struct cli_cluster *cc, const struct cli *c, struct run_cfg *cfg);
 
 /* Execute mode holds the emulated devices' memory as host memory: refuses (exit 2) a run
  * that needs more than 90% of what the host has available, naming the need (need in

@@ -343,6 +343,9 @@ int cmd_coll(int argc, char **argv)
 		cli_fail(&c, "-r %d: the root must be a rank of the group (0..%d)", b->root,
 			 b->n - 1);
 	cli_cluster_finish(&cc, &c, b->n);
+	if (cc.nfail)
+		cli_fail(&c, "--inject-fault fail:DEV@STEP: pemu coll has no steps; a device's "
+			     "failure is for pemu run and verify (slow and link work here)");
 	if (cc.json && csv)
 		cli_fail(&c, "--json and --csv: choose one");
 	if (!cc.cfg.dry_run) { /* the largest size's two buffers on every device */

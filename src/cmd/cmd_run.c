@@ -370,6 +370,7 @@ static int run_or_verify(int argc, char **argv, int verify)
 	if (run_cfg_finish(&cfg, cfg.mesh.world, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	cli_cluster_finish(&cc, &c, cfg.mesh.world);
+	cli_cluster_faults(&cc, &c, &cfg);
 	if (verify && cc.cfg.dry_run)
 		cli_fail(&c, "--dry-run: verify compares numbers, so it runs in execute mode");
 	if (!cc.cfg.dry_run) { /* before the data is loaded or anything allocated */

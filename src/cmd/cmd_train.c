@@ -300,6 +300,9 @@ int cmd_train(int argc, char **argv)
 	if (run_cfg_finish(&cfg, 1, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	cli_cluster_finish(&cc, &c, 1);
+	if (cc.nfail)
+		cli_fail(&c, "--inject-fault fail: pemu train runs the serial model on one device; "
+			     "a device's failure is for pemu run and verify");
 	if (!cc.cfg.dry_run) {
 		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 0, 1, &largest);
 

@@ -59,11 +59,15 @@ struct run_cfg {
 				       * needs it, and run_cfg_finish sets it then */
 	int mlp_chunks;               /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;        /* data-parallel gradient buckets */
-	int grad_after_bwd;           /* --no-overlap-grad-reduce (ZeRO 0-1): the gradients
-				       * reduced after backward (Megatron's default), not each
-				       * bucket as backward finishes it (pemu's) */
-	const struct data *data;      /* NULL in dry-run */
-	int log_every;                /* print a progress line every this many steps; 0: quiet */
+	int nfail;                    /* --inject-fault fail:DEV@STEP: device dev dies as */
+	struct {                      /* step (from 1) begins */
+		int dev, step;
+	} fail[16];
+	int grad_after_bwd;      /* --no-overlap-grad-reduce (ZeRO 0-1): the gradients
+				  * reduced after backward (Megatron's default), not each
+				  * bucket as backward finishes it (pemu's) */
+	const struct data *data; /* NULL in dry-run */
+	int log_every;           /* print a progress line every this many steps; 0: quiet */
 	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
 	int stop_diverged; /* stop when the loss is no longer finite (pemu run, as run_cfg_init
 			    * sets); verify runs on, to compare with the reference */

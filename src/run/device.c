@@ -208,6 +208,15 @@ static int route_and_expert_groups(struct emu_dev *d, const struct run_cfg *cfg,
 	return rc;
 }
 
+/* Whether an injected fault kills device id as step (from 1) begins. */
+static int fails_at(const struct run_cfg *cfg, int id, int step)
+{
+	for (int i = 0; i < cfg->nfail; i++)
+		if (cfg->fail[i].dev == id && cfg->fail[i].step == step)
+			return 1;
+	return 0;
+}
+
 static int par_device(struct emu_dev *d, void *arg)
 {
 	struct job *j = arg;
@@ -294,6 +303,13 @@ static int par_device(struct emu_dev *d, void *arg)
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0, norm;
+
+		if (fails_at(cfg, id, step + 1)) { /* (the report says what its peers wait for) */
+			emu_dev_die(d, "failed as step %d began (--inject-fault fail:%d@%d)",
+				    step + 1, id, step + 1);
+			rc = 0;
+			goto out;
+		}
 		int keep = pp > 1 && rk.tpr == 0 && rk.dpr == 0 && cpr == 0 &&
 			   step == cfg->steps - 1; /* one device of each stage records */
 
@@ -377,7 +393,10 @@ out:
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o)
 {
 	struct job j = {cfg, o};
-	int pp = cfg->mesh.size[MESH_PP], rc, fold = cfg->fold && emu_cluster_config(c)->dry_run;
+	/* (faults make devices unlike their mirrors: not folded) */
+	int pp = cfg->mesh.size[MESH_PP], rc,
+	    fold = cfg->fold && emu_cluster_config(c)->dry_run && !cfg->nfail &&
+		   !emu_cluster_config(c)->nslow;
 	int *rep = fold ? emu_xmalloc((size_t)cfg->mesh.world * sizeof *rep) : NULL;
 
 	if (pp > 1) {
