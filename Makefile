@@ -3,6 +3,8 @@
 #   make run        the default demo
 #   make test       the test suite
 #   make asan/tsan  the test suite under ASan+UBSan / ThreadSanitizer
+#   make fuzz       libFuzzer targets (clang, installed if missing); make fuzz-run runs
+#                   each for FUZZ_SECONDS (20) from its seeds
 #   make bench      benchmarks (CSV + summary into build/bench/)
 #   make plots      PNG plots from the benchmark CSV (gnuplot, installed if missing)
 #   make format     clang-format every source; make format-check only checks
@@ -30,7 +32,7 @@ WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototyp
 # has written it (make restarts when an included makefile was remade, before it builds
 # anything), so the flags are right on the first try on a fresh machine, -j or not. Goals
 # that compile nothing (or only call make again) leave the packages alone.
-NOPKG_GOALS := deps build-deps format format-check clean asan tsan
+NOPKG_GOALS := deps build-deps format format-check clean asan tsan fuzz fuzz-run
 ifneq ($(filter-out $(NOPKG_GOALS),$(or $(MAKECMDGOALS),all)),)
 include $(BUILD)/pkg.mk
 endif
@@ -47,10 +49,10 @@ TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:%.c=$(BUILD)/%)
-FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch])
+FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] tests/fuzz/*.c bench/*.[ch])
 
-.PHONY: all run test golden-capture asan tsan bench plots deps build-deps format format-check \
-        install clean
+.PHONY: all run test golden-capture asan tsan fuzz fuzz-run bench plots deps build-deps format \
+        format-check install clean
 .SECONDARY:
 
 all: $(BUILD)/pemu $(TESTS) $(BENCHES)
@@ -102,6 +104,33 @@ asan:
 
 tsan:
 	PEMU_TEST_SCALE=small $(MAKE) BUILD=build/tsan OPT=-O1 SANFLAGS="-fsanitize=thread" test
+
+# Fuzzing (tests/fuzz/*.c, libFuzzer): the command-line parser, the size, time and
+# bandwidth parsers and the schedule checker, built by clang under ASan+UBSan into
+# build/fuzz/fuzz-NAME; fuzz-run runs each from tests/fuzz/seeds/NAME (its corpus grows in
+# build/fuzz/corpus-NAME) and fails on the first crash, which it leaves as a crash-* file.
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
+FUZZ_SECONDS ?= 20
+$(BUILD)/fuzz-%: tests/fuzz/%.c $(BUILD)/libpemu.a
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -o $@ $^ $(LDLIBS_ALL)
+
+fuzz:
+	@sh tests/fuzz/deps.sh
+	$(MAKE) BUILD=build/fuzz CC=clang OPT=-O1 \
+	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+	  $(FUZZ_TARGETS:%=build/fuzz/fuzz-%)
+
+fuzz-run: fuzz
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/corpus-$$t; echo "fuzz-run: $$t for $(FUZZ_SECONDS) s"; \
+	  OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 build/fuzz/fuzz-$$t \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -close_fd_mask=3 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/crash-$$t- build/fuzz/corpus-$$t tests/fuzz/seeds/$$t \
+	    2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|Test unit written"; \
+	  if ls build/fuzz/crash-$$t-* >/dev/null 2>&1; then \
+	    echo "fuzz-run: $$t crashed: build/fuzz/crash-$$t-*" >&2; exit 1; fi; \
+	done; echo "fuzz-run: no crash"
 
 bench: $(BUILD)/pemu $(BENCHES)
 	@mkdir -p $(BUILD)/bench/out

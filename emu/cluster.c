@@ -325,6 +325,9 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report)
 }
 
 static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+
+static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
 {
 	struct emu_str s = {0};
 	va_list ap2;

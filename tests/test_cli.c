@@ -14,6 +14,9 @@
 
 #include <math.h>
 
+#include "cmd/cli.h"
+#include "cmd/cmd.h"
+
 /* Runs "pemu args", capturing stdout (or stderr with err set) into out; returns the exit
  * code. */
 static int run(const char *args, int err, char *out, size_t n)
@@ -595,10 +598,51 @@ static void test_coll_oom_is_a_report(void **state)
 	assert_non_null(strstr(out, "cap 104857600 bytes"));
 }
 
+/* The parser the fuzzer drives (tests/fuzz/cli.c): cmd_run_parse reads a command line
+ * without running it, and a refusal goes through cli_exit_hook, back to the caller with
+ * code 2, where the program would have exited. */
+static jmp_buf parse_back;
+
+static void parse_refused(int code)
+{
+	longjmp(parse_back, code);
+}
+
+static void test_parse_only(void **state)
+{
+	char *good[] = {"run", "--model", "tiny", "--dp", "2", "--tp", "2", NULL};
+	char *bad[] = {"run", "--model", "tiny", "--tp", "3", NULL};
+	volatile int refused = 0;
+
+	(void)state;
+	cli_exit_hook = parse_refused;
+	switch (setjmp(parse_back)) {
+	case 0:
+		assert_int_equal(cmd_run_parse(7, good, 0), 0);
+		break;
+	default:
+		refused = 1;
+	}
+	assert_int_equal(refused, 0);
+	switch (setjmp(parse_back)) {
+	case 0:
+		cmd_run_parse(5, bad, 0);
+		break;
+	case CLI_EXIT_USAGE:
+		refused = 2;
+		break;
+	default:
+		refused = 3;
+	}
+	assert_int_equal(refused, 2);
+	cli_exit_hook = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_parse_only),
 		cmocka_unit_test(test_help),
 		cmocka_unit_test(test_coll_checks_every_op),
 		cmocka_unit_test(test_coll_json),

@@ -45,6 +45,8 @@ const struct cli_opt cli_cluster_opts[] = {
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
+void (*cli_exit_hook)(int code);
+
 void cli_fail(const struct cli *c, const char *fmt, ...)
 {
 	va_list ap;
@@ -54,6 +56,8 @@ void cli_fail(const struct cli *c, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	if (cli_exit_hook)
+		cli_exit_hook(CLI_EXIT_USAGE);
 	exit(CLI_EXIT_USAGE);
 }
 
@@ -173,12 +177,10 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val)
 	case CLI_JSON:
 		cc->json = 1;
 		return 1;
-	case CLI_INJECT_FAULT:
-		if (cc->nfaults == EMU_MAX_SLOW) {
-			fprintf(stderr, "--inject-fault: at most %d faults\n", EMU_MAX_SLOW);
-			exit(CLI_EXIT_USAGE);
-		}
-		cc->faults[cc->nfaults++] = val;
+	case CLI_INJECT_FAULT: /* (more than the room: refused by cli_cluster_finish) */
+		if (cc->nfaults < EMU_MAX_SLOW)
+			cc->faults[cc->nfaults] = val;
+		cc->nfaults++;
 		return 1;
 	default:
 		if (id < CLI_CLUSTER || id > CLI_JSON)
@@ -313,6 +315,8 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 			cli_fail(c, "--cost-model: '%s' is not roofline or calibrated",
 				 OV(CLI_COST_MODEL));
 	}
+	if (cc->nfaults > EMU_MAX_SLOW)
+		cli_fail(c, "--inject-fault: at most %d faults, not %d", EMU_MAX_SLOW, cc->nfaults);
 	for (int i = 0; i < cc->nfaults; i++)
 		parse_fault(cc, c, cc->faults[i]);
 	if (OV(CLI_HBM_BW)) {

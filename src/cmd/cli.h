@@ -36,6 +36,9 @@ struct cli {
  * option, a missing value or a stray argument exits with code 2. */
 int cli_next(struct cli *c, const char **val);
 
+/* Called by cli_fail in place of exit when set (a fuzzer's: it must not return). */
+extern void (*cli_exit_hook)(int code);
+
 /* Prints a one-line error "prog: message" and exits with code 2. */
 EMU_NORETURN void cli_fail(const struct cli *c, const char *fmt, ...) EMU_PRINTF(2, 3);
 

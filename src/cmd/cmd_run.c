@@ -329,50 +329,77 @@ out: /* the trace and the timeline, of a failed run too: up to the failure */
 	return rc ? 1 : 0;
 }
 
-static int run_or_verify(int argc, char **argv, int verify)
+/* The command line into cfg, mo and cc, checked; 1 if --help printed the usage. */
+static int parse(int argc, char **argv, int verify, struct run_cfg *cfg, struct cli_model *mo,
+		 struct cli_cluster *cc, struct cli *c)
 {
-	struct cli c = {.prog = verify ? "pemu verify" : "pemu run",
-			.argc = argc,
-			.argv = argv,
-			.i = 1,
-			.opts = {cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
-	struct run_cfg cfg;
-	struct cli_model mo;
 	struct cli_par po;
-	struct cli_cluster cc;
 	const char *v;
 	char err[512];
-	int id, rc;
+	int id;
 
-	run_cfg_init(&cfg);
-	cli_model_init(&mo);
+	*c = (struct cli){.prog = verify ? "pemu verify" : "pemu run",
+			  .argc = argc,
+			  .argv = argv,
+			  .i = 1,
+			  .opts = {cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
+	run_cfg_init(cfg);
+	cli_model_init(mo);
 	cli_par_init(&po);
-	cli_cluster_init(&cc);
-	while ((id = cli_next(&c, &v))) {
-		if (cli_cluster_opt(&cc, id, v) || cli_model_opt(&mo, &cfg, &c, id, v) ||
-		    cli_par_opt(&po, &cfg, &c, id, v))
+	cli_cluster_init(cc);
+	while ((id = cli_next(c, &v))) {
+		if (cli_cluster_opt(cc, id, v) || cli_model_opt(mo, cfg, c, id, v) ||
+		    cli_par_opt(&po, cfg, c, id, v))
 			continue;
 		if (id == CLI_MODEL_HELP) {
 			usage(stdout);
-			return 0;
+			return 1;
 		}
 	}
-	cli_model_finish(&mo, &cfg, &c, cc.cfg.dry_run);
-	if (mo.sample)
-		cli_fail(&c, "--sample: only pemu train generates text");
-	cli_par_finish(&po, &cfg);
-	if (verify && !cfg.steps) /* verify compares a few steps (docs/formulas.md, Verification) */
-		cfg.steps = 3;
+	cli_model_finish(mo, cfg, c, cc->cfg.dry_run);
+	if (mo->sample)
+		cli_fail(c, "--sample: only pemu train generates text");
+	cli_par_finish(&po, cfg);
+	if (verify &&
+	    !cfg->steps) /* verify compares a few steps (docs/formulas.md, Verification) */
+		cfg->steps = 3;
 	if (verify) /* it runs on past a loss that is not finite, to say which run went wrong */
-		cfg.stop_diverged = 0;
-	if (cc.json)
-		cfg.log_every = 0;
-	if (run_cfg_finish(&cfg, cfg.mesh.world, err, sizeof err))
-		cli_fail(&c, "%s", err);
-	cli_cluster_finish(&cc, &c, cfg.mesh.world);
-	cli_cluster_faults(&cc, &c, &cfg);
-	if (verify && cc.cfg.dry_run)
-		cli_fail(&c, "--dry-run: verify compares numbers, so it runs in execute mode");
+		cfg->stop_diverged = 0;
+	if (cc->json)
+		cfg->log_every = 0;
+	if (run_cfg_finish(cfg, cfg->mesh.world, err, sizeof err))
+		cli_fail(c, "%s", err);
+	cli_cluster_finish(cc, c, cfg->mesh.world);
+	cli_cluster_faults(cc, c, cfg);
+	if (verify && cc->cfg.dry_run)
+		cli_fail(c, "--dry-run: verify compares numbers, so it runs in execute mode");
+	return 0;
+}
+
+int cmd_run_parse(int argc, char **argv, int verify)
+{
+	struct run_cfg cfg;
+	struct cli_model mo;
+	struct cli_cluster cc;
+	struct cli c;
+	int rc = parse(argc, argv, verify, &cfg, &mo, &cc, &c);
+
+	cli_model_free(&mo);
+	return rc;
+}
+
+static int run_or_verify(int argc, char **argv, int verify)
+{
+	struct run_cfg cfg;
+	struct cli_model mo;
+	struct cli_cluster cc;
+	struct cli c;
+	int rc;
+
+	if (parse(argc, argv, verify, &cfg, &mo, &cc, &c)) {
+		cli_model_free(&mo);
+		return 0;
+	}
 	if (!cc.cfg.dry_run) { /* before the data is loaded or anything allocated */
 		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 1, verify, &largest);
 

@@ -1,0 +1,58 @@
+/* libFuzzer target: pemu run's and verify's command line (cmd/cmd.h's cmd_run_parse) on
+ * argument lists made from the input, one argument a line, the first byte choosing run or
+ * verify. Every refusal goes through cli_fail, which the hook turns into a jump back here:
+ * the parser must refuse or accept, never crash, overflow or hang. Lists naming --trace
+ * are skipped (it creates its file when the command line is read). */
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cli.h"
+#include "cmd/cmd.h"
+
+enum { MAX_ARGS = 64 };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static jmp_buf back;
+
+static void refused(int code)
+{
+	longjmp(back, code);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char *buf, *argv[MAX_ARGS + 1];
+	int argc = 1;
+
+	if (size < 1 || size > 4096)
+		return 0;
+	buf = malloc(size);
+	memcpy(buf, data + 1, size - 1);
+	buf[size - 1] = 0;
+	argv[0] = data[0] & 1 ? "verify" : "run";
+	for (char *p = buf; argc < MAX_ARGS && p < buf + size - 1;) {
+		char *nl = memchr(p, '\n', (size_t)(buf + size - 1 - p));
+
+		if (nl)
+			*nl = 0;
+		argv[argc++] = p;
+		if (strstr(p, "trace")) {
+			free(buf);
+			return 0;
+		}
+		if (!nl)
+			break;
+		p = nl + 1;
+	}
+	argv[argc] = NULL;
+	cli_exit_hook = refused;
+	if (!setjmp(back))
+		(void)cmd_run_parse(argc, argv, data[0] & 1);
+	cli_exit_hook = NULL;
+	free(buf);
+	return 0;
+}
