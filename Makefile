@@ -123,12 +123,14 @@ fuzz:
 
 fuzz-run: fuzz
 	@for t in $(FUZZ_TARGETS); do \
-	  mkdir -p build/fuzz/corpus-$$t; echo "fuzz-run: $$t for $(FUZZ_SECONDS) s"; \
+	  mkdir -p build/fuzz/corpus-$$t; rm -f build/fuzz/crash-$$t-*; \
+	  echo "fuzz-run: $$t for $(FUZZ_SECONDS) s"; \
 	  OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 build/fuzz/fuzz-$$t \
 	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -close_fd_mask=3 -print_final_stats=1 \
 	    -artifact_prefix=build/fuzz/crash-$$t- build/fuzz/corpus-$$t tests/fuzz/seeds/$$t \
-	    2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|Test unit written"; \
-	  if ls build/fuzz/crash-$$t-* >/dev/null 2>&1; then \
+	    > build/fuzz/log-$$t 2>&1; \
+	  grep "stat::number_of_executed_units" build/fuzz/log-$$t; \
+	  if ls build/fuzz/crash-$$t-* >/dev/null 2>&1; then tail -n 60 build/fuzz/log-$$t; \
 	    echo "fuzz-run: $$t crashed: build/fuzz/crash-$$t-*" >&2; exit 1; fi; \
 	done; echo "fuzz-run: no crash"
 

@@ -125,6 +125,7 @@ struct emu_cluster *emu_cluster_new(const struct emu_config *cfg)
 
 		d->c = c;
 		d->id = i;
+		d->slow = 1;
 		if (pthread_cond_init(&d->cond, NULL))
 			emu_die("pthread_cond_init failed");
 	}

@@ -178,8 +178,10 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 
 	if (c->cfg.cost != EMU_COST_CALIBRATED)
 		return (struct wire){0, l->lat_ns, l->lat_ns, l->bw_bytes, l->bw_bytes};
-	return (struct wire){l->base_ns, l->ll_hop_ns, l->hop_ns, l->ll_bw,
-			     bw >= 1 && bw < 1.8e19 ? (uint64_t)bw : l->bw_bytes};
+	bw = bw >= 1 && bw < 1.8e19 ? bw : (double)l->bw_bytes;
+	/* (the low-latency protocol never beats the link: a lower --*-bw bounds it too) */
+	return (struct wire){l->base_ns, l->ll_hop_ns, l->hop_ns,
+			     (double)l->ll_bw < bw ? l->ll_bw : (uint64_t)bw, (uint64_t)bw};
 }
 
 /* steps steps and num S / den bytes over the wire, by the faster protocol. */

@@ -99,6 +99,15 @@ static void test_bad_input(void **state)
 		 "--expert-tensor-parallel-size 2 (each cut over tp)"},
 		{"run --model tiny --cost-model exact",
 		 "--cost-model: 'exact' is not roofline or calibrated"},
+		{"run --model tiny --dp 2 --zero-stage 2 --no-overlap-grad-reduce",
+		 "--no-overlap-grad-reduce with --zero-stage 2: stages 2 and 3 reduce each "
+		 "micro-batch's gradients as backward makes them"},
+		{"coll -g 4 --inject-fault link:1:4",
+		 "--inject-fault link:1:4: the cluster has node 0"},
+		{"run --model tiny --dp 2 --inject-fault fail:2@1",
+		 "--inject-fault fail:2@1: the run has devices 0 to 1"},
+		{"run --model tiny --inject-fault slow:0:0.5",
+		 "--inject-fault slow:0:0.5: the factor must be from 1 to 1e6"},
 		{"run --model tiny --cp 2 --cp-comm-type ring",
 		 "--cp-comm-type: 'ring' is not p2p, all_gather or a2a"},
 		{"run --model tiny --cp 2 --cp-comm-type all_gather --cp-layout contiguous",
@@ -449,6 +458,11 @@ static void test_verify(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"cost_model\":\"calibrated\""));
 	assert_non_null(strstr(out, "\"overlap_grad_reduce\":false"));
+	/* a slowed device in verify: the serial reference runs without the faults */
+	assert_int_equal(run("verify --model tiny --dp 2 --steps 2 --inject-fault slow:1:2", 0, out,
+			     sizeof out),
+			 0);
+	assert_non_null(strstr(out, "verify: PASSED"));
 }
 
 /* A training that diverges: pemu run stops at the step whose loss is not finite, saying

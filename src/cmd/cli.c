@@ -199,6 +199,8 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 	if (lat && units_parse_time(lat, &l->lat_ns))
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
+	if (lat) /* the calibrated model's steps take the latency given too */
+		l->ll_hop_ns = l->hop_ns = l->lat_ns;
 }
 
 /* One --inject-fault SPEC: a slowdown into cc->cfg, a failure into cc->fail. */

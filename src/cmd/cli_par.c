@@ -53,9 +53,10 @@ const struct cli_opt cli_par_opts[] = {
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
 	{"overlap-grad-reduce", 0, 0, CLI_PAR_OVERLAP_GRAD, NULL,
-	 "reduce each gradient bucket as backward finishes it (pemu's default)"},
+	 "reduce each gradient bucket as backward finishes it (pemu's default; a pipeline's "
+	 "are reduced after its schedule)"},
 	{"no-overlap-grad-reduce", 0, 0, CLI_PAR_NO_OVERLAP_GRAD, NULL,
-	 "reduce the gradients after backward (Megatron-LM's default; ZeRO 0-1 without pp)"},
+	 "reduce the gradients after backward (Megatron-LM's default; ZeRO 0-1)"},
 	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
 	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
 	 "interleaved, each one's collectives hidden behind the other's compute)"},

@@ -276,6 +276,9 @@ int cmd_plan(int argc, char **argv)
 	if (run_cfg_finish(&cfg, cfg.mesh.world, err, sizeof err))
 		cli_fail(&c, "%s", err);
 	cli_cluster_finish(&cc, &c, cfg.mesh.world);
+	if (cc.nfail || cc.cfg.nslow)
+		cli_fail(&c, "--inject-fault: pemu plan searches a healthy cluster; faults are for "
+			     "pemu run, verify and coll");
 	r = emu_xcalloc(1, sizeof *r);
 	if ((rc = oases_plan(&cc.cfg, &cfg, r, err, sizeof err))) {
 		fprintf(stderr, "%s\n", err);

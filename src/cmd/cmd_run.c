@@ -288,6 +288,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		e1.topo.nodes = 1;
 		e1.ndev = 1;
 		e1.trace = 0;
+		e1.nslow = 0; /* (the faults are the parallel run's) */
 		one = emu_cluster_new(&e1);
 		run_alloc(&ref, cfg, 1);
 		if ((rc = run_reference(one, cfg, &ref))) {

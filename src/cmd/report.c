@@ -124,7 +124,7 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec),
 		recompute_names[cfg->recompute], cfg->tp_overlap ? "oases" : "none",
 		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes,
-		cfg->grad_after_bwd ? "false" : "true");
+		run_overlaps_grads(cfg) ? "true" : "false");
 	report_cluster_json(f, ecfg);
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",

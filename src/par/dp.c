@@ -270,7 +270,8 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 	s->pg = g->pp;
 	s->dp = dp;
 	s->r = g->dp_rank;
-	s->zero = dp == 1 && zero > 1 ? 1 : zero;
+	/* (one rank: nothing to shard, but experts spread over tp ranks keep their group) */
+	s->zero = dp == 1 && m->pc.edp <= 1 && zero > 1 ? 1 : zero;
 	s->pos = emu_xcalloc((size_t)m->np, sizeof *s->pos);
 	s->b = emu_xcalloc((size_t)m->np, sizeof *s->b);
 	for (int k = 0; k < m->np; k++) {

@@ -43,20 +43,22 @@ int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char 
 		    float *db, const float *dy, const float *x, int M, int K, int N);
 
 /* A MoE layer's routing of x (its ln2 rows) with router weights wr into a: the model's
- * own (moe_route), or under context parallelism the micro-batch's, its counts exchanged
- * over the cp group (par/moe_route.c). 0 or the collective's error. */
+ * own (moe_route), or where the micro-batch's tokens are spread over ranks (cp, or each
+ * rank's own rows over tp x cp) the micro-batch's, its counts exchanged over that group
+ * (par/moe_route.c). 0 or the collective's error. */
 int par_moe_route(struct par_model *m, const struct par_tp *c, struct par_work *w,
 		  struct moe_acts *a, const float *x, const float *wr);
-/* Under tp (the experts cut over the group, the router replicated) a MoE layer's router
- * sees partial expert outputs: rank 0 alone adds the aux loss's gradient, and the router
- * gradient of a micro-batch, written into w->drouter, is summed over the group here
- * before it joins the accumulated one (nothing with t = 1, where it went there). */
+/* Under tp the router is replicated and each rank's gradient of it is partial (partial
+ * expert outputs, or, its own rows routed, its own tokens; par_moe_aux_scale says who
+ * adds the aux loss's): the router gradient of a micro-batch, written into w->drouter,
+ * is summed over the group here before it joins the accumulated one (nothing with t = 1,
+ * where it went there). */
 int par_moe_router_sum(struct par_model *m, const struct par_tp *c, struct par_work *w, int l);
 /* The scale of the aux loss's gradient in a MoE layer's backward of scale: the rank's
  * whole share when it routes its own tokens, rank 0's alone when the tokens are the tp
  * group's, undoing the device loop's division by cp (par/moe_route.c). */
 float par_moe_aux_scale(const struct par_model *m, const struct par_tp *c, float scale);
-/* The floats of the routing's counts, par_work.route_cnt (cp > 1). */
+/* The floats of the routing's counts, par_work.route_cnt (route_n > 1). */
 size_t par_moe_route_floats(const struct par_model *m);
 
 /* The tables (par/layer.h). */

@@ -255,7 +255,8 @@ struct par_work {
 	struct tensor ep[5];         /* expert parallelism's row buffers (par/ep.c) */
 	struct tensor ep_dh, ep_dpre; /* (ep cap, f): an expert's backward scratch */
 	struct tensor ep_meta;        /* routing and counts sent between ranks */
-	struct tensor route_cnt;      /* cp: every cp rank's routing counts (par/moe_route.c) */
+	struct tensor route_cnt;      /* the routing counts of every rank routing the
+				       * micro-batch (cp, tp x cp; par/moe_route.c) */
 	struct moe_scratch moe_scratch;
 	const float *sum;     /* forward: the rows the region's exit summed */
 	const float *g;       /* backward: the rows a row-parallel layer reads */

@@ -332,6 +332,11 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 	return 0;
 }
 
+int run_overlaps_grads(const struct run_cfg *cfg)
+{
+	return cfg->zero >= 2 || (!cfg->grad_after_bwd && cfg->mesh.size[MESH_PP] == 1);
+}
+
 enum run_ep_mode run_ep_mode(const struct run_cfg *cfg)
 {
 	int tp = cfg->mesh.size[MESH_TP];
@@ -509,6 +514,15 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	if (cfg->ep > 1 && check_ep(cfg, err, n))
 		return -1;
+	if (cfg->grad_after_bwd && cfg->zero >= 2) {
+		snprintf(
+			err, n,
+			"--no-overlap-grad-reduce with --zero-stage %d: stages 2 and 3 reduce each "
+			"micro-batch's gradients as backward makes them; the flag is for stages 0 "
+			"and 1",
+			cfg->zero);
+		return -1;
+	}
 	if (cfg->mlp_chunks > 1 && pp > 1 &&
 	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {
 		snprintf(err, n,

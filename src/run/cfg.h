@@ -101,6 +101,11 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
  * Rules are tried in a fixed order; the first broken one is reported. */
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
 
+/* Whether cfg's data-parallel gradients are reduced while backward runs: ZeRO 2-3 always
+ * (each micro-batch's), stages 0-1 without a pipeline unless --no-overlap-grad-reduce
+ * (a pipeline's are reduced after its schedule). */
+int run_overlaps_grads(const struct run_cfg *cfg);
+
 /* Where cfg's experts go (par/ep.h), Megatron's ETP x EP x EDP grid on the same ranks:
  *   NONE  no expert parallelism (the experts cut over tp as the dense MLP)
  *   TP    whole over the tensor-parallel group (ep = tp > 1, expert tensor-parallel size

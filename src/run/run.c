@@ -170,11 +170,13 @@ static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecf
 	e.dry_run = 1;
 	e.trace = 0;
 	e.pace = 0;
+	e.nslow = 0; /* (the sizing run's memory is the run's whatever the faults) */
 	if (!parallel) {
 		e.topo.nodes = 1;
 		e.ndev = 1;
 	}
 	dry.data = NULL;
+	dry.nfail = 0;
 	dry.steps = 1;
 	dry.log_every = 0;
 	dry.fold = 1;
