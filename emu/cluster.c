@@ -331,17 +331,9 @@ static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
 static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
 {
 	struct emu_str s = {0};
-	va_list ap2;
-	char *msg;
-	int n;
 
-	va_copy(ap2, ap);
-	n = vsnprintf(NULL, 0, fmt, ap2);
-	va_end(ap2);
-	msg = emu_xmalloc((size_t)n + 1);
-	vsnprintf(msg, (size_t)n + 1, fmt, ap);
-	emu_str_addf(&s, "device %d: %s", d->id, msg);
-	free(msg);
+	emu_str_addf(&s, "device %d: ", d->id);
+	emu_str_vaddf(&s, fmt, ap);
 	pthread_mutex_lock(&d->c->lock);
 	cluster_fail_locked(d->c, err, d->id, s.s);
 	pthread_mutex_unlock(&d->c->lock);
@@ -360,18 +352,15 @@ int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 
 int emu_dev_die(struct emu_dev *d, const char *fmt, ...)
 {
+	struct emu_str why = {0};
 	va_list ap;
-	int n;
 
 	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
+	emu_str_vaddf(&why, fmt, ap);
 	va_end(ap);
 	pthread_mutex_lock(&d->c->lock);
 	free(d->dead);
-	d->dead = emu_xmalloc((size_t)n + 1);
-	va_start(ap, fmt);
-	vsnprintf(d->dead, (size_t)n + 1, fmt, ap);
-	va_end(ap);
+	d->dead = why.s;
 	pthread_mutex_unlock(&d->c->lock);
 	return 0;
 }

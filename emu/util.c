@@ -65,20 +65,27 @@ int64_t emu_wall_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void emu_str_vaddf(struct emu_str *str, const char *fmt, va_list ap)
+{
+	va_list ap2;
+	int n;
+
+	va_copy(ap2, ap);
+	n = vsnprintf(NULL, 0, fmt, ap2);
+	va_end(ap2);
+	EMU_ASSERT(n >= 0);
+	emu_grow((void **)&str->s, &str->cap, str->len + (size_t)n + 1, 1);
+	vsnprintf(str->s + str->len, (size_t)n + 1, fmt, ap);
+	str->len += (size_t)n;
+}
+
 void emu_str_addf(struct emu_str *str, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
 
 	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
+	emu_str_vaddf(str, fmt, ap);
 	va_end(ap);
-	EMU_ASSERT(n >= 0);
-	emu_grow((void **)&str->s, &str->cap, str->len + (size_t)n + 1, 1);
-	va_start(ap, fmt);
-	vsnprintf(str->s + str->len, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	str->len += (size_t)n;
 }
 
 uint64_t emu_muldiv_ceil(uint64_t a, uint64_t b, uint64_t c)

@@ -7,6 +7,7 @@
 #ifndef EMU_UTIL_H
 #define EMU_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,7 @@ struct emu_str {
 	size_t cap; /* bytes allocated for s */
 };
 void emu_str_addf(struct emu_str *str, const char *fmt, ...) EMU_PRINTF(2, 3);
+void emu_str_vaddf(struct emu_str *str, const char *fmt, va_list ap) EMU_PRINTF(2, 0);
 
 /* (a * b + c - 1) / c for unsigned 64-bit values, computed without overflow. */
 uint64_t emu_muldiv_ceil(uint64_t a, uint64_t b, uint64_t c);

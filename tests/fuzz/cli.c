@@ -50,8 +50,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	argv[argc] = NULL;
 	cli_exit_hook = refused;
-	if (!setjmp(back))
-		(void)cmd_run_parse(argc, argv, data[0] & 1);
+	/* accepted (0, or 1 for --help), or refused with the usage code: nothing else */
+	switch (setjmp(back)) {
+	case 0:
+		if ((unsigned)cmd_run_parse(argc, argv, data[0] & 1) > 1)
+			abort();
+		break;
+	case CLI_EXIT_USAGE:
+		break;
+	default:
+		abort();
+	}
 	cli_exit_hook = NULL;
 	free(buf);
 	return 0;

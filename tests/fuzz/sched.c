@@ -1,8 +1,9 @@
 /* libFuzzer target: the schedule checker (pipe/schedule.h's sched_check) on action lists
  * made from the input: 4 bytes pick the kind, stages, micro-batches and chunks, then 5
  * bytes an action (its stage, op, micro-batch, block, message and peer, each one past its
- * range at most). The checker must answer, never crash or hang. */
+ * range at most). The checker must answer 0 or -1 with a reason, never crash or hang. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pipe/schedule.h"
@@ -32,7 +33,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		sched_push(&sc, s, a);
 	}
-	(void)sched_check(&sc, err, sizeof err);
+	/* the checker answers 0, or -1 with the violation said */
+	err[0] = 0;
+	switch (sched_check(&sc, err, sizeof err)) {
+	case 0:
+		break;
+	case -1:
+		if (!err[0])
+			abort();
+		break;
+	default:
+		abort();
+	}
 	sched_free(&sc);
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* libFuzzer target: the size, bandwidth, time, integer and number parsers (emu/units.h)
- * on any string; what parses is formatted and must format without overflow. Built and run
+ * on any string; what parses is formatted and must format without overflow, an integer
+ * that parses lies in its range and a number is not NaN (a crash otherwise). Built and run
  * by make fuzz / make fuzz-run (clang). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,9 +26,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		units_fmt_bw(buf, sizeof buf, u);
 	if (!units_parse_time(s, &t))
 		units_fmt_time(buf, sizeof buf, t);
-	(void)units_parse_int(s, -4096, 4096, &l);
-	(void)units_parse_int(s, 1, 1L << 40, &l);
-	(void)units_parse_double(s, &x);
+	/* an integer that parses is inside its range */
+	if (!units_parse_int(s, -4096, 4096, &l) && (l < -4096 || l > 4096))
+		abort();
+	if (!units_parse_int(s, 1, 1L << 40, &l) && (l < 1 || l > 1L << 40))
+		abort();
+	/* a number that parses is a number (the options' range checks compare with it) */
+	if (!units_parse_double(s, &x) && x != x)
+		abort();
 	free(s);
 	return 0;
 }
