@@ -570,7 +570,7 @@ static void test_failed_json(void **state)
 
 /* pemu plan --oases: a plan on a small model over 8 RTX 3090s over PCIe, in JSON; the
  * pemu run command it prints runs the plan it checked (the same step time, to the
- * nanosecond); without --oases it says what is not built. */
+ * nanosecond). */
 static void test_plan_oases(void **state)
 {
 	static char out[65536], out2[65536];
@@ -598,8 +598,43 @@ static void test_plan_oases(void **state)
 	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
 	if (planned <= 0 || ran != planned)
 		fail_msg("the plan's dry-run %.9g s, its pemu run command %.9g s", planned, ran);
+}
+
+/* pemu plan's search in JSON: the pemu run line of its winner runs the figure it ranked
+ * (the same step time, to the nanosecond); no batch is bad input; a cap nothing fits
+ * under is exit 1 with the reason. */
+static void test_plan_search(void **state)
+{
+	static char out[1 << 20], out2[65536];
+	char cmd[1024], *r, *e;
+	double planned, ran;
+
+	(void)state;
+	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 "
+			     "--max-micro-batch-size 2 --commands 1 --json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"command\":\"plan\""));
+	assert_non_null(strstr(out, "\"pruned_by_memory_bound\":"));
+	assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));
+	assert_non_null(r = strstr(r, "\"step_time_s\":"));
+	planned = atof(r + strlen("\"step_time_s\":"));
+	assert_non_null(r = strstr(r, "\"pemu_run\":\"pemu run "));
+	r += strlen("\"pemu_run\":\"pemu ");
+	assert_non_null(e = strchr(r, '"'));
+	*e = '\0';
+	snprintf(cmd, sizeof cmd, "%s --steps 1 --json", r);
+	assert_int_equal(run(cmd, 0, out2, sizeof out2), 0);
+	assert_non_null(r = strstr(out2, "\"time\":{\"step_time_s\":"));
+	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
+	if (planned <= 0 || ran != planned)
+		fail_msg("the plan's winner %.9g s, its pemu run command %.9g s", planned, ran);
 	assert_int_equal(run("plan --model tiny --tp 2", 1, out, sizeof out), 2);
-	assert_non_null(strstr(out, "only Oases's search (--oases)"));
+	assert_non_null(strstr(out, "--global-batch-size is needed"));
+	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 --mem-cap 100K", 0,
+			     out, sizeof out),
+			 1);
+	assert_non_null(strstr(out, "no layout fits in 100.0 KiB a GPU"));
 }
 
 static void test_coll_oom_is_a_report(void **state)
@@ -668,6 +703,7 @@ int main(void)
 		cmocka_unit_test(test_blas_kernels),
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_plan_oases),
+		cmocka_unit_test(test_plan_search),
 		cmocka_unit_test(test_divergence),
 		cmocka_unit_test(test_failed_json),
 		cmocka_unit_test(test_clock_horizon),

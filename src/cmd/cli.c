@@ -372,3 +372,30 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 		fclose(f);
 	}
 }
+
+/* One argument as a shell reads it back: as is if it is plain, else in single quotes;
+ * and with json, escaped for a JSON string. */
+void cli_put_arg(FILE *f, const char *a, int json)
+{
+	int plain = *a != '\0';
+
+	for (const char *p = a; *p; p++)
+		plain &= strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+				"_./:=,+-@%",
+				*p) != NULL;
+	fputc(' ', f);
+	if (!plain)
+		fputc('\'', f);
+	for (const char *p = a; *p; p++) {
+		if (!plain && *p == '\'')
+			fputs("'\\''", f);
+		else if (json && (*p == '"' || *p == '\\'))
+			fprintf(f, "\\%c", *p);
+		else if (json && (unsigned char)*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	if (!plain)
+		fputc('\'', f);
+}

@@ -47,6 +47,10 @@ long cli_int(const struct cli *c, const char *opt, const char *val, long min, lo
 uint64_t cli_size(const struct cli *c, const char *opt, const char *val);
 double cli_double(const struct cli *c, const char *opt, const char *val, double min, double max);
 
+/* One argument as a shell reads it back, after a space: as is if it is plain, else in
+ * single quotes; with json, escaped for a JSON string too. */
+void cli_put_arg(FILE *f, const char *a, int json);
+
 /* Prints the options of a table for --help. */
 void cli_print_opts(FILE *f, const struct cli_opt *opts);
 

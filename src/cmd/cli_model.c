@@ -18,6 +18,8 @@ const struct cli_opt cli_model_opts[] = {
 	{"num-experts", 0, 1, CLI_MODEL_EXPERTS, "N", "experts in each MoE layer (0: dense)"},
 	{"moe-top-k", 0, 1, CLI_MODEL_TOPK, "K", "experts a token is sent to, 1 or 2 (default 2)"},
 	{"moe-router-topk", 0, 1, CLI_MODEL_TOPK, "K", "the same as --moe-top-k (Megatron's name)"},
+	{"moe-layer-freq", 0, 1, CLI_MODEL_MOE_FREQ, "1",
+	 "Megatron's: 1 is every layer MoE (--moe-every 1); its others count from layer 0"},
 	{"moe-every", 0, 1, CLI_MODEL_MOE_EVERY, "N", "every Nth layer is MoE (default 2)"},
 	{"moe-expert-capacity-factor", 0, 1, CLI_MODEL_CAPACITY, "X",
 	 "slots per expert = X * tokens * k / experts; 0 or none: dropless (the MoE presets "
@@ -50,6 +52,9 @@ const struct cli_opt cli_model_opts[] = {
 	{"sample", 0, 1, CLI_MODEL_SAMPLE, "N", "after training, generate N bytes"},
 	{"precision", 0, 1, CLI_MODEL_PRECISION, "fp32|bf16",
 	 "memory and traffic accounting (default fp32, bf16 in dry-run)"},
+	{"bf16", 0, 0, CLI_MODEL_BF16, NULL, "the same as --precision bf16 (Megatron's)"},
+	{"max-position-embeddings", 0, 1, CLI_MODEL_MAX_POS, "N",
+	 "Megatron's position table rows: at least --seq-length (pemu's table has seq-length)"},
 	{"log-interval", 0, 1, CLI_MODEL_LOG, "N", "print every N steps (default: about 30 lines)"},
 	{"help", 'h', 0, CLI_MODEL_HELP, NULL, "this help"},
 	{NULL, 0, 0, 0, NULL, NULL},
@@ -132,6 +137,22 @@ int cli_model_opt(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
 	case CLI_MODEL_PRECISION:
 		m->prec = v;
 		break;
+	case CLI_MODEL_MOE_FREQ:
+		if (strcmp(v, "1"))
+			cli_fail(c,
+				 "--moe-layer-freq: '%s' is not 1; Megatron's other frequencies "
+				 "count from layer 0 and pemu's --moe-every N makes layers N-1, "
+				 "2N-1, "
+				 "... MoE",
+				 v);
+		m->ov[CLI_MODEL_MOE_EVERY] = v;
+		break;
+	case CLI_MODEL_BF16:
+		m->prec = "bf16";
+		break;
+	case CLI_MODEL_MAX_POS:
+		m->max_pos = (int)cli_int(c, "--max-position-embeddings", v, 1, 1 << 22);
+		break;
 	case CLI_MODEL_LOG:
 		cfg->log_every = (int)cli_int(c, "--log-interval", v, 1, 100000000);
 		break;
@@ -206,6 +227,12 @@ void cli_model_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli
 	if (m->vocab)
 		cfg->model.vocab = m->vocab;
 	apply_sizes(m, &cfg->model, c);
+	if (m->max_pos && m->max_pos < cfg->model.seq_len)
+		cli_fail(
+			c,
+			"--max-position-embeddings %d is under --seq-length %d: the position table "
+			"needs a row for every position",
+			m->max_pos, cfg->model.seq_len);
 	if (m->prec) {
 		if (strcmp(m->prec, "fp32") && strcmp(m->prec, "bf16"))
 			cli_fail(c, "--precision: '%s' is not fp32 or bf16", m->prec);

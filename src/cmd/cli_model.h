@@ -41,6 +41,9 @@ enum {
 	CLI_MODEL_SAMPLE,
 	CLI_MODEL_PRECISION,
 	CLI_MODEL_LOG,
+	CLI_MODEL_BF16,
+	CLI_MODEL_MAX_POS,
+	CLI_MODEL_MOE_FREQ,
 	CLI_MODEL_HELP, /* --help, -h: cli_model_opt leaves it to the command */
 };
 extern const struct cli_opt cli_model_opts[];
@@ -52,6 +55,7 @@ struct cli_model {
 	const char *prec;                  /* --precision; NULL: run_cfg_finish's default */
 	const char *data_path;             /* --data; NULL: the built-in corpus */
 	int sample;                        /* --sample N: bytes to generate (pemu train) */
+	int max_pos;                       /* --max-position-embeddings; 0: not given */
 	struct data data;                  /* the corpus cfg->data points at, once loaded */
 };
 

@@ -22,6 +22,10 @@ const struct cli_opt cli_par_opts[] = {
 	 "activation recomputation: none (default), selective (attention scores), full, oases "
 	 "(checkpoints after the tp collectives: none of them run again)"},
 	{"recompute-granularity", 0, 1, CLI_PAR_RECOMPUTE, "MODE", "the same as --recompute"},
+	{"recompute-method", 0, 1, CLI_PAR_RECOMPUTE_METHOD, "uniform",
+	 "Megatron's: pemu's full recomputation is uniform, a layer a group"},
+	{"recompute-num-layers", 0, 1, CLI_PAR_RECOMPUTE_LAYERS, "1",
+	 "Megatron's: layers a recomputed group, 1 in pemu"},
 	{"use-flash-attn", 0, 0, CLI_PAR_FLASH, NULL,
 	 "memory-efficient attention: no (s, s) scores kept, recomputed in backward"},
 	{"mlp-chunks", 0, 1, CLI_PAR_MLP_CHUNKS, "N",
@@ -50,6 +54,8 @@ const struct cli_opt cli_par_opts[] = {
 	 "or allgather (every rank's tokens gathered, outputs reduce-scattered)"},
 	{"zero-stage", 0, 1, CLI_PAR_ZERO, "0-3",
 	 "ZeRO over dp: 1 shards Adam's state, 2 also gradients, 3 also weights (default 0)"},
+	{"use-distributed-optimizer", 0, 0, CLI_PAR_DIST_OPT, NULL,
+	 "Megatron's distributed optimizer: ZeRO stage 1 unless --zero-stage gives more"},
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
 	{"overlap-grad-reduce", 0, 0, CLI_PAR_OVERLAP_GRAD, NULL,
@@ -74,6 +80,7 @@ const struct cli_opt cli_par_opts[] = {
 void cli_par_init(struct cli_par *p)
 {
 	p->dp = p->tp = p->pp = p->cp = p->ep = 1;
+	p->dist_opt = 0;
 }
 
 static int recompute_of(const struct cli *c, const char *v)
@@ -154,6 +161,21 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 	case CLI_PAR_RECOMPUTE:
 		cfg->recompute = (enum par_recompute)recompute_of(c, v);
 		break;
+	case CLI_PAR_RECOMPUTE_METHOD:
+		if (strcmp(v, "uniform"))
+			cli_fail(c,
+				 "--recompute-method: '%s' is not uniform (pemu recomputes every "
+				 "layer, one a group)",
+				 v);
+		break;
+	case CLI_PAR_RECOMPUTE_LAYERS:
+		if (cli_int(c, "--recompute-num-layers", v, 1, 1 << 20) != 1)
+			cli_fail(c, "--recompute-num-layers: pemu recomputes one layer a group, "
+				    "so it is 1");
+		break;
+	case CLI_PAR_DIST_OPT:
+		p->dist_opt = 1;
+		break;
 	case CLI_PAR_FLASH:
 		cfg->flash = 1;
 		break;
@@ -209,4 +231,6 @@ void cli_par_finish(const struct cli_par *p, struct run_cfg *cfg)
 	 * of the devices */
 	mesh_init(&cfg->mesh, p->tp, p->cp, 1, p->dp, p->pp);
 	cfg->ep = p->ep;
+	if (p->dist_opt && cfg->zero < 1)
+		cfg->zero = 1;
 }

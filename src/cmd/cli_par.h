@@ -35,12 +35,16 @@ enum {
 	CLI_PAR_FOLD,
 	CLI_PAR_TP_OVERLAP,
 	CLI_PAR_TP_FIRST,
+	CLI_PAR_DIST_OPT,
+	CLI_PAR_RECOMPUTE_METHOD,
+	CLI_PAR_RECOMPUTE_LAYERS,
 };
 extern const struct cli_opt cli_par_opts[];
 
 /* The mesh's degrees as given (1 when not). */
 struct cli_par {
 	int dp, tp, pp, cp, ep;
+	int dist_opt; /* --use-distributed-optimizer */
 };
 
 void cli_par_init(struct cli_par *p);

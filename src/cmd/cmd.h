@@ -4,6 +4,11 @@
 #ifndef PEMU_CMD_H
 #define PEMU_CMD_H
 
+#include <stdio.h>
+
+struct emu_config;
+struct run_cfg;
+
 int cmd_coll(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_run(int argc, char **argv);
@@ -15,6 +20,27 @@ int cmd_plan(int argc, char **argv);
  * Bad input goes to cli_fail (a fuzzer's cli_exit_hook; the program exits with 2). What
  * it reads is freed before it returns. */
 int cmd_run_parse(int argc, char **argv, int verify);
+/* The same, the configuration it read into *out (finished: run_cfg_finish called; its
+ * data pointer is not to be used). */
+int cmd_run_parse_cfg(int argc, char **argv, int verify, struct run_cfg *out);
+
+/* pemu plan's command lines for a layout, finished cfg: cmd_plan_pemu_run prints the
+ * pemu run line (pemu plan's argv but its own options and the space's, then the
+ * layout's; escaped for a JSON string with json); cmd_plan_megatron_gap says why
+ * Megatron-LM cannot run cfg as pemu does (NULL if it can), and cmd_plan_megatron prints
+ * its line then: torchrun over ec's nodes, pretrain_gpt.py with the model, batch and
+ * layout (the data, tokenizer and optimizer arguments are the user's to add). Megatron
+ * takes the data-parallel size from the world size; pemu run takes --dp. No newline. */
+void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg, int json);
+const char *cmd_plan_megatron_gap(const struct run_cfg *cfg);
+void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_config *ec);
+
+/* pemu plan --oases, after pemu plan has read its options into cfg (not finished), mo
+ * and cc (not finished): Oases's search for tensor-parallel degrees. */
+struct cli;
+struct cli_cluster;
+int cmd_plan_oases(int argc, char **argv, const struct cli *c, struct run_cfg *cfg,
+		   struct cli_cluster *cc);
 
 /* OpenBLAS picks its GEMM kernels from the CPU's model, and on a model it does not know
  * (a recent Xeon, or a virtual machine that hides the model) falls back to its baseline

@@ -377,7 +377,7 @@ static int parse(int argc, char **argv, int verify, struct run_cfg *cfg, struct 
 	return 0;
 }
 
-int cmd_run_parse(int argc, char **argv, int verify)
+int cmd_run_parse_cfg(int argc, char **argv, int verify, struct run_cfg *out)
 {
 	struct run_cfg cfg;
 	struct cli_model mo;
@@ -386,7 +386,14 @@ int cmd_run_parse(int argc, char **argv, int verify)
 	int rc = parse(argc, argv, verify, &cfg, &mo, &cc, &c);
 
 	cli_model_free(&mo);
+	if (out)
+		*out = cfg;
 	return rc;
+}
+
+int cmd_run_parse(int argc, char **argv, int verify)
+{
+	return cmd_run_parse_cfg(argc, argv, verify, NULL);
 }
 
 static int run_or_verify(int argc, char **argv, int verify)

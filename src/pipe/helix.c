@@ -44,12 +44,29 @@
  * task it depends on has finished (no transfer time is modelled here). The stage that
  * can start something earliest starts, of its ready tasks, the forward of the earliest
  * micro-batch (then block), else the backward of the latest micro-batch (then block). */
+/* Whether task (back, mb, j) goes before (cback, cmb, cj) of the same start time on one
+ * stage: forward first; forward by earliest micro-batch then block, backward by latest. */
+static int helix_before(int back, int mb, int j, int cback, int cmb, int cj)
+{
+	if (back != cback)
+		return back < cback;
+	return back ? mb > cmb || (mb == cmb && j > cj) : mb < cmb || (mb == cmb && j < cj);
+}
+
 void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost)
 {
 	int nb = 2 * p * v + 1, left = 2 * m * nb;
 	double *ff = emu_xmalloc((size_t)m * nb * sizeof *ff),
 	       *fb = emu_xmalloc((size_t)m * nb * sizeof *fb);
 	double *free_at = emu_xcalloc((size_t)p, sizeof *free_at);
+	/* the ready tasks: a micro-batch's forward blocks run in order, then its backward
+	 * blocks in reverse, so each has at most one of each ready, the next of its chain */
+	int *fj = emu_xcalloc((size_t)m, sizeof *fj), *bj = emu_xmalloc((size_t)m * sizeof *bj);
+	/* per stage, the best ready task this round: micro-batch (-1: none), block, back,
+	 * start */
+	int *cmb = emu_xmalloc((size_t)p * sizeof *cmb), *cj = emu_xmalloc((size_t)p * sizeof *cj),
+	    *cback = emu_xmalloc((size_t)p * sizeof *cback);
+	double *ct = emu_xmalloc((size_t)p * sizeof *ct);
 
 	sched_init_empty(sc, SCHED_HELIX, p, m, v);
 	sc->nb = nb;
@@ -61,65 +78,55 @@ void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost)
 	}
 	for (int x = 0; x < m * nb; x++)
 		ff[x] = fb[x] = -1;
+	for (int mb = 0; mb < m; mb++)
+		bj[mb] = nb - 1;
 	while (left > 0) {
-		int bs = -1, bmb = 0, bj = 0, bback = 0;
+		int bs = -1, bmb = 0, bjj = 0, bback = 0;
 		double bt = 0;
 
-		for (int s = 0; s < p; s++) {
-			int cmb = -1, cj = 0, cback = 0;
-			double ct = 0;
+		for (int s = 0; s < p; s++)
+			cmb[s] = -1;
+		for (int mb = 0; mb < m; mb++)
+			for (int back = 0; back <= 1; back++) {
+				int j = back ? bj[mb] : fj[mb], x = mb * nb + j, s;
+				double dep, t;
 
-			for (int mb = 0; mb < m; mb++)
-				for (int j = 0; j < nb; j++) {
-					int x = mb * nb + j, back;
-					double dep, t;
-
-					if (sched_stage(sc, mb, j) != s)
-						continue;
-					for (back = 0; back <= 1; back++) {
-						if (back ? fb[x] >= 0 : ff[x] >= 0)
-							continue;
-						dep = back ? (j + 1 < nb ? fb[x + 1] : ff[x])
-							   : (j ? ff[x - 1] : 0);
-						if (dep < 0)
-							continue;
-						t = dep > free_at[s] ? dep : free_at[s];
-						/* better: earlier start; then forward first,
-						 * earliest micro-batch and block; backward
-						 * latest micro-batch and block */
-						if (cmb < 0 || t < ct ||
-						    (t == ct &&
-						     (back < cback ||
-						      (back == cback &&
-						       (back ? mb > cmb || (mb == cmb && j > cj)
-							     : mb < cmb ||
-									(mb == cmb && j < cj)))))) {
-							cmb = mb;
-							cj = j;
-							cback = back;
-							ct = t;
-						}
-					}
+				if (back ? j < 0 || ff[mb * nb + nb - 1] < 0 : j >= nb)
+					continue;
+				dep = back ? (j + 1 < nb ? fb[x + 1] : ff[x]) : (j ? ff[x - 1] : 0);
+				s = sched_stage(sc, mb, j);
+				t = dep > free_at[s] ? dep : free_at[s];
+				/* better: earlier start, then helix_before */
+				if (cmb[s] < 0 || t < ct[s] ||
+				    (t == ct[s] &&
+				     helix_before(back, mb, j, cback[s], cmb[s], cj[s]))) {
+					cmb[s] = mb;
+					cj[s] = j;
+					cback[s] = back;
+					ct[s] = t;
 				}
-			if (cmb >= 0 && (bs < 0 || ct < bt)) {
-				bs = s;
-				bmb = cmb;
-				bj = cj;
-				bback = cback;
-				bt = ct;
 			}
-		}
+		for (int s = 0; s < p; s++)
+			if (cmb[s] >= 0 && (bs < 0 || ct[s] < bt)) {
+				bs = s;
+				bmb = cmb[s];
+				bjj = cj[s];
+				bback = cback[s];
+				bt = ct[s];
+			}
 		EMU_ASSERT(bs >= 0);
 		{
-			double cost = (bj % 2 ? attn_cost : 1.0) * (bback ? 2.0 : 1.0);
+			double cost = (bjj % 2 ? attn_cost : 1.0) * (bback ? 2.0 : 1.0);
 
 			free_at[bs] = bt + cost;
 			if (bback) {
-				fb[bmb * nb + bj] = bt + cost;
-				sched_push_bwd(sc, bmb, bj, SCHED_BW);
+				fb[bmb * nb + bjj] = bt + cost;
+				sched_push_bwd(sc, bmb, bjj, SCHED_BW);
+				bj[bmb]--;
 			} else {
-				ff[bmb * nb + bj] = bt + cost;
-				sched_push_fwd(sc, bmb, bj);
+				ff[bmb * nb + bjj] = bt + cost;
+				sched_push_fwd(sc, bmb, bjj);
+				fj[bmb]++;
 			}
 			left--;
 		}
@@ -127,6 +134,12 @@ void sched_build_helix(struct sched *sc, int p, int m, int v, double attn_cost)
 	free(ff);
 	free(fb);
 	free(free_at);
+	free(fj);
+	free(bj);
+	free(cmb);
+	free(cj);
+	free(cback);
+	free(ct);
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -1,6 +1,7 @@
 /* cfg: defaults, derived values and the one checker of a run's configuration; see cfg.h. */
 #include "run/cfg.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -168,6 +169,71 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 
 /* The rules of the pipeline (pp > 1): its ZeRO stage, the schedule's own constraints, and
  * the schedule proven valid (dependencies, no deadlock) before it runs. */
+/* The schedule proofs made lately, kept: a proof depends on the schedule's shape alone
+ * (kind, stages, micro-batches, chunks, layers, and HelixPipe's attention cost), which a
+ * planner's search repeats thousands of times; building and checking the lists is most
+ * of the checker's time. */
+#define PROOFS 64
+static struct proof {
+	int used, kind, p, m, v, L, seq, hidden, rc;
+	char err[256];
+} proofs[PROOFS];
+static int proof_next;
+static pthread_mutex_t proof_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct proof proof_key(const struct run_cfg *cfg)
+{
+	struct proof k = {1,
+			  (int)cfg->schedule,
+			  cfg->mesh.size[MESH_PP],
+			  cfg->gbs / cfg->mbs / cfg->mesh.size[MESH_DP],
+			  cfg->vpp,
+			  cfg->model.num_layers,
+			  cfg->schedule == SCHED_HELIX ? cfg->model.seq_len : 0,
+			  cfg->schedule == SCHED_HELIX ? cfg->model.hidden : 0,
+			  0,
+			  ""};
+
+	return k;
+}
+
+static int proof_same(const struct proof *a, const struct proof *b)
+{
+	return a->used && a->kind == b->kind && a->p == b->p && a->m == b->m && a->v == b->v &&
+	       a->L == b->L && a->seq == b->seq && a->hidden == b->hidden;
+}
+
+/* 1 with the kept proof's result in *rc and err if cfg's schedule was proved lately. */
+static int proof_recall(const struct run_cfg *cfg, int *rc, char *err, size_t n)
+{
+	struct proof k = proof_key(cfg);
+	int found = 0;
+
+	pthread_mutex_lock(&proof_lock);
+	for (int i = 0; i < PROOFS && !found; i++)
+		if (proof_same(&proofs[i], &k)) {
+			*rc = proofs[i].rc;
+			if (*rc)
+				snprintf(err, n, "%s", proofs[i].err);
+			found = 1;
+		}
+	pthread_mutex_unlock(&proof_lock);
+	return found;
+}
+
+static void proof_keep(const struct run_cfg *cfg, int rc, const char *err)
+{
+	struct proof k = proof_key(cfg);
+
+	k.rc = rc;
+	if (rc)
+		snprintf(k.err, sizeof k.err, "%s", err);
+	pthread_mutex_lock(&proof_lock);
+	proofs[proof_next] = k;
+	proof_next = (proof_next + 1) % PROOFS;
+	pthread_mutex_unlock(&proof_lock);
+}
+
 static int check_pipeline(const struct run_cfg *cfg, char *err, size_t n)
 {
 	int pp = cfg->mesh.size[MESH_PP], dp = cfg->mesh.size[MESH_DP];
@@ -199,10 +265,13 @@ static int check_pipeline(const struct run_cfg *cfg, char *err, size_t n)
 			 "interleave by sub-batch");
 		return -1;
 	}
+	if (proof_recall(cfg, &rc, err, n))
+		return rc;
 	run_cfg_schedule(cfg, &sc);
-	rc = sched_check(&sc, err, n);
+	rc = sched_check(&sc, err, n) ? -1 : 0;
 	sched_free(&sc);
-	return rc ? -1 : 0;
+	proof_keep(cfg, rc, err);
+	return rc;
 }
 
 /* The rules of context parallelism (par/cp.h): each sequence in 2 cp chunks, and what

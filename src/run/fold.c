@@ -126,11 +126,12 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	p.ga = emu_xmalloc((size_t)big * sizeof *p.ga);
 	p.gb = emu_xmalloc((size_t)big * sizeof *p.gb);
 	/* mixed degrees give tp ranks of different parts different owners: not folded */
+	/* ZeRO's replicas fold only under RUN_FOLD_ZERO (approximate: see cfg.h) */
 	/* expert parallelism gives data-parallel ranks different experts (and groups that
 	 * are no dimension of the mesh): not folded */
 	nrun = best_plan(
 		&p,
-		me->size[MESH_DP] > 1 && cfg->zero == 0 &&
+		me->size[MESH_DP] > 1 && (cfg->zero == 0 || cfg->fold == RUN_FOLD_ZERO) &&
 			(cfg->ep <= 1 || run_ep_mode(cfg) == RUN_EP_TP),
 		me->size[MESH_TP] > 2 && !cfg->tpf_layers && run_ep_mode(cfg) != RUN_EP_ROWS, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)

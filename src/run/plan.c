@@ -1,0 +1,657 @@
+/* run/plan: pemu plan's search over parallel layouts; see run/plan.h. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include "run/plan.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll.h"
+#include "mem.h"
+#include "run/run.h"
+#include "tensor.h"
+#include "util.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* The space                                                                            */
+
+#define PLAN_MAX_VALUES 64
+
+static int fixed(const struct plan_space *s, enum plan_dim d)
+{
+	return (s->fixed >> d) & 1u;
+}
+
+/* The base's value of dimension d. */
+static int base_value(const struct plan_space *s, enum plan_dim d)
+{
+	const struct run_cfg *b = &s->base;
+
+	switch (d) {
+	case PLAN_TP:
+		return b->mesh.size[MESH_TP];
+	case PLAN_PP:
+		return b->mesh.size[MESH_PP];
+	case PLAN_CP:
+		return b->mesh.size[MESH_CP];
+	case PLAN_EP:
+		return b->ep;
+	case PLAN_ETP:
+		return b->etp;
+	case PLAN_SCHEDULE:
+		return b->schedule_set ? (int)b->schedule : -1;
+	case PLAN_VPP:
+		return b->vpp;
+	case PLAN_MBS:
+		return b->mbs;
+	case PLAN_ZERO:
+		return b->zero;
+	case PLAN_OVERLAP:
+		return (int)b->tp_overlap;
+	case PLAN_RECOMPUTE:
+		return (int)b->recompute;
+	case PLAN_SP:
+		return b->sp;
+	case PLAN_FLASH:
+		return b->flash;
+	case PLAN_CP_COMM:
+		return (int)b->cp_comm;
+	default:
+		return 0;
+	}
+}
+
+/* The divisors of n up to max (0: n), into v. */
+static int divisors(int n, int max, int *v)
+{
+	int k = 0;
+
+	for (int x = 1; x <= n && k < PLAN_MAX_VALUES; x++)
+		if (n % x == 0 && (!max || x <= max))
+			v[k++] = x;
+	return k;
+}
+
+/* The values dimension d may take given the dimensions before it in p. */
+static int values(const struct plan_space *s, const struct plan_point *p, enum plan_dim d, int *v)
+{
+	static const int sched[] = {SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2,
+				    SCHED_HELIX};
+	static const int vpps[] = {2, 3, 4, 6, 8};
+	const struct gpt_config *m = &s->base.model;
+	int tp = p->v[PLAN_TP], pp = p->v[PLAN_PP], cp = p->v[PLAN_CP], k = 0;
+
+	if (fixed(s, d)) {
+		/* a fixed schedule with one stage asks for none; a fixed vpp is the
+		 * interleaved schedule's */
+		if (d == PLAN_SCHEDULE && pp == 1)
+			v[0] = -1;
+		else if (d == PLAN_VPP && p->v[PLAN_SCHEDULE] != SCHED_INTERLEAVED)
+			v[0] = 1;
+		else
+			v[0] = base_value(s, d);
+		return 1;
+	}
+	switch (d) {
+	case PLAN_TP:
+		return divisors(s->gpus, s->max_tp, v);
+	case PLAN_PP:
+		return divisors(s->gpus / tp, s->max_pp ? s->max_pp : m->num_layers, v);
+	case PLAN_CP: /* by default a rank keeps at least 1024 tokens of a sequence */
+		return divisors(s->gpus / tp / pp,
+				s->max_cp            ? s->max_cp
+				: m->seq_len >= 4096 ? m->seq_len / 2048
+						     : 1,
+				v);
+	case PLAN_EP:
+		if (m->num_experts <= 0) {
+			v[0] = 1;
+			return 1;
+		}
+		return divisors(s->gpus, s->max_ep ? s->max_ep : m->num_experts, v);
+	case PLAN_ETP:
+		v[k++] = 0;
+		if (p->v[PLAN_EP] > 1 && tp > 1)
+			v[k++] = tp;
+		return k;
+	case PLAN_SCHEDULE:
+		if (pp == 1) {
+			v[0] = -1;
+			return 1;
+		}
+		memcpy(v, sched, sizeof sched);
+		return (int)(sizeof sched / sizeof *sched);
+	case PLAN_VPP:
+		if (p->v[PLAN_SCHEDULE] != SCHED_INTERLEAVED) {
+			v[0] = 1;
+			return 1;
+		}
+		for (size_t i = 0; i < sizeof vpps / sizeof *vpps; i++)
+			if ((long long)vpps[i] * pp <= m->num_layers)
+				v[k++] = vpps[i];
+		return k;
+	case PLAN_MBS:
+		for (int b = 1; b <= (s->max_mbs ? s->max_mbs : 8); b *= 2)
+			v[k++] = b;
+		return k;
+	case PLAN_ZERO:
+		for (int z = 0; z <= (p->dp * cp > 1 ? 3 : 0); z++)
+			v[k++] = z;
+		return k;
+	case PLAN_OVERLAP:
+		v[k++] = PAR_OVERLAP_NONE;
+		if (tp > 1)
+			v[k++] = PAR_OVERLAP_OASES;
+		return k;
+	case PLAN_RECOMPUTE:
+		v[k++] = PAR_RECOMPUTE_NONE;
+		v[k++] = PAR_RECOMPUTE_SELECTIVE;
+		v[k++] = PAR_RECOMPUTE_FULL;
+		if (tp > 1)
+			v[k++] = PAR_RECOMPUTE_OASES;
+		return k;
+	case PLAN_SP:
+		if (tp > 1 && s->both_sp)
+			v[k++] = 0;
+		v[k++] = tp > 1;
+		return k;
+	case PLAN_FLASH:
+		/* flash attention keeps no scores, so selective recomputation (of the
+		 * scores) would be no recomputation: that pair is left out */
+		if (cp == 1)
+			v[k++] = 0;
+		if (p->v[PLAN_RECOMPUTE] != PAR_RECOMPUTE_SELECTIVE || fixed(s, PLAN_RECOMPUTE))
+			v[k++] = 1;
+		return k;
+	case PLAN_CP_COMM:
+		v[k++] = PAR_CP_P2P;
+		if (cp > 1) {
+			v[k++] = PAR_CP_ALL_GATHER;
+			v[k++] = PAR_CP_A2A;
+		}
+		return k;
+	default:
+		return 0;
+	}
+}
+
+struct walk {
+	const struct plan_space *s;
+	struct plan_point *pts;
+	int n, cap;
+};
+
+static void walk(struct walk *w, struct plan_point *p, int d)
+{
+	int v[PLAN_MAX_VALUES], k;
+
+	if (d == PLAN_NDIM) {
+		if (w->n == w->cap) {
+			w->cap = w->cap ? 2 * w->cap : 1024;
+			w->pts = emu_xrealloc(w->pts, (size_t)w->cap * sizeof *w->pts);
+		}
+		w->pts[w->n++] = *p;
+		return;
+	}
+	k = values(w->s, p, (enum plan_dim)d, v);
+	for (int i = 0; i < k; i++) {
+		p->v[d] = v[i];
+		if (d == PLAN_CP) { /* dp is what the other degrees leave */
+			int rest = w->s->gpus / p->v[PLAN_TP] / p->v[PLAN_PP];
+
+			if (rest % v[i])
+				continue;
+			p->dp = rest / v[i];
+			if (w->s->dp_fixed && p->dp != w->s->dp_fixed)
+				continue;
+		}
+		if ((d == PLAN_TP || d == PLAN_PP) &&
+		    w->s->gpus % (p->v[PLAN_TP] * (d == PLAN_PP ? p->v[PLAN_PP] : 1)))
+			continue;
+		walk(w, p, d + 1);
+	}
+}
+
+struct plan_point *plan_points(const struct plan_space *s, int *n)
+{
+	struct walk w = {s, NULL, 0, 0};
+	struct plan_point p;
+
+	memset(&p, 0, sizeof p);
+	if (s->gpus > 0)
+		walk(&w, &p, 0);
+	*n = w.n;
+	return w.pts;
+}
+
+int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_cfg *cfg, char *err,
+	     size_t n)
+{
+	const int *v = p->v;
+
+	*cfg = s->base;
+	mesh_init(&cfg->mesh, v[PLAN_TP], v[PLAN_CP], 1, p->dp, v[PLAN_PP]);
+	cfg->ep = v[PLAN_EP];
+	cfg->etp = v[PLAN_ETP];
+	cfg->schedule_set = v[PLAN_SCHEDULE] >= 0;
+	cfg->schedule = cfg->schedule_set ? (enum sched_kind)v[PLAN_SCHEDULE] : SCHED_1F1B;
+	cfg->vpp = v[PLAN_VPP];
+	cfg->vpp_layers = 0;
+	cfg->mbs = v[PLAN_MBS];
+	cfg->zero = v[PLAN_ZERO];
+	cfg->tp_overlap = (enum par_overlap)v[PLAN_OVERLAP];
+	cfg->recompute = (enum par_recompute)v[PLAN_RECOMPUTE];
+	cfg->sp = v[PLAN_SP];
+	cfg->flash = v[PLAN_FLASH];
+	cfg->cp_comm = (enum par_cp_comm)v[PLAN_CP_COMM];
+	cfg->steps = 1;
+	cfg->log_every = 0;
+	cfg->data = NULL;
+	if (cfg->fold && !s->exact)
+		cfg->fold = RUN_FOLD_ZERO;
+	return run_cfg_finish(cfg, s->gpus, err, n);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The memory bound                                                                     */
+
+uint64_t plan_mem_bound(const struct run_cfg *cfg, int gpus)
+{
+	const struct gpt_config *m = &cfg->model;
+	double total = (double)gpt_num_params(m), expert = 0, copies[3];
+	double S = (double)cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP], held;
+	static const enum mem_cat cat[3] = {MEM_PARAM, MEM_GRAD, MEM_OPTIM};
+
+	if (m->num_experts > 0 && m->moe_every > 0) /* (a little over: the rest is safe) */
+		expert = (double)(m->num_layers / m->moe_every) * m->num_experts *
+			 (2.0 * m->hidden * m->ffn + m->ffn + m->hidden);
+	if (expert > total)
+		expert = total;
+	copies[0] = cfg->zero >= 3 ? 1 : S;
+	copies[1] = cfg->zero >= 2 ? 1 : S;
+	copies[2] = cfg->zero >= 1 ? 1 : S;
+	held = 0;
+	for (int c = 0; c < 3; c++)
+		held += tensor_elem_bytes(cfg->prec, cat[c]) *
+			((total - expert) * copies[c] + expert);
+	return (uint64_t)(held / gpus);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* One dry-run                                                                          */
+
+enum plan_fate plan_dry_run(const struct emu_config *ecfg, const struct run_cfg *cfg,
+			    struct plan_eval *e)
+{
+	struct emu_config ec = *ecfg;
+	struct emu_cluster *cl;
+	struct run_out o;
+	int rc, last = cfg->steps - 1, N = cfg->mesh.world;
+
+	ec.dry_run = 1;
+	ec.trace = 0;
+	cl = emu_cluster_new(&ec);
+	run_alloc(&o, cfg, 0);
+	rc = run_parallel(cl, cfg, &o);
+	e->peak = 0;
+	for (int i = 0; i < N; i++) {
+		uint64_t p = mem_peak_total(emu_cluster_dev(cl, i));
+
+		e->peak = p > e->peak ? p : e->peak;
+	}
+	e->err = rc;
+	e->devices_run = o.devices_run;
+	if (!rc) {
+		double step_s;
+
+		e->step_ns = o.step_ns[last];
+		e->compute_ns = o.compute_ns[last];
+		e->exposed_ns = coll_exposed_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
+		e->bubble_ns = 0;
+		for (int s = 0; o.bubble_ns && s < cfg->mesh.size[MESH_PP]; s++)
+			if (o.bubble_ns[s] > e->bubble_ns)
+				e->bubble_ns = o.bubble_ns[s];
+		step_s = (double)e->step_ns / 1e9;
+		e->mfu = gpt_model_flops(&cfg->model, cfg->gbs) /
+			 (step_s * ec.topo.gpu.peak_flops * N);
+		e->tokens_s = (double)cfg->gbs * cfg->model.seq_len / step_s;
+	}
+	run_free(&o);
+	emu_cluster_free(cl);
+	return !rc ? PLAN_OK : rc == EMU_EOOM ? PLAN_OOM : PLAN_FAIL;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The search                                                                           */
+
+/* Point x through the three sieves into x; or with exact, x (which fit) run again by an
+ * exact dry-run. */
+static void decide(const struct plan_space *s, const struct emu_config *ecfg, struct plan_entry *x,
+		   int exact)
+{
+	struct run_cfg cfg;
+	char err[512];
+	uint64_t cap = ecfg->mem_cap ? ecfg->mem_cap : ecfg->topo.gpu.hbm_bytes, bound;
+
+	if (plan_cfg(s, &x->p, &cfg, err, sizeof err)) {
+		x->fate = PLAN_RULE;
+		return;
+	}
+	x->e.bound = bound = plan_mem_bound(&cfg, s->gpus);
+	if (bound > cap) {
+		x->fate = PLAN_BOUND;
+		return;
+	}
+	if (exact && cfg.fold)
+		cfg.fold = 1;
+	x->fate = plan_dry_run(ecfg, &cfg, &x->e);
+	x->e.bound = bound;
+	/* RUN_FOLD_ZERO changes nothing without ZeRO's replicas */
+	x->e.exact = exact || cfg.fold != RUN_FOLD_ZERO || !cfg.zero || cfg.mesh.size[MESH_DP] == 1;
+}
+
+/* The shared state of the worker processes: the next point to take, and each point's
+ * state (0 not taken, 1 taken, 2 decided). */
+struct plan_shared {
+	atomic_int next, done;
+	atomic_int state[];
+};
+
+/* A list of points to decide: all[idx[0 .. n)], exactly or not. */
+struct batch {
+	const struct plan_space *s;
+	const struct emu_config *ecfg;
+	struct plan_entry *all;
+	const int *idx;
+	int n, exact;
+};
+
+static void work(const struct batch *b, struct plan_entry *all, struct plan_shared *sh)
+{
+	int i;
+
+	while ((i = atomic_fetch_add(&sh->next, 1)) < b->n) {
+		atomic_store(&sh->state[i], 1);
+		decide(b->s, b->ecfg, &all[b->idx[i]], b->exact);
+		atomic_store(&sh->state[i], 2);
+		atomic_fetch_add(&sh->done, 1);
+	}
+}
+
+static void *shared_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Decides b's points in jobs processes (the entries and the counters in shared
+ * memory); a point whose worker died is PLAN_FAIL. 0, or -1 if no process could be made
+ * (the caller then decides them here). */
+static int decide_forked(const struct batch *b, int nall, int jobs, plan_progress_fn progress,
+			 void *arg)
+{
+	struct plan_entry *all = b->all;
+	int n = b->n;
+	size_t eb = (size_t)nall * sizeof *all,
+	       sb = sizeof(struct plan_shared) + (size_t)n * sizeof(atomic_int);
+	struct plan_entry *sall = shared_map(eb);
+	struct plan_shared *sh = shared_map(sb);
+	pid_t pid[64];
+	int started = 0, live, shown = -1;
+
+	if (!sall || !sh) {
+		if (sall)
+			munmap(sall, eb);
+		if (sh)
+			munmap(sh, sb);
+		return -1;
+	}
+	memcpy(sall, all, eb);
+	fflush(NULL); /* nothing buffered is written twice */
+	for (int j = 0; j < jobs && j < 64; j++) {
+		pid[j] = fork();
+		if (pid[j] == 0) {
+			work(b, sall, sh);
+			_exit(0);
+		}
+		if (pid[j] < 0)
+			break;
+		started++;
+	}
+	if (!started) {
+		munmap(sall, eb);
+		munmap(sh, sb);
+		return -1;
+	}
+	for (live = started; live > 0;) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		int d = atomic_load(&sh->done);
+
+		if (progress && d != shown)
+			progress(shown = d, n, arg);
+		for (int j = 0; j < started; j++)
+			if (pid[j] > 0 && waitpid(pid[j], NULL, WNOHANG) == pid[j]) {
+				pid[j] = 0;
+				live--;
+			}
+		if (live)
+			nanosleep(&ts, NULL);
+	}
+	for (int i = 0; i < n; i++)
+		if (atomic_load(&sh->state[i]) != 2) { /* its worker died (or never ran) */
+			sall[b->idx[i]].fate = PLAN_FAIL;
+			sall[b->idx[i]].e.err = EMU_EABORTED;
+		}
+	if (progress)
+		progress(n, n, arg);
+	memcpy(all, sall, eb);
+	munmap(sall, eb);
+	munmap(sh, sb);
+	return 0;
+}
+
+static const struct plan_entry *sort_base;
+
+static int by_time(const void *a, const void *b)
+{
+	const struct plan_entry *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+
+	if (x->e.step_ns != y->e.step_ns)
+		return x->e.step_ns < y->e.step_ns ? -1 : 1;
+	return x->index - y->index;
+}
+
+/* b's points decided, in jobs processes if it can. */
+static void decide_all(const struct batch *b, int nall, int jobs, plan_progress_fn progress,
+		       void *arg)
+{
+	if (jobs > 1 && !decide_forked(b, nall, jobs, progress, arg))
+		return;
+	for (int i = 0; i < b->n; i++) {
+		decide(b->s, b->ecfg, &b->all[b->idx[i]], b->exact);
+		if (progress)
+			progress(i + 1, b->n, arg);
+	}
+}
+
+/* r's counts, its ranking of the fitting points and their front. */
+static void rank_all(struct plan_result *r)
+{
+	uint64_t best = UINT64_MAX;
+
+	free(r->rank);
+	free(r->pareto);
+	r->by_rule = r->by_bound = r->by_oom = r->failed = r->nok = r->npareto = 0;
+	r->rank = emu_xcalloc((size_t)r->n, sizeof *r->rank);
+	for (int i = 0; i < r->n; i++) {
+		switch (r->all[i].fate) {
+		case PLAN_RULE:
+			r->by_rule++;
+			break;
+		case PLAN_BOUND:
+			r->by_bound++;
+			break;
+		case PLAN_OOM:
+			r->by_oom++;
+			break;
+		case PLAN_FAIL:
+			r->failed++;
+			break;
+		case PLAN_OK:
+			r->rank[r->nok++] = i;
+			break;
+		}
+	}
+	sort_base = r->all;
+	qsort(r->rank, (size_t)r->nok, sizeof *r->rank, by_time);
+	/* the front: each layout that needs less memory than every faster one */
+	r->pareto = emu_xcalloc((size_t)r->nok + 1, sizeof *r->pareto);
+	for (int k = 0; k < r->nok; k++)
+		if (r->all[r->rank[k]].e.peak < best) {
+			best = r->all[r->rank[k]].e.peak;
+			r->pareto[r->npareto++] = r->rank[k];
+		}
+}
+
+int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int jobs,
+		plan_progress_fn progress, void *arg, struct plan_result *r, char *err, size_t n)
+{
+	struct plan_point *pts;
+	struct timespec t0, t1;
+	int *idx;
+
+	memset(r, 0, sizeof *r);
+	if (ecfg->ndev != s->gpus) {
+		snprintf(err, n, "pemu plan: the cluster has %d devices and the space %d",
+			 ecfg->ndev, s->gpus);
+		return EMU_EINVAL;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pts = plan_points(s, &r->n);
+	if (!r->n) {
+		free(pts);
+		snprintf(err, n,
+			 "pemu plan: no layout of %d GPUs within the bounds (--max-tp, --max-pp, "
+			 "--max-cp and the degrees given)",
+			 s->gpus);
+		return EMU_EINVAL;
+	}
+	r->all = emu_xcalloc((size_t)r->n, sizeof *r->all);
+	for (int i = 0; i < r->n; i++) {
+		r->all[i].p = pts[i];
+		r->all[i].index = i;
+	}
+	free(pts);
+	idx = emu_xcalloc((size_t)r->n, sizeof *idx);
+	for (int i = 0; i < r->n; i++)
+		idx[i] = i;
+	decide_all(&(struct batch){s, ecfg, r->all, idx, r->n, 0}, r->n, jobs, progress, arg);
+	rank_all(r);
+	if (!s->exact) { /* the best and the front again, exactly (RUN_FOLD_ZERO is not) */
+		int k = 0;
+
+		for (int j = 0; j < r->nok; j++) {
+			struct plan_entry *x = &r->all[r->rank[j]];
+			int front = 0;
+
+			for (int f = 0; f < r->npareto; f++)
+				front |= r->pareto[f] == r->rank[j];
+			if ((j < s->prove || front) && !x->e.exact)
+				idx[k++] = r->rank[j];
+		}
+		if (k) {
+			decide_all(&(struct batch){s, ecfg, r->all, idx, k, 1}, r->n, jobs, NULL,
+				   NULL);
+			rank_all(r);
+		}
+	}
+	free(idx);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	r->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	return 0;
+}
+
+void plan_result_free(struct plan_result *r)
+{
+	free(r->all);
+	free(r->rank);
+	free(r->pareto);
+	memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The tiny twin                                                                        */
+
+int plan_tiny(const struct run_cfg *cfg, struct run_cfg *tiny, char *err, size_t n)
+{
+	const struct mesh *m = &cfg->mesh;
+	int tp = m->size[MESH_TP], cp = m->size[MESH_CP], pp = m->size[MESH_PP];
+	int dp = m->size[MESH_DP], micro = cfg->gbs / cfg->mbs / dp;
+	int heads = 2 * tp * (cfg->cp_comm == PAR_CP_A2A ? cp : 1);
+	int layers = pp * cfg->vpp * (pp * cfg->vpp == 1 ? 2 : 1);
+	int tries[2] = {pp > 1 ? 2 * pp : 2, micro};
+
+	if (cfg->schedule == SCHED_HELIX && layers < 2 * pp)
+		layers = 2 * pp; /* (HelixPipe's attention of layer l runs on a later stage) */
+	for (int t = 0; t < 2; t++) {
+		*tiny = *cfg;
+		tiny->model.num_layers = layers;
+		tiny->model.heads = heads;
+		tiny->model.hidden = 8 * heads;
+		tiny->model.ffn = 4 * tiny->model.hidden;
+		tiny->model.seq_len = 4 * cp * tp > 16 ? 4 * cp * tp : 16;
+		tiny->model.vocab = 256;
+		tiny->vocab_div = cfg->vocab_div;
+		tiny->gbs = cfg->mbs * dp * (tries[t] < micro ? tries[t] : micro);
+		tiny->steps = 3;
+		tiny->prec = PREC_FP32;
+		tiny->prec_set = 1;
+		tiny->opt.decay_steps = 0;
+		tiny->bucket_bytes = 4096; /* several buckets, as the real model has */
+		tiny->log_every = 0;
+		tiny->stop_diverged = 0;
+		tiny->data = NULL;
+		if (!run_cfg_finish(tiny, m->world, err, n)) {
+			/* execute mode: run_cfg_finish took dry-run's defaults for nothing
+			 * that was left unset */
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int plan_validate(const struct emu_config *ecfg, const struct run_cfg *tiny,
+		  struct verify_result *v)
+{
+	struct emu_config ec = *ecfg, e1;
+	struct emu_cluster *cl, *one;
+	struct run_out par, ref;
+	int rc;
+
+	memset(v, 0, sizeof *v);
+	ec.dry_run = 0;
+	ec.trace = 0;
+	ec.ndev = tiny->mesh.world;
+	e1 = ec;
+	e1.topo.nodes = 1;
+	e1.ndev = 1;
+	cl = emu_cluster_new(&ec);
+	one = emu_cluster_new(&e1);
+	run_alloc(&par, tiny, 1);
+	run_alloc(&ref, tiny, 1);
+	if (!(rc = run_parallel(cl, tiny, &par)) && !(rc = run_reference(one, tiny, &ref)))
+		verify_compare(&ref, &par, tiny, v);
+	run_free(&par);
+	run_free(&ref);
+	emu_cluster_free(cl);
+	emu_cluster_free(one);
+	return rc;
+}

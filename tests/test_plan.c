@@ -1,0 +1,374 @@
+/* pemu plan's search (run/plan.h) against what it promises: its ranking is a brute-force
+ * dry-run of every layout of the space, sorted; the memory bound never prunes a layout
+ * that fits; the worker processes change nothing; the approximate fold of the search is
+ * close and the layouts it shows are exact; every Megatron-LM and pemu run line it prints
+ * parses back through pemu's command line to the same layout; --validate's tiny twin
+ * keeps the layout and fails on a broken strategy. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cmd/cli.h"
+#include "cmd/cmd.h"
+#include "run/plan.h"
+
+#define GPUS 8
+
+static void cluster(struct emu_config *ec, uint64_t cap)
+{
+	assert_int_equal(emu_config_default(ec, "dgx-a100"), 0);
+	ec->topo.nodes = 1;
+	ec->ndev = GPUS;
+	ec->dry_run = 1;
+	ec->mem_cap = cap;
+}
+
+/* tiny (or another preset) on 8 GPUs, global batch gbs, micro-batches up to mbs. */
+static void space(struct plan_space *s, const char *preset, int gbs, int mbs)
+{
+	memset(s, 0, sizeof *s);
+	run_cfg_init(&s->base);
+	s->base.preset = model_preset(preset);
+	s->base.model = s->base.preset->cfg;
+	s->base.gbs = gbs;
+	s->gpus = GPUS;
+	s->max_mbs = mbs;
+	s->exact = 1;
+}
+
+static const int64_t *sort_step;
+static int by_step(const void *a, const void *b);
+
+/* The ranking by hand: every point's checker, then a dry-run of every one that passes
+ * it, with no bound; sorted by step time, then place. */
+static void test_ranking_is_brute_force(void **state)
+{
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result r, r2;
+	char err[512];
+	int nok = 0, *rank;
+	int64_t *step;
+
+	(void)state;
+	space(&s, "tiny", 16, 2);
+	cluster(&ec, 600 << 10); /* some layouts do not fit, some by the bound alone */
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	rank = calloc((size_t)r.n, sizeof *rank);
+	step = calloc((size_t)r.n, sizeof *step);
+	for (int i = 0; i < r.n; i++) {
+		const struct plan_entry *x = &r.all[i];
+		struct run_cfg cfg;
+		struct plan_eval e;
+		enum plan_fate f;
+
+		assert_int_equal(x->index, i);
+		if (plan_cfg(&s, &x->p, &cfg, err, sizeof err)) {
+			assert_int_equal(x->fate, PLAN_RULE);
+			continue;
+		}
+		f = plan_dry_run(&ec, &cfg, &e);
+		if (x->fate == PLAN_BOUND) { /* the bound pruned it: it does not fit */
+			if (f != PLAN_OOM)
+				fail_msg("layout %d pruned by the bound (%llu bytes) fits: peak "
+					 "%llu",
+					 i, (unsigned long long)x->e.bound,
+					 (unsigned long long)e.peak);
+			continue;
+		}
+		assert_int_equal(x->fate, f);
+		if (f != PLAN_OK)
+			continue;
+		assert_true(x->e.bound <= e.peak);
+		assert_int_equal(x->e.step_ns, e.step_ns);
+		assert_int_equal(x->e.peak, e.peak);
+		step[i] = e.step_ns;
+		rank[nok++] = i;
+	}
+	sort_step = step;
+	qsort(rank, (size_t)nok, sizeof *rank, by_step);
+	assert_int_equal(nok, r.nok);
+	assert_memory_equal(rank, r.rank, (size_t)nok * sizeof *rank);
+	/* the case means something: each sieve took some, and many fit */
+	assert_true(r.by_rule > 0 && r.by_bound > 0 && r.by_oom > 0 && r.nok > 50);
+	/* the front: each needs less memory than every faster layout */
+	for (int k = 1; k < r.npareto; k++)
+		assert_true(r.all[r.pareto[k]].e.peak < r.all[r.pareto[k - 1]].e.peak);
+	/* two worker processes decide the same */
+	assert_int_equal(plan_search(&s, &ec, 2, NULL, NULL, &r2, err, sizeof err), 0);
+	assert_int_equal(r2.n, r.n);
+	assert_int_equal(r2.nok, r.nok);
+	for (int i = 0; i < r.n; i++) {
+		assert_int_equal(r2.all[i].fate, r.all[i].fate);
+		assert_int_equal(r2.all[i].e.step_ns, r.all[i].e.step_ns);
+		assert_int_equal(r2.all[i].e.peak, r.all[i].e.peak);
+	}
+	assert_memory_equal(r2.rank, r.rank, (size_t)r.nok * sizeof *r.rank);
+	free(rank);
+	free(step);
+	plan_result_free(&r);
+	plan_result_free(&r2);
+}
+
+static int by_step(const void *a, const void *b)
+{
+	const int64_t *step = sort_step;
+	int x = *(const int *)a, y = *(const int *)b;
+
+	if (step[x] != step[y])
+		return step[x] < step[y] ? -1 : 1;
+	return x - y;
+}
+
+/* The bound under every strategy a MoE space has (experts over dp, over tp, rows; ZeRO
+ * 0-3; cp): never above the largest device's peak. */
+static void test_bound_under_moe(void **state)
+{
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result r;
+	char err[512];
+	int moe_ep = 0;
+
+	(void)state;
+	space(&s, "moe-tiny", 16, 2);
+	s.base.model.seq_len = 64;
+	s.max_cp = 2;
+	s.fixed = 1u << PLAN_FLASH;
+	s.base.flash = 1;
+	cluster(&ec, 0);
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	assert_true(r.nok > 50);
+	for (int k = 0; k < r.nok; k++) {
+		const struct plan_entry *x = &r.all[r.rank[k]];
+
+		if (x->e.bound > x->e.peak)
+			fail_msg("layout %d: bound %llu over its peak %llu", x->index,
+				 (unsigned long long)x->e.bound, (unsigned long long)x->e.peak);
+		moe_ep += x->p.v[PLAN_EP] > 1;
+	}
+	assert_true(moe_ep > 10);
+	plan_result_free(&r);
+}
+
+/* The search's fold of ZeRO's replicas: its figures within 3% of the exact ones (the
+ * tiny model's optimizer kernels are a large part of its step), and the layouts it shows
+ * first run again exactly. */
+static void test_approximate_fold(void **state)
+{
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result a, x;
+	char err[512];
+
+	(void)state;
+	space(&s, "tiny", 32, 2);
+	s.fixed = 1u << PLAN_PP | 1u << PLAN_TP;
+	mesh_init(&s.base.mesh, 1, 1, 1, GPUS, 1);
+	cluster(&ec, 0);
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &x, err, sizeof err), 0);
+	s.exact = 0;
+	s.prove = 3;
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &a, err, sizeof err), 0);
+	assert_int_equal(a.nok, x.nok);
+	for (int i = 0; i < a.n; i++) {
+		double d = (double)a.all[i].e.step_ns - (double)x.all[i].e.step_ns;
+
+		if (a.all[i].fate != PLAN_OK)
+			continue;
+		if (d * d > 9e-4 * (double)x.all[i].e.step_ns * x.all[i].e.step_ns)
+			fail_msg("layout %d: folded %lld ns, exact %lld", i,
+				 (long long)a.all[i].e.step_ns, (long long)x.all[i].e.step_ns);
+		if (a.all[i].e.exact)
+			assert_int_equal(a.all[i].e.step_ns, x.all[i].e.step_ns);
+	}
+	for (int k = 0; k < 3; k++)
+		assert_true(a.all[a.rank[k]].e.exact);
+	plan_result_free(&a);
+	plan_result_free(&x);
+}
+
+/* A printed command line split at spaces (no argument of these has one), after the
+ * words up to and including `after`, into argv[1..] with argv[0] = "run". */
+static int split(char *line, const char *after, char **argv, int max)
+{
+	int argc = 1, on = !after;
+
+	argv[0] = "run";
+	for (char *t = strtok(line, " "); t && argc < max; t = strtok(NULL, " ")) {
+		if (on)
+			argv[argc++] = t;
+		else if (!strcmp(t, after))
+			on = 1;
+	}
+	return argc;
+}
+
+/* The fields that make a layout and its model. */
+static void assert_same_layout(const struct run_cfg *a, const struct run_cfg *b)
+{
+	assert_memory_equal(a->mesh.size, b->mesh.size, sizeof a->mesh.size);
+	assert_memory_equal(&a->model, &b->model, sizeof a->model);
+	assert_int_equal(a->ep, b->ep);
+	assert_int_equal(run_ep_mode(a), run_ep_mode(b));
+	if (a->mesh.size[MESH_PP] > 1)
+		assert_int_equal(a->schedule, b->schedule);
+	assert_int_equal(a->vpp, b->vpp);
+	assert_int_equal(a->mbs, b->mbs);
+	assert_int_equal(a->gbs, b->gbs);
+	assert_int_equal(a->zero, b->zero);
+	assert_int_equal(a->recompute, b->recompute);
+	assert_int_equal(a->tp_overlap, b->tp_overlap);
+	assert_int_equal(a->sp, b->sp);
+	assert_int_equal(a->flash, b->flash);
+	assert_int_equal(a->cp_comm, b->cp_comm);
+	assert_int_equal(a->prec, b->prec);
+	assert_int_equal(a->vocab_div, b->vocab_div);
+	assert_int_equal(run_overlaps_grads(a), run_overlaps_grads(b));
+}
+
+static void parse_back(const char *preset, int seq, int experts_every)
+{
+	char seqs[16], every[16];
+	char *plan_argv[] = {"plan",
+			     "--model",
+			     (char *)preset,
+			     "--global-batch-size",
+			     "16",
+			     "--gpus",
+			     "8",
+			     "--max-micro-batch-size",
+			     "2",
+			     "--seq-length",
+			     seqs,
+			     "--moe-every",
+			     every,
+			     NULL};
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result r;
+	char err[512];
+	int megatron = 0, argc = experts_every ? 13 : 11;
+
+	snprintf(seqs, sizeof seqs, "%d", seq);
+	snprintf(every, sizeof every, "%d", experts_every);
+	space(&s, preset, 16, 2);
+	s.base.model.seq_len = seq;
+	if (experts_every)
+		s.base.model.moe_every = experts_every;
+	s.max_cp = 2;
+	cluster(&ec, 0);
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	for (int k = 0; k < r.nok; k++) {
+		struct run_cfg cfg, got;
+		char *buf = NULL, *argv[128], dp[16];
+		size_t len = 0;
+		FILE *f;
+		int n;
+
+		assert_int_equal(plan_cfg(&s, &r.all[r.rank[k]].p, &cfg, err, sizeof err), 0);
+		if (!cmd_plan_megatron_gap(&cfg)) { /* Megatron's line, the world given as --dp */
+			f = open_memstream(&buf, &len);
+			cmd_plan_megatron(f, &cfg, &ec);
+			fclose(f);
+			n = split(buf, "pretrain_gpt.py", argv, 120);
+			snprintf(dp, sizeof dp, "%d", cfg.mesh.size[MESH_DP]);
+			argv[n++] = "--dp";
+			argv[n++] = dp;
+			argv[n++] = "--dry-run";
+			assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
+			assert_same_layout(&cfg, &got);
+			free(buf);
+			buf = NULL;
+			megatron++;
+		}
+		/* pemu run's line: every layout has one */
+		f = open_memstream(&buf, &len);
+		cmd_plan_pemu_run(f, argc, plan_argv, &cfg, 0);
+		fclose(f);
+		n = split(buf, "run", argv, 120);
+		assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
+		assert_same_layout(&cfg, &got);
+		free(buf);
+	}
+	assert_true(megatron > 10);
+	plan_result_free(&r);
+}
+
+static void test_lines_parse_back(void **state)
+{
+	(void)state;
+	parse_back("tiny", 32, 0);
+	parse_back("moe-tiny", 32, 1); /* MoE in every layer: Megatron's lines have experts */
+}
+
+/* --validate's tiny twin keeps the layout, passes with the strategies as they are and
+ * fails with a deliberate bug in one. */
+static void check_validate(const char *preset, int tp, int cp, int dp, int pp, int ep,
+			   enum par_bug bug)
+{
+	struct run_cfg cfg, tiny;
+	struct emu_config ec;
+	struct verify_result v;
+	struct data d;
+	char err[512];
+
+	run_cfg_init(&cfg);
+	cfg.preset = model_preset(preset);
+	cfg.model = cfg.preset->cfg;
+	cfg.model.seq_len = 64;
+	mesh_init(&cfg.mesh, tp, cp, 1, dp, pp);
+	cfg.ep = ep;
+	cfg.sp = tp > 1;
+	cfg.gbs = 8 * dp;
+	cfg.mbs = 2;
+	cfg.zero = 1;
+	cfg.steps = 1;
+	cfg.data = NULL;
+	assert_int_equal(run_cfg_finish(&cfg, GPUS, err, sizeof err), 0);
+	assert_int_equal(plan_tiny(&cfg, &tiny, err, sizeof err), 0);
+	assert_memory_equal(tiny.mesh.size, cfg.mesh.size, sizeof cfg.mesh.size);
+	assert_int_equal(tiny.ep, cfg.ep);
+	assert_int_equal(tiny.schedule, cfg.schedule);
+	assert_int_equal(tiny.zero, cfg.zero);
+	assert_int_equal(tiny.sp, cfg.sp);
+	assert_int_equal(tiny.flash, cfg.flash);
+	assert_true(tiny.model.hidden < cfg.model.hidden || cfg.model.hidden <= 64);
+	data_builtin(&d, 1 << 16);
+	tiny.data = &d;
+	cluster(&ec, 0);
+	assert_int_equal(plan_validate(&ec, &tiny, &v), 0);
+	assert_true(v.passed);
+	tiny.bug = bug;
+	assert_int_equal(plan_validate(&ec, &tiny, &v), 0);
+	if (v.passed)
+		fail_msg("%s tp %d cp %d dp %d pp %d ep %d: validate passed with bug %d", preset,
+			 tp, cp, dp, pp, ep, bug);
+	data_free(&d);
+}
+
+static void test_validate_fails_on_a_bug(void **state)
+{
+	(void)state;
+	check_validate("tiny", 2, 2, 1, 2, 1, PAR_BUG_CP_CHUNKS);
+	check_validate("moe-tiny", 1, 1, 4, 2, 2, PAR_BUG_EP_SPLIT);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ranking_is_brute_force),
+		cmocka_unit_test(test_bound_under_moe),
+		cmocka_unit_test(test_approximate_fold),
+		cmocka_unit_test(test_lines_parse_back),
+		cmocka_unit_test(test_validate_fails_on_a_bug),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
