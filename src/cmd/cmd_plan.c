@@ -42,7 +42,9 @@ static const struct cli_opt plan_opts[] = {
 	{"max-tp", 0, 1, CLI_PLAN_MAX_TP, "N",
 	 "the largest tensor-parallel size tried (default: the GPUs of a node)"},
 	{"max-pp", 0, 1, CLI_PLAN_MAX_PP, "N", "the largest pipeline size (default: the layers)"},
-	{"max-cp", 0, 1, CLI_PLAN_MAX_CP, "N", "the largest context-parallel size (default: any)"},
+	{"max-cp", 0, 1, CLI_PLAN_MAX_CP, "N",
+	 "the largest context-parallel size (default: seq-length / 2048 from 4096 tokens, else "
+	 "1: a rank keeps 1024 tokens or more)"},
 	{"max-ep", 0, 1, CLI_PLAN_MAX_EP, "N",
 	 "the largest expert-parallel size (default: the experts)"},
 	{"max-micro-batch-size", 0, 1, CLI_PLAN_MAX_MBS, "N",
@@ -81,7 +83,9 @@ static void usage(FILE *f)
 		"--zero-stage 1,\n"
 		"--micro-batch-size 2, --sequence-parallel, ...) fixes it. Exit 0, 1 if no "
 		"layout fits or\n"
-		"a --validate run fails, 2 on bad input.\n\n"
+		"a --validate run fails, 2 on bad input (a layout pemu run's checker refuses "
+		"whatever\n"
+		"the search chooses included).\n\n"
 		"  pemu plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 "
 		"--global-batch-size 1536\n"
 		"  pemu plan --model tiny --gpus 8 --global-batch-size 32 --validate 3\n"
@@ -410,6 +414,19 @@ static void print_row(const struct plan_cmd *p, int rank, const struct plan_entr
 	       100.0 * (double)x->e.bubble_ns / (double)x->e.step_ns, t_of(x->e.exposed_ns), lay);
 }
 
+/* The place in the ranking of the fastest layout Megatron-LM can run, or -1. */
+static int megatron_best(const struct plan_cmd *p)
+{
+	for (int k = 0; k < p->r->nok; k++) {
+		struct run_cfg cfg;
+
+		cfg_of(p, &p->r->all[p->r->rank[k]], &cfg);
+		if (!cmd_plan_megatron_gap(&cfg))
+			return k;
+	}
+	return -1;
+}
+
 static void print_text(const struct plan_cmd *p)
 {
 	const struct plan_result *r = p->r;
@@ -460,6 +477,21 @@ static void print_text(const struct plan_cmd *p)
 			printf("\n");
 		}
 	}
+	{
+		int k = megatron_best(p);
+
+		if (k >= p->commands) {
+			struct run_cfg cfg;
+
+			printf("# the fastest layout Megatron-LM can run:\n");
+			print_row(p, k + 1, &r->all[r->rank[k]]);
+			cfg_of(p, &r->all[r->rank[k]], &cfg);
+			cmd_plan_megatron(stdout, &cfg, ec);
+			printf("\n");
+		} else if (k < 0) {
+			printf("# Megatron-LM can run none of the layouts that fit\n");
+		}
+	}
 	for (int k = 0; k < p->validate && k < r->nok; k++) {
 		const struct verify_result *v = &p->ver[k];
 
@@ -492,11 +524,11 @@ static void json_entry(const struct plan_cmd *p, int rank, const struct plan_ent
 	       cfg.sp ? "true" : "false", cfg.flash ? "true" : "false", cp_comm_name[cfg.cp_comm]);
 	printf("\"step_time_s\":%.9g,\"compute_s\":%.9g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
 	       "\"peak_memory\":%llu,\"memory_bound\":%llu,\"bubble_fraction\":%.6g,"
-	       "\"comm_exposed_s\":%.9g,\"devices_run\":%d",
+	       "\"comm_exposed_s\":%.9g,\"devices_run\":%d,\"exact\":%s",
 	       (double)x->e.step_ns / 1e9, (double)x->e.compute_ns / 1e9, x->e.tokens_s, x->e.mfu,
 	       (unsigned long long)x->e.peak, (unsigned long long)x->e.bound,
 	       (double)x->e.bubble_ns / (double)x->e.step_ns, (double)x->e.exposed_ns / 1e9,
-	       x->e.devices_run);
+	       x->e.devices_run, x->e.exact ? "true" : "false");
 	if (rank <= p->commands) {
 		printf(",\"pemu_run\":\"");
 		cmd_plan_pemu_run(stdout, p->argc, p->argv, &cfg, 1);
@@ -556,7 +588,7 @@ static void print_json(const struct plan_cmd *p)
 			printf("%s%d", j ? "," : "", k + 1);
 			j++;
 		}
-	printf("]}\n");
+	printf("],\"megatron_best\":%d}\n", megatron_best(p) + 1);
 }
 
 /* --validate: the best K at a tiny scale, each against the serial reference. */
@@ -607,6 +639,8 @@ static void trace_winner(const struct plan_cmd *p)
 	int rc;
 
 	cfg_of(p, &p->r->all[p->r->rank[0]], &cfg);
+	if (cfg.fold)
+		cfg.fold = 1; /* as pemu run folds it: exactly */
 	ec.trace = 1;
 	cl = emu_cluster_new(&ec);
 	run_alloc(&o, &cfg, 0);
@@ -746,6 +780,17 @@ int cmd_plan(int argc, char **argv)
 	if (plan_search(&s, &cc.cfg, p.jobs, isatty(STDERR_FILENO) ? progress : NULL, &p, &r, err,
 			sizeof err)) {
 		fprintf(stderr, "%s\n", err);
+		cli_model_free(&mo);
+		return 2;
+	}
+	if (r.by_rule == r.n) { /* bad input: one line, exit 2 */
+		struct run_cfg cfg;
+
+		plan_cfg(&s, &r.all[0].p, &cfg, err, sizeof err);
+		fprintf(stderr,
+			"pemu plan: no layout passes pemu run's checker; the first says: %s\n",
+			err);
+		plan_result_free(&r);
 		cli_model_free(&mo);
 		return 2;
 	}

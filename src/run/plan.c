@@ -22,7 +22,7 @@
 /* ------------------------------------------------------------------------------------ */
 /* The space                                                                            */
 
-#define PLAN_MAX_VALUES 64
+#define PLAN_MAX_VALUES 256 /* (no count up to 65536 has more divisors) */
 
 static int fixed(const struct plan_space *s, enum plan_dim d)
 {
