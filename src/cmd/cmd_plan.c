@@ -443,6 +443,10 @@ static void print_text(const struct plan_cmd *p)
 	       "process%s)\n",
 	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), r->wall_s,
 	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1), p->jobs, p->jobs == 1 ? "" : "es");
+	if (r->proved)
+		printf("# the search folded ZeRO's replicas (approximate); the %d layouts shown "
+		       "first and on the front ran again exactly, in %.1f s of it\n",
+		       r->proved, r->prove_s);
 	if (!r->nok) {
 		printf("# no layout fits in %s a GPU\n",
 		       b_of(ec->mem_cap ? ec->mem_cap : ec->topo.gpu.hbm_bytes));
@@ -576,9 +580,10 @@ static void print_json(const struct plan_cmd *p)
 	report_cluster_json(stdout, &p->cc->cfg);
 	printf(",\"space\":{\"layouts\":%d,\"refused_by_rule\":%d,\"pruned_by_memory_bound\":%d,"
 	       "\"out_of_memory\":%d,\"failed\":%d,\"fit\":%d,\"dry_runs\":%d,\"jobs\":%d,"
-	       "\"wall_s\":%.6g,\"layouts_per_s\":%.6g,\"dry_runs_per_s\":%.6g},\"ranked\":[",
+	       "\"wall_s\":%.6g,\"proved\":%d,\"prove_s\":%.6g,\"layouts_per_s\":%.6g,"
+	       "\"dry_runs_per_s\":%.6g},\"ranked\":[",
 	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), p->jobs,
-	       r->wall_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
+	       r->wall_s, r->proved, r->prove_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
 	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1));
 	for (int k = 0; k < r->nok; k++)
 		json_entry(p, k + 1, &r->all[r->rank[k]]);

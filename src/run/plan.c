@@ -568,9 +568,16 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 				idx[k++] = r->rank[j];
 		}
 		if (k) {
+			struct timespec p0, p1;
+
+			clock_gettime(CLOCK_MONOTONIC, &p0);
 			decide_all(&(struct batch){s, ecfg, r->all, idx, k, 1}, r->n, jobs, NULL,
 				   NULL);
 			rank_all(r);
+			clock_gettime(CLOCK_MONOTONIC, &p1);
+			r->proved = k;
+			r->prove_s = (double)(p1.tv_sec - p0.tv_sec) +
+				     (double)(p1.tv_nsec - p0.tv_nsec) / 1e9;
 		}
 	}
 	free(idx);

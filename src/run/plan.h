@@ -102,7 +102,9 @@ struct plan_result {
 		      * fastest first */
 	int npareto;
 	int by_rule, by_bound, by_oom, failed;
-	double wall_s; /* the search's wall time */
+	double wall_s;  /* the search's wall time */
+	double prove_s; /* of it, running the shown layouts again exactly */
+	int proved;     /* how many */
 };
 
 /* The points of the space in enumeration order (n of them; free the array). dp is
