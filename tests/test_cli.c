@@ -578,14 +578,34 @@ static void test_failed_json(void **state)
 	assert_true(len > 1000); /* the ops up to the failure */
 }
 
+/* The pemu run line that the JSON string at key (in out) holds, run for one step: its
+ * step time equals planned to the nanosecond. */
+static void assert_line_runs(char *out, const char *key, double planned)
+{
+	static char out2[65536];
+	char cmd[1024], *r, *e;
+	double ran;
+
+	assert_non_null(r = strstr(out, key));
+	r += strlen(key) + strlen(":\"pemu ");
+	assert_non_null(e = strchr(r, '"'));
+	*e = '\0';
+	snprintf(cmd, sizeof cmd, "%s --steps 1 --json", r);
+	assert_int_equal(run(cmd, 0, out2, sizeof out2), 0);
+	assert_non_null(r = strstr(out2, "\"time\":{\"step_time_s\":"));
+	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
+	if (planned <= 0 || ran != planned)
+		fail_msg("the plan's figure %.9g s, its pemu run line %.9g s", planned, ran);
+}
+
 /* pemu plan --oases: a plan on a small model over 8 RTX 3090s over PCIe, in JSON; the
  * pemu run command it prints runs the plan it checked (the same step time, to the
  * nanosecond). */
 static void test_plan_oases(void **state)
 {
-	static char out[65536], out2[65536];
-	char cmd[1024], *r, *e;
-	double planned, ran;
+	static char out[65536];
+	char *r;
+	double planned;
 
 	(void)state;
 	assert_int_equal(run("plan --oases --cluster rtx3090-pcie --gpus-per-node 4 --nodes 2 "
@@ -598,16 +618,7 @@ static void test_plan_oases(void **state)
 	assert_non_null(strstr(out, "\"degrees\":[1,2,4]"));
 	assert_non_null(r = strstr(out, "\"plan_s\":"));
 	planned = atof(r + strlen("\"plan_s\":"));
-	assert_non_null(r = strstr(out, "\"run\":\"pemu run "));
-	r += strlen("\"run\":\"pemu ");
-	assert_non_null(e = strchr(r, '"'));
-	*e = '\0';
-	snprintf(cmd, sizeof cmd, "%s --steps 1 --json", r);
-	assert_int_equal(run(cmd, 0, out2, sizeof out2), 0);
-	assert_non_null(r = strstr(out2, "\"time\":{\"step_time_s\":"));
-	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
-	if (planned <= 0 || ran != planned)
-		fail_msg("the plan's dry-run %.9g s, its pemu run command %.9g s", planned, ran);
+	assert_line_runs(out, "\"run\"", planned);
 }
 
 /* pemu plan's search in JSON: the pemu run line of its winner runs the figure it ranked
@@ -615,9 +626,9 @@ static void test_plan_oases(void **state)
  * under is exit 1 with the reason. */
 static void test_plan_search(void **state)
 {
-	static char out[1 << 20], out2[65536];
-	char cmd[1024], *r, *e;
-	double planned, ran;
+	static char out[1 << 20];
+	char *r;
+	double planned;
 
 	(void)state;
 	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 "
@@ -629,16 +640,7 @@ static void test_plan_search(void **state)
 	assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));
 	assert_non_null(r = strstr(r, "\"step_time_s\":"));
 	planned = atof(r + strlen("\"step_time_s\":"));
-	assert_non_null(r = strstr(r, "\"pemu_run\":\"pemu run "));
-	r += strlen("\"pemu_run\":\"pemu ");
-	assert_non_null(e = strchr(r, '"'));
-	*e = '\0';
-	snprintf(cmd, sizeof cmd, "%s --steps 1 --json", r);
-	assert_int_equal(run(cmd, 0, out2, sizeof out2), 0);
-	assert_non_null(r = strstr(out2, "\"time\":{\"step_time_s\":"));
-	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
-	if (planned <= 0 || ran != planned)
-		fail_msg("the plan's winner %.9g s, its pemu run command %.9g s", planned, ran);
+	assert_line_runs(r, "\"pemu_run\"", planned);
 	assert_int_equal(run("plan --model tiny --tp 2", 1, out, sizeof out), 2);
 	assert_non_null(strstr(out, "--global-batch-size is needed"));
 	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 --mem-cap 100K", 0,
