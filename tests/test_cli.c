@@ -141,6 +141,8 @@ static void test_bad_input(void **state)
 		{"plan --model tiny --gpus 8 --global-batch-size 16 --ep 2",
 		 "the first says: --ep 2: the model has no MoE layers"},
 		{"plan --model tiny --gpus 0 --global-batch-size 16", "--gpus: '0'"},
+		{"plan --oases --model tiny --tp 2 --gpus 8",
+		 "--gpus: the layout search's option, not --oases's"},
 		{"run --model tiny --zero-stage 4",
 		 "--zero-stage: '4' is not a whole number from 0 to 3"},
 		{"run --model tiny --sequence-parallel", "--sequence-parallel needs --tp > 1"},
@@ -578,9 +580,9 @@ static void test_failed_json(void **state)
 	assert_true(len > 1000); /* the ops up to the failure */
 }
 
-/* The pemu run line that the JSON string at key (in out) holds, run for one step: its
+/* The pemu run line that the JSON string at key (in out) holds, run with extra: its
  * step time equals planned to the nanosecond. */
-static void assert_line_runs(char *out, const char *key, double planned)
+static void assert_line_runs(char *out, const char *key, const char *extra, double planned)
 {
 	static char out2[65536];
 	char cmd[1024], *r, *e;
@@ -590,7 +592,7 @@ static void assert_line_runs(char *out, const char *key, double planned)
 	r += strlen(key) + strlen(":\"pemu ");
 	assert_non_null(e = strchr(r, '"'));
 	*e = '\0';
-	snprintf(cmd, sizeof cmd, "%s --steps 1 --json", r);
+	snprintf(cmd, sizeof cmd, "%s %s --json", r, extra);
 	assert_int_equal(run(cmd, 0, out2, sizeof out2), 0);
 	assert_non_null(r = strstr(out2, "\"time\":{\"step_time_s\":"));
 	ran = atof(r + strlen("\"time\":{\"step_time_s\":"));
@@ -618,7 +620,7 @@ static void test_plan_oases(void **state)
 	assert_non_null(strstr(out, "\"degrees\":[1,2,4]"));
 	assert_non_null(r = strstr(out, "\"plan_s\":"));
 	planned = atof(r + strlen("\"plan_s\":"));
-	assert_line_runs(out, "\"run\"", planned);
+	assert_line_runs(out, "\"run\"", "--steps 1", planned);
 }
 
 /* pemu plan's search in JSON: the pemu run line of its winner runs the figure it ranked
@@ -640,7 +642,7 @@ static void test_plan_search(void **state)
 	assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));
 	assert_non_null(r = strstr(r, "\"step_time_s\":"));
 	planned = atof(r + strlen("\"step_time_s\":"));
-	assert_line_runs(r, "\"pemu_run\"", planned);
+	assert_line_runs(r, "\"pemu_run\"", "", planned); /* as printed */
 	assert_int_equal(run("plan --model tiny --tp 2", 1, out, sizeof out), 2);
 	assert_non_null(strstr(out, "--global-batch-size is needed"));
 	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 --mem-cap 100K", 0,

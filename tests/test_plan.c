@@ -274,7 +274,8 @@ static void parse_back(const char *preset, int seq, int experts_every)
 		int n;
 
 		assert_int_equal(plan_cfg(&s, &r.all[r.rank[k]].p, &cfg, err, sizeof err), 0);
-		if (!cmd_plan_megatron_gap(&cfg)) { /* Megatron's line, the world given as --dp */
+		if (!cmd_plan_megatron_gap(&cfg,
+					   &ec)) { /* Megatron's line, the world given as --dp */
 			f = open_memstream(&buf, &len);
 			cmd_plan_megatron(f, &cfg, &ec);
 			fclose(f);
@@ -300,6 +301,47 @@ static void parse_back(const char *preset, int seq, int experts_every)
 	}
 	assert_true(megatron > 10);
 	plan_result_free(&r);
+}
+
+/* Where Megatron-LM has no such run, no line: 12 GPUs on nodes of 8 (torchrun starts as
+ * many on each), expert with tensor parallelism but no sequence parallelism, ZeRO-3; and
+ * a fixed --vpp N is the interleaved schedule's only. */
+static void test_megatron_gaps_and_vpp(void **state)
+{
+	struct plan_space s;
+	struct emu_config ec;
+	struct run_cfg cfg;
+	struct plan_point *pts;
+	char err[512];
+	int n;
+
+	(void)state;
+	cluster(&ec, 0);
+	run_cfg_init(&cfg);
+	mesh_init(&cfg.mesh, 2, 1, 1, 6, 1);
+	assert_non_null(cmd_plan_megatron_gap(&cfg, &ec));
+	mesh_init(&cfg.mesh, 2, 1, 1, 4, 1);
+	assert_null(cmd_plan_megatron_gap(&cfg, &ec));
+	cfg.ep = 2;
+	assert_non_null(cmd_plan_megatron_gap(&cfg, &ec));
+	cfg.sp = 1;
+	assert_null(cmd_plan_megatron_gap(&cfg, &ec));
+	cfg.zero = 3;
+	assert_non_null(cmd_plan_megatron_gap(&cfg, &ec));
+	space(&s, "small", 16, 2);
+	s.base.vpp = 2;
+	s.fixed = 1u << PLAN_VPP;
+	pts = plan_points(&s, &n);
+	assert_true(n > 0);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(pts[i].v[PLAN_SCHEDULE], SCHED_INTERLEAVED);
+		assert_int_equal(pts[i].v[PLAN_VPP], 2);
+		assert_true(pts[i].v[PLAN_PP] > 1);
+	}
+	assert_int_equal(plan_cfg(&s, &pts[0], &cfg, err, sizeof err) == 0 ||
+				 strstr(err, "interleaved") != NULL,
+			 1);
+	free(pts);
 }
 
 static void test_lines_parse_back(void **state)
@@ -368,6 +410,7 @@ int main(void)
 		cmocka_unit_test(test_ranking_is_brute_force),
 		cmocka_unit_test(test_bound_under_moe),
 		cmocka_unit_test(test_approximate_fold),
+		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_validate_fails_on_a_bug),
 	};

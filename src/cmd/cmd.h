@@ -26,13 +26,14 @@ int cmd_run_parse_cfg(int argc, char **argv, int verify, struct run_cfg *out);
 
 /* pemu plan's command lines for a layout, finished cfg: cmd_plan_pemu_run prints the
  * pemu run line (pemu plan's argv but its own options and the space's, then the
- * layout's; escaped for a JSON string with json); cmd_plan_megatron_gap says why
- * Megatron-LM cannot run cfg as pemu does (NULL if it can), and cmd_plan_megatron prints
+ * layout's, and --steps 1: the step the plan ranked; escaped for a JSON string with
+ * json); cmd_plan_megatron_gap says why Megatron-LM cannot run cfg as pemu does on ec's
+ * nodes (NULL if it can), and cmd_plan_megatron prints
  * its line then: torchrun over ec's nodes, pretrain_gpt.py with the model, batch and
  * layout (the data, tokenizer and optimizer arguments are the user's to add). Megatron
  * takes the data-parallel size from the world size; pemu run takes --dp. No newline. */
 void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg, int json);
-const char *cmd_plan_megatron_gap(const struct run_cfg *cfg);
+const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_config *ec);
 void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_config *ec);
 
 /* pemu plan --oases, after pemu plan has read its options into cfg (not finished), mo

@@ -241,12 +241,15 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		fprintf(f, " --sequence-parallel");
 	if (cfg->flash)
 		fprintf(f, " --use-flash-attn");
-	snprintf(b, sizeof b, " --dry-run");
+	snprintf(b, sizeof b, " --steps 1 --dry-run"); /* the step the plan ranked */
 	fputs(b, f);
 }
 
-const char *cmd_plan_megatron_gap(const struct run_cfg *cfg)
+const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_config *ec)
 {
+	if (cfg->mesh.world > ec->topo.gpus_per_node && cfg->mesh.world % ec->topo.gpus_per_node)
+		return "torchrun starts as many processes on every node: the GPUs are not a "
+		       "multiple of a node's";
 	if (cfg->mesh.size[MESH_PP] > 1 && cfg->schedule != SCHED_1F1B &&
 	    cfg->schedule != SCHED_INTERLEAVED)
 		return cfg->schedule == SCHED_HELIX ? "HelixPipe's schedule is not in Megatron-LM"
@@ -263,6 +266,9 @@ const char *cmd_plan_megatron_gap(const struct run_cfg *cfg)
 		       "--moe-layer-freq counts from layer 0";
 	if (cfg->mlp_chunks > 1 || cfg->cp_contiguous)
 		return "--mlp-chunks and --cp-layout are pemu's";
+	if (cfg->ep > 1 && cfg->mesh.size[MESH_TP] > 1 && !cfg->sp)
+		return "Megatron-LM runs expert and tensor parallelism with sequence parallelism "
+		       "only";
 	return NULL;
 }
 
@@ -421,7 +427,7 @@ static int megatron_best(const struct plan_cmd *p)
 		struct run_cfg cfg;
 
 		cfg_of(p, &p->r->all[p->r->rank[k]], &cfg);
-		if (!cmd_plan_megatron_gap(&cfg))
+		if (!cmd_plan_megatron_gap(&cfg, &p->cc->cfg))
 			return k;
 	}
 	return -1;
@@ -448,8 +454,14 @@ static void print_text(const struct plan_cmd *p)
 		       "first and on the front ran again exactly, in %.1f s of it\n",
 		       r->proved, r->prove_s);
 	if (!r->nok) {
-		printf("# no layout fits in %s a GPU\n",
-		       b_of(ec->mem_cap ? ec->mem_cap : ec->topo.gpu.hbm_bytes));
+		if (r->failed)
+			printf("# no layout ran: %d out of memory or refused by the bound under "
+			       "%s a GPU, %d failed otherwise\n",
+			       r->by_bound + r->by_oom,
+			       b_of(ec->mem_cap ? ec->mem_cap : ec->topo.gpu.hbm_bytes), r->failed);
+		else
+			printf("# no layout fits in %s a GPU\n",
+			       b_of(ec->mem_cap ? ec->mem_cap : ec->topo.gpu.hbm_bytes));
 		return;
 	}
 	printf("# the fastest %d (step time virtual, device 0; peak memory the largest "
@@ -474,7 +486,7 @@ static void print_text(const struct plan_cmd *p)
 		printf("# %d.\n", k + 1);
 		cmd_plan_pemu_run(stdout, p->argc, p->argv, &cfg, 0);
 		printf("\n");
-		if ((gap = cmd_plan_megatron_gap(&cfg)))
+		if ((gap = cmd_plan_megatron_gap(&cfg, &p->cc->cfg)))
 			printf("#   Megatron-LM: no equivalent (%s)\n", gap);
 		else {
 			cmd_plan_megatron(stdout, &cfg, ec);
@@ -537,7 +549,7 @@ static void json_entry(const struct plan_cmd *p, int rank, const struct plan_ent
 		printf(",\"pemu_run\":\"");
 		cmd_plan_pemu_run(stdout, p->argc, p->argv, &cfg, 1);
 		printf("\",\"megatron\":");
-		if ((gap = cmd_plan_megatron_gap(&cfg))) {
+		if ((gap = cmd_plan_megatron_gap(&cfg, &p->cc->cfg))) {
 			printf("null,\"megatron_gap\":");
 			report_json_string(stdout, gap);
 		} else {
@@ -677,7 +689,8 @@ int cmd_plan(int argc, char **argv)
 	struct cli_cluster cc;
 	const char *v;
 	char err[512];
-	int id, oases = 0, gpus = 0, rc = 0, dp_given = 0;
+	int id, oases = 0, gpus = 0, rc = 0, dp_given = 0, search_refuses = 0;
+	const char *search_only = NULL; /* the first of the search's own options given */
 	long jobs = sysconf(_SC_NPROCESSORS_ONLN);
 
 	memset(&s, 0, sizeof s);
@@ -689,6 +702,8 @@ int cmd_plan(int argc, char **argv)
 	p.commands = 3;
 	p.jobs = jobs > 0 ? (int)(jobs < 64 ? jobs : 64) : 1;
 	while ((id = cli_next(&c, &v))) {
+		if (id > CLI_PLAN_OASES && id < CLI_PLAN_LAST && !search_only)
+			search_only = plan_opts[id - CLI_PLAN_GPUS].name;
 		switch (id) {
 		case CLI_PLAN_OASES:
 			oases = 1;
@@ -727,14 +742,9 @@ int cmd_plan(int argc, char **argv)
 			s.both_sp = 1;
 			continue;
 		case CLI_PAR_VPP_LAYERS:
-			if (!oases)
-				cli_fail(&c, "--num-layers-per-virtual-pipeline-stage: pemu plan "
-					     "searches the pipeline's size, so fix the chunks a "
-					     "stage with --vpp");
-			break;
 		case CLI_PAR_TP_FIRST:
-			cli_fail(&c, "--tp-first: the mixed degrees are pemu plan --oases's to "
-				     "choose");
+			search_refuses = id;
+			break;
 		case CLI_PAR_DP:
 			dp_given = 1;
 			break;
@@ -757,6 +767,13 @@ int cmd_plan(int argc, char **argv)
 	cli_par_finish(&po, &s.base);
 	if (mo.sample)
 		cli_fail(&c, "--sample: only pemu train generates text");
+	if (oases && search_only)
+		cli_fail(&c, "--%s: the layout search's option, not --oases's", search_only);
+	if (!oases && search_refuses == CLI_PAR_VPP_LAYERS)
+		cli_fail(&c, "--num-layers-per-virtual-pipeline-stage: pemu plan searches the "
+			     "pipeline's size, so fix the chunks a stage with --vpp");
+	if (!oases && search_refuses == CLI_PAR_TP_FIRST)
+		cli_fail(&c, "--tp-first: the mixed degrees are pemu plan --oases's to choose");
 	if (oases) {
 		rc = cmd_plan_oases(argc, argv, &c, &s.base, &cc);
 		cli_model_free(&mo);

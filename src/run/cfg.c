@@ -172,11 +172,11 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 /* The schedule proofs made lately, kept: a proof depends on the schedule's shape alone
  * (kind, stages, micro-batches, chunks, layers, and HelixPipe's attention cost), which a
  * planner's search repeats thousands of times; building and checking the lists is most
- * of the checker's time. */
+ * of the checker's time. Only proofs that held are kept: a refusal is built afresh, so
+ * its line is the same whoever asks. */
 #define PROOFS 64
 static struct proof {
-	int used, kind, p, m, v, L, seq, hidden, rc;
-	char err[256];
+	int used, kind, p, m, v, L, seq, hidden;
 } proofs[PROOFS];
 static int proof_next;
 static pthread_mutex_t proof_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -190,9 +190,7 @@ static struct proof proof_key(const struct run_cfg *cfg)
 			  cfg->vpp,
 			  cfg->model.num_layers,
 			  cfg->schedule == SCHED_HELIX ? cfg->model.seq_len : 0,
-			  cfg->schedule == SCHED_HELIX ? cfg->model.hidden : 0,
-			  0,
-			  ""};
+			  cfg->schedule == SCHED_HELIX ? cfg->model.hidden : 0};
 
 	return k;
 }
@@ -203,31 +201,23 @@ static int proof_same(const struct proof *a, const struct proof *b)
 	       a->L == b->L && a->seq == b->seq && a->hidden == b->hidden;
 }
 
-/* 1 with the kept proof's result in *rc and err if cfg's schedule was proved lately. */
-static int proof_recall(const struct run_cfg *cfg, int *rc, char *err, size_t n)
+/* Whether cfg's schedule was proved lately. */
+static int proof_recall(const struct run_cfg *cfg)
 {
 	struct proof k = proof_key(cfg);
 	int found = 0;
 
 	pthread_mutex_lock(&proof_lock);
 	for (int i = 0; i < PROOFS && !found; i++)
-		if (proof_same(&proofs[i], &k)) {
-			*rc = proofs[i].rc;
-			if (*rc)
-				snprintf(err, n, "%s", proofs[i].err);
-			found = 1;
-		}
+		found = proof_same(&proofs[i], &k);
 	pthread_mutex_unlock(&proof_lock);
 	return found;
 }
 
-static void proof_keep(const struct run_cfg *cfg, int rc, const char *err)
+static void proof_keep(const struct run_cfg *cfg)
 {
 	struct proof k = proof_key(cfg);
 
-	k.rc = rc;
-	if (rc)
-		snprintf(k.err, sizeof k.err, "%s", err);
 	pthread_mutex_lock(&proof_lock);
 	proofs[proof_next] = k;
 	proof_next = (proof_next + 1) % PROOFS;
@@ -265,12 +255,13 @@ static int check_pipeline(const struct run_cfg *cfg, char *err, size_t n)
 			 "interleave by sub-batch");
 		return -1;
 	}
-	if (proof_recall(cfg, &rc, err, n))
-		return rc;
+	if (proof_recall(cfg))
+		return 0;
 	run_cfg_schedule(cfg, &sc);
 	rc = sched_check(&sc, err, n) ? -1 : 0;
 	sched_free(&sc);
-	proof_keep(cfg, rc, err);
+	if (!rc)
+		proof_keep(cfg);
 	return rc;
 }
 

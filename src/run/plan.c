@@ -22,7 +22,8 @@
 /* ------------------------------------------------------------------------------------ */
 /* The space                                                                            */
 
-#define PLAN_MAX_VALUES 256 /* (no count up to 65536 has more divisors) */
+#define PLAN_MAX_POINTS 2000000 /* a larger space is refused: bound or fix some of it */
+#define PLAN_MAX_VALUES 256     /* (no count up to 65536 has more divisors) */
 
 static int fixed(const struct plan_space *s, enum plan_dim d)
 {
@@ -93,6 +94,8 @@ static int values(const struct plan_space *s, const struct plan_point *p, enum p
 		 * interleaved schedule's */
 		if (d == PLAN_SCHEDULE && pp == 1)
 			v[0] = -1;
+		else if (d == PLAN_SP)
+			v[0] = tp > 1 && s->base.sp;
 		else if (d == PLAN_VPP && p->v[PLAN_SCHEDULE] != SCHED_INTERLEAVED)
 			v[0] = 1;
 		else
@@ -122,6 +125,10 @@ static int values(const struct plan_space *s, const struct plan_point *p, enum p
 			v[k++] = tp;
 		return k;
 	case PLAN_SCHEDULE:
+		if (fixed(s, PLAN_VPP) && s->base.vpp > 1) { /* chunks: the interleaved one */
+			v[0] = SCHED_INTERLEAVED;
+			return pp > 1;
+		}
 		if (pp == 1) {
 			v[0] = -1;
 			return 1;
@@ -192,7 +199,13 @@ static void walk(struct walk *w, struct plan_point *p, int d)
 {
 	int v[PLAN_MAX_VALUES], k;
 
+	if (w->n > PLAN_MAX_POINTS)
+		return;
 	if (d == PLAN_NDIM) {
+		if (w->n == PLAN_MAX_POINTS) { /* one over, kept not: the space is too large */
+			w->n++;
+			return;
+		}
 		if (w->n == w->cap) {
 			w->cap = w->cap ? 2 * w->cap : 1024;
 			w->pts = emu_xrealloc(w->pts, (size_t)w->cap * sizeof *w->pts);
@@ -437,11 +450,15 @@ static int decide_forked(const struct batch *b, int nall, int jobs, plan_progres
 
 		if (progress && d != shown)
 			progress(shown = d, n, arg);
-		for (int j = 0; j < started; j++)
-			if (pid[j] > 0 && waitpid(pid[j], NULL, WNOHANG) == pid[j]) {
+		for (int j = 0; j < started; j++) {
+			pid_t w = pid[j] > 0 ? waitpid(pid[j], NULL, WNOHANG) : 0;
+
+			/* ended, or not ours to wait for (SIGCHLD ignored): gone either way */
+			if (w == pid[j] || (w < 0 && errno == ECHILD)) {
 				pid[j] = 0;
 				live--;
 			}
+		}
 		if (live)
 			nanosleep(&ts, NULL);
 	}
@@ -536,6 +553,16 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pts = plan_points(s, &r->n);
+	if (r->n > PLAN_MAX_POINTS) {
+		free(pts);
+		r->n = 0;
+		snprintf(err, n,
+			 "pemu plan: the space has more than %d layouts; bound it (--max-tp, "
+			 "--max-pp, --max-cp, --max-ep, --max-micro-batch-size) or fix some of "
+			 "its options",
+			 PLAN_MAX_POINTS);
+		return EMU_EINVAL;
+	}
 	if (!r->n) {
 		free(pts);
 		snprintf(err, n,
@@ -555,9 +582,12 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 		idx[i] = i;
 	decide_all(&(struct batch){s, ecfg, r->all, idx, r->n, 0}, r->n, jobs, progress, arg);
 	rank_all(r);
-	if (!s->exact) { /* the best and the front again, exactly (RUN_FOLD_ZERO is not) */
-		int k = 0;
+	/* the best and the front again, exactly (RUN_FOLD_ZERO is not), until they all are:
+	 * each round makes one more at least, and a re-ranking can bring others in */
+	for (int k = 1; !s->exact && k;) {
+		struct timespec p0, p1;
 
+		k = 0;
 		for (int j = 0; j < r->nok; j++) {
 			struct plan_entry *x = &r->all[r->rank[j]];
 			int front = 0;
@@ -567,18 +597,15 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 			if ((j < s->prove || front) && !x->e.exact)
 				idx[k++] = r->rank[j];
 		}
-		if (k) {
-			struct timespec p0, p1;
-
-			clock_gettime(CLOCK_MONOTONIC, &p0);
-			decide_all(&(struct batch){s, ecfg, r->all, idx, k, 1}, r->n, jobs, NULL,
-				   NULL);
-			rank_all(r);
-			clock_gettime(CLOCK_MONOTONIC, &p1);
-			r->proved = k;
-			r->prove_s = (double)(p1.tv_sec - p0.tv_sec) +
-				     (double)(p1.tv_nsec - p0.tv_nsec) / 1e9;
-		}
+		if (!k)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &p0);
+		decide_all(&(struct batch){s, ecfg, r->all, idx, k, 1}, r->n, jobs, NULL, NULL);
+		rank_all(r);
+		clock_gettime(CLOCK_MONOTONIC, &p1);
+		r->proved += k;
+		r->prove_s +=
+			(double)(p1.tv_sec - p0.tv_sec) + (double)(p1.tv_nsec - p0.tv_nsec) / 1e9;
 	}
 	free(idx);
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -109,7 +109,8 @@ struct plan_result {
 
 /* The points of the space in enumeration order (n of them; free the array). dp is
  * left to what the mesh degrees leave (points where they do not divide gpus are not
- * listed). */
+ * listed). A space of more than 2 million stops there, n one over (plan_search refuses
+ * it). */
 struct plan_point *plan_points(const struct plan_space *s, int *n);
 
 /* The run_cfg of point p (finished: run_cfg_finish called, steps 1, quiet); 0, or -1
