@@ -212,7 +212,6 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 			.opts = {plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
 	const int *m = cfg->mesh.size;
 	const char *v;
-	char b[64];
 	int start = c.i, id;
 
 	fprintf(f, "pemu run");
@@ -241,8 +240,7 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		fprintf(f, " --sequence-parallel");
 	if (cfg->flash)
 		fprintf(f, " --use-flash-attn");
-	snprintf(b, sizeof b, " --steps 1 --dry-run"); /* the step the plan ranked */
-	fputs(b, f);
+	fputs(" --steps 1 --dry-run", f); /* the step the plan ranked */
 }
 
 const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_config *ec)
