@@ -30,12 +30,16 @@ float optim_lr(const struct optim_cfg *o, int step)
 	       (float)(0.5 * (1.0 + cos(3.141592653589793 * progress))) * (o->lr - o->min_lr);
 }
 
-double optim_sq_norm(const struct kctx *k, const float *g, size_t n)
+void optim_sq_norm_charge(const struct kctx *k, size_t n)
+{
+	emu_compute(k->d, "grad_norm", 2.0 * (double)n,
+		    (double)n * tensor_elem_bytes(k->prec, MEM_GRAD));
+}
+
+double optim_sq_norm_math(const struct kctx *k, const float *g, size_t n)
 {
 	double s = 0;
 
-	emu_compute(k->d, "grad_norm", 2.0 * (double)n,
-		    (double)n * tensor_elem_bytes(k->prec, MEM_GRAD));
 	if (!kctx_math(k))
 		return 0;
 	for (size_t i = 0; i < n; i++)
@@ -43,15 +47,25 @@ double optim_sq_norm(const struct kctx *k, const float *g, size_t n)
 	return s;
 }
 
-void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
-		 float *m, float *v, size_t n, float lr, float gscale, int decay, int t)
+double optim_sq_norm(const struct kctx *k, const float *g, size_t n)
+{
+	optim_sq_norm_charge(k, n);
+	return optim_sq_norm_math(k, g, n);
+}
+
+void optim_adamw_charge(const struct kctx *k, size_t n)
+{
+	/* Reads gradient, master weight, m, v; writes weight, m, v: 28 bytes a parameter in
+	 * fp32, and in bf16 (2-byte gradient and weight copy, 4-byte master, m, v) as well. */
+	emu_compute(k->d, "adamw", 12.0 * (double)n, 28.0 * (double)n);
+}
+
+void optim_adamw_math(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
+		      float *m, float *v, size_t n, float lr, float gscale, int decay, int t)
 {
 	float c1 = 1.0f - powf(o->beta1, (float)t), c2 = 1.0f - powf(o->beta2, (float)t);
 	float wd = decay ? o->weight_decay : 0.0f;
 
-	/* Reads gradient, master weight, m, v; writes weight, m, v: 28 bytes a parameter in
-	 * fp32, and in bf16 (2-byte gradient and weight copy, 4-byte master, m, v) as well. */
-	emu_compute(k->d, "adamw", 12.0 * (double)n, 28.0 * (double)n);
 	if (!kctx_math(k))
 		return;
 	for (size_t i = 0; i < n; i++) {
@@ -61,4 +75,11 @@ void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, cons
 		v[i] = o->beta2 * v[i] + (1.0f - o->beta2) * gi * gi;
 		w[i] -= lr * ((m[i] / c1) / (sqrtf(v[i] / c2) + o->eps) + wd * w[i]);
 	}
+}
+
+void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
+		 float *m, float *v, size_t n, float lr, float gscale, int decay, int t)
+{
+	optim_adamw_charge(k, n);
+	optim_adamw_math(k, o, w, g, m, v, n, lr, gscale, decay, t);
 }

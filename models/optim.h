@@ -21,12 +21,23 @@ void optim_defaults(struct optim_cfg *o);
 /* The learning rate at step (0-based). */
 float optim_lr(const struct optim_cfg *o, int step);
 
-/* sum of g[i]^2 over n, in double, in index order (the same on every run). */
+/* sum of g[i]^2 over n, in double, in index order (the same on every run); charged as
+ * one kernel. */
 double optim_sq_norm(const struct kctx *k, const float *g, size_t n);
 
 /* One AdamW update of n parameters w with gradients g * gscale and moments m, v (n each);
- * t is the 1-based step for bias correction. */
+ * t is the 1-based step for bias correction. Charged as one kernel. */
 void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
 		 float *m, float *v, size_t n, float lr, float gscale, int decay, int t);
+
+/* The same two apart: the math alone (nothing charged: 0 in dry-run), and the charge of
+ * one kernel over n parameters. ZeRO's shard runs the math parameter piece by parameter
+ * piece and charges one fused kernel over the whole shard, as a multi-tensor kernel
+ * does (every rank's shard is the same size, so data-parallel ranks stay alike). */
+double optim_sq_norm_math(const struct kctx *k, const float *g, size_t n);
+void optim_sq_norm_charge(const struct kctx *k, size_t n);
+void optim_adamw_math(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
+		      float *m, float *v, size_t n, float lr, float gscale, int decay, int t);
+void optim_adamw_charge(const struct kctx *k, size_t n);
 
 #endif

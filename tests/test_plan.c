@@ -1,7 +1,7 @@
 /* pemu plan's search (run/plan.h) against what it promises: its ranking is a brute-force
  * dry-run of every layout of the space, sorted; the memory bound never prunes a layout
- * that fits; the worker processes change nothing; the approximate fold of the search is
- * close and the layouts it shows are exact; every Megatron-LM and pemu run line it prints
+ * that fits; the worker processes change nothing; its dry-runs fold ZeRO's replicas
+ * exactly; every Megatron-LM and pemu run line it prints
  * parses back through pemu's command line to the same layout; --validate's tiny twin
  * keeps the layout and fails on a broken strategy. */
 #include <setjmp.h>
@@ -40,7 +40,6 @@ static void space(struct plan_space *s, const char *preset, int gbs, int mbs)
 	s->base.gbs = gbs;
 	s->gpus = GPUS;
 	s->max_mbs = test_skip_large() ? 1 : mbs; /* (the sanitizers' builds: a smaller space) */
-	s->exact = 1;
 }
 
 static const int64_t *sort_step;
@@ -158,41 +157,46 @@ static void test_bound_under_moe(void **state)
 	plan_result_free(&r);
 }
 
-/* The search's fold of ZeRO's replicas: its figures within 3% of the exact ones (the
- * tiny model's optimizer kernels are a large part of its step), and the layouts it shows
- * first run again exactly. */
-static void test_approximate_fold(void **state)
+/* The search's dry-runs fold ZeRO's data-parallel replicas as every other dry-run does,
+ * exactly: each fitting ZeRO layout's step time and peak memory equal those of a dry-run
+ * of every device. */
+static void test_zero_folds_exactly(void **state)
 {
 	struct plan_space s;
 	struct emu_config ec;
-	struct plan_result a, x;
+	struct plan_result r;
 	char err[512];
+	int checked = 0;
 
 	(void)state;
 	space(&s, "tiny", 32, 2);
-	s.fixed = 1u << PLAN_PP | 1u << PLAN_TP;
+	s.fixed = 1u << PLAN_PP;
 	mesh_init(&s.base.mesh, 1, 1, 1, GPUS, 1);
 	cluster(&ec, 0);
-	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &x, err, sizeof err), 0);
-	s.exact = 0;
-	s.prove = 3;
-	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &a, err, sizeof err), 0);
-	assert_int_equal(a.nok, x.nok);
-	for (int i = 0; i < a.n; i++) {
-		double d = (double)a.all[i].e.step_ns - (double)x.all[i].e.step_ns;
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	for (int i = 0; i < r.n; i++) {
+		const struct plan_entry *x = &r.all[i];
+		struct run_cfg cfg;
+		struct plan_eval e;
 
-		if (a.all[i].fate != PLAN_OK)
+		if (x->fate != PLAN_OK || !x->p.v[PLAN_ZERO] || x->p.dp == 1)
 			continue;
-		if (d * d > 9e-4 * (double)x.all[i].e.step_ns * x.all[i].e.step_ns)
-			fail_msg("layout %d: folded %lld ns, exact %lld", i,
-				 (long long)a.all[i].e.step_ns, (long long)x.all[i].e.step_ns);
-		if (a.all[i].e.exact)
-			assert_int_equal(a.all[i].e.step_ns, x.all[i].e.step_ns);
+		assert_int_equal(plan_cfg(&s, &x->p, &cfg, err, sizeof err), 0);
+		assert_true(x->e.devices_run <= 2); /* the replicas folded (and tp ranks 2..) */
+		cfg.fold = 0;
+		assert_int_equal(plan_dry_run(&ec, &cfg, &e), PLAN_OK);
+		assert_int_equal(e.devices_run, GPUS);
+		if (e.step_ns != x->e.step_ns || e.peak != x->e.peak)
+			fail_msg(
+				"layout %d (dp %d tp %d ZeRO %d): folded %lld ns %llu bytes, every "
+				"device %lld ns %llu bytes",
+				i, x->p.dp, x->p.v[PLAN_TP], x->p.v[PLAN_ZERO],
+				(long long)x->e.step_ns, (unsigned long long)x->e.peak,
+				(long long)e.step_ns, (unsigned long long)e.peak);
+		checked++;
 	}
-	for (int k = 0; k < 3; k++)
-		assert_true(a.all[a.rank[k]].e.exact);
-	plan_result_free(&a);
-	plan_result_free(&x);
+	assert_true(checked >= 8);
+	plan_result_free(&r);
 }
 
 /* A printed command line split at spaces (no argument of these has one), after the
@@ -409,7 +413,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ranking_is_brute_force),
 		cmocka_unit_test(test_bound_under_moe),
-		cmocka_unit_test(test_approximate_fold),
+		cmocka_unit_test(test_zero_folds_exactly),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_validate_fails_on_a_bug),

@@ -413,8 +413,8 @@ static void print_row(const struct plan_cmd *p, int rank, const struct plan_entr
 
 	cfg_of(p, x, &cfg);
 	layout_str(&cfg, lay, sizeof lay);
-	printf("  %4d %9s%c %10.4g %6.1f%% %10s %6.1f%% %10s   %s\n", rank, t_of(x->e.step_ns),
-	       x->e.exact ? ' ' : '~', x->e.tokens_s, 100 * x->e.mfu, b_of(x->e.peak),
+	printf("  %4d %10s %10.4g %6.1f%% %10s %6.1f%% %10s   %s\n", rank, t_of(x->e.step_ns),
+	       x->e.tokens_s, 100 * x->e.mfu, b_of(x->e.peak),
 	       100.0 * (double)x->e.bubble_ns / (double)x->e.step_ns, t_of(x->e.exposed_ns), lay);
 }
 
@@ -447,10 +447,6 @@ static void print_text(const struct plan_cmd *p)
 	       "process%s)\n",
 	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), r->wall_s,
 	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1), p->jobs, p->jobs == 1 ? "" : "es");
-	if (r->proved)
-		printf("# the search folded ZeRO's replicas (approximate); the %d layouts shown "
-		       "first and on the front ran again exactly, in %.1f s of it\n",
-		       r->proved, r->prove_s);
 	if (!r->nok) {
 		if (r->failed)
 			printf("# no layout ran: %d out of memory or refused by the bound under "
@@ -465,7 +461,7 @@ static void print_text(const struct plan_cmd *p)
 	printf("# the fastest %d (step time virtual, device 0; peak memory the largest "
 	       "device's):\n",
 	       top);
-	printf("  %4s %10s %10s %7s %10s %7s %10s   %s\n", "rank", "step ", "tokens/s", "MFU",
+	printf("  %4s %10s %10s %7s %10s %7s %10s   %s\n", "rank", "step", "tokens/s", "MFU",
 	       "peak mem", "bubble", "exposed", "layout");
 	for (int k = 0; k < top; k++)
 		print_row(p, k + 1, &r->all[r->rank[k]]);
@@ -538,11 +534,11 @@ static void json_entry(const struct plan_cmd *p, int rank, const struct plan_ent
 	       cfg.sp ? "true" : "false", cfg.flash ? "true" : "false", cp_comm_name[cfg.cp_comm]);
 	printf("\"step_time_s\":%.9g,\"compute_s\":%.9g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
 	       "\"peak_memory\":%llu,\"memory_bound\":%llu,\"bubble_fraction\":%.6g,"
-	       "\"comm_exposed_s\":%.9g,\"devices_run\":%d,\"exact\":%s",
+	       "\"comm_exposed_s\":%.9g,\"devices_run\":%d",
 	       (double)x->e.step_ns / 1e9, (double)x->e.compute_ns / 1e9, x->e.tokens_s, x->e.mfu,
 	       (unsigned long long)x->e.peak, (unsigned long long)x->e.bound,
 	       (double)x->e.bubble_ns / (double)x->e.step_ns, (double)x->e.exposed_ns / 1e9,
-	       x->e.devices_run, x->e.exact ? "true" : "false");
+	       x->e.devices_run);
 	if (rank <= p->commands) {
 		printf(",\"pemu_run\":\"");
 		cmd_plan_pemu_run(stdout, p->argc, p->argv, &cfg, 1);
@@ -590,10 +586,10 @@ static void print_json(const struct plan_cmd *p)
 	report_cluster_json(stdout, &p->cc->cfg);
 	printf(",\"space\":{\"layouts\":%d,\"refused_by_rule\":%d,\"pruned_by_memory_bound\":%d,"
 	       "\"out_of_memory\":%d,\"failed\":%d,\"fit\":%d,\"dry_runs\":%d,\"jobs\":%d,"
-	       "\"wall_s\":%.6g,\"proved\":%d,\"prove_s\":%.6g,\"layouts_per_s\":%.6g,"
+	       "\"wall_s\":%.6g,\"layouts_per_s\":%.6g,"
 	       "\"dry_runs_per_s\":%.6g},\"ranked\":[",
 	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), p->jobs,
-	       r->wall_s, r->proved, r->prove_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
+	       r->wall_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
 	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1));
 	for (int k = 0; k < r->nok; k++)
 		json_entry(p, k + 1, &r->all[r->rank[k]]);
@@ -654,8 +650,6 @@ static void trace_winner(const struct plan_cmd *p)
 	int rc;
 
 	cfg_of(p, &p->r->all[p->r->rank[0]], &cfg);
-	if (cfg.fold)
-		cfg.fold = 1; /* as pemu run folds it: exactly */
 	ec.trace = 1;
 	cl = emu_cluster_new(&ec);
 	run_alloc(&o, &cfg, 0);
@@ -790,8 +784,6 @@ int cmd_plan(int argc, char **argv)
 		s.max_tp = cc.cfg.topo.gpus_per_node;
 	s.base.steps = 1;
 	s.base.log_every = 0;
-	s.prove = p.top > p.commands ? p.top : p.commands;
-	s.prove = s.prove > p.validate ? s.prove : p.validate;
 	p.argc = argc;
 	p.argv = argv;
 	p.s = &s;

@@ -216,6 +216,56 @@ static void bucket_group(const struct par_dp_state *s, const struct par_groups *
 	b->r = expert ? g->edp_rank : g->dp_rank;
 }
 
+/* Elements of flat [lo, hi) whose gradient is partial over tp, and with buf, copied
+ * between there and buf (to buf when out, else back). */
+static size_t tp_partials(const struct par_model *m, size_t lo, size_t hi, float *buf, int out)
+{
+	size_t at = 0;
+
+	for (int i = 0; i < m->np; i++) {
+		const struct par_param *p = &m->p[i];
+		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+
+		if (p->partial != PAR_PARTIAL_TP || a >= b)
+			continue;
+		if (buf && p->g)
+			memcpy(out ? buf + at : p->g + (a - p->off),
+			       out ? p->g + (a - p->off) : buf + at, (b - a) * sizeof *buf);
+		at += b - a;
+	}
+	return at;
+}
+
+/* ZeRO: sums this rank's chunk of bucket b where it is partial. Sequence parallelism's
+ * gradients partial over tp go in one all-reduce, coalesced into a buffer (as Megatron
+ * coalesces them) as long as the most any rank of the bucket's group finds in its chunk,
+ * zero-padded: every data-parallel rank posts the same collective, so replicas stay
+ * alike (run/fold.h). Mixed degrees' gradients partial over their parts piece by piece. */
+static int sum_chunk_partials(struct par_dp_state *s, struct par_dp_bucket *b)
+{
+	struct par_model *m = s->m;
+	size_t lo, chunk = chunk_of(s, b, &lo), len;
+	struct tensor buf = {0};
+	int rc;
+
+	for (int r = 0; r < b->n && !b->partial_counted; r++) {
+		size_t at = b->lo + (size_t)r * chunk, n = tp_partials(m, at, at + chunk, NULL, 0);
+
+		b->partial_max = n > b->partial_max ? n : b->partial_max;
+	}
+	b->partial_counted = 1;
+	if ((rc = par_tp_sum_partials(m, lo, lo + chunk, PAR_PARTIAL_MERGE)) || !b->partial_max)
+		return rc;
+	len = b->partial_max;
+	if ((rc = tensor_alloc(&m->k, &buf, MEM_WORK, len, "partial gradients")))
+		return rc;
+	tp_partials(m, lo, lo + chunk, buf.data, 1);
+	if (!(rc = par_tp_sum(m, buf.data, len)))
+		tp_partials(m, lo, lo + chunk, buf.data, 0);
+	tensor_free(&m->k, &buf);
+	return rc;
+}
+
 /* ZeRO-3: a bucket per unit, two or more where a MoE layer's experts have a group of
  * their own (expert parallelism over dp ranks: the unit's parameters by group, in flat
  * order), and the order a micro-batch reads the units in. */
@@ -359,12 +409,9 @@ partials:
 	/* Sequence parallelism left the LayerNorm and position gradients partial over tp,
 	 * mixed degrees the first layers' over their parts: sum what this rank holds. */
 	if (s->zero == 0 || s->dp == 1)
-		return par_tp_sum_partials(s->m, 0, s->m->nflat);
-	for (int k = 0; k < s->nb && !rc; k++) {
-		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
-
-		rc = par_tp_sum_partials(s->m, lo, lo + chunk);
-	}
+		return par_tp_sum_partials(s->m, 0, s->m->nflat, -1);
+	for (int k = 0; k < s->nb && !rc; k++)
+		rc = sum_chunk_partials(s, &s->b[k]);
 	return rc;
 }
 
@@ -372,29 +419,35 @@ partials:
  * where ZeRO split them). */
 struct sq_ctx {
 	struct par_model *m;
+	int shard;            /* ZeRO: [lo, hi) is a shard, charged as one kernel */
 	double sq, sq_expert; /* the experts' apart under expert parallelism */
 };
 
-/* Squares of the gradients in [lo, hi) of the parameters this tp rank owns. */
+/* Squares of the gradients in [lo, hi) of the parameters this tp rank owns: a kernel a
+ * parameter, or one over a ZeRO shard (models/optim.h). */
 static void sq_range(void *ctx, size_t lo, size_t hi)
 {
 	struct sq_ctx *c = ctx;
 	struct par_model *m = c->m;
 
+	if (c->shard)
+		optim_sq_norm_charge(&m->k, hi - lo);
 	for (int i = 0; i < m->np; i++) {
 		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+		const float *g = p->g ? p->g + (a - p->off) : NULL;
 
 		if (a < b && p->owner)
 			*(p->expert ? &c->sq_expert : &c->sq) +=
-				optim_sq_norm(&m->k, p->g ? p->g + (a - p->off) : NULL, b - a);
+				c->shard ? optim_sq_norm_math(&m->k, g, b - a)
+					 : optim_sq_norm(&m->k, g, b - a);
 	}
 }
 
 static int grad_norm(struct par_dp_state *s, double *norm)
 {
 	struct par_model *m = s->m;
-	struct sq_ctx c = {m, 0, 0};
+	struct sq_ctx c = {m, s->zero >= 1, 0, 0};
 	float part, ex;
 	int rc;
 
@@ -474,22 +527,29 @@ void par_dp_copy_weights(const struct par_dp_state *s, float **full)
 		copy_first(s, &c);
 }
 
-/* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st. */
+/* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st.
+ * Charged a kernel a parameter, or with ZeRO one over the shard (models/optim.h). */
 static void update_range(struct par_dp_state *s, const struct optim_cfg *o, size_t lo, size_t hi,
 			 size_t st, float lr, float scale, int t)
 {
 	struct par_model *m = s->m;
 	float *mm = s->opt.data, *vv = mm ? mm + s->owned : NULL;
 
+	if (s->zero >= 1)
+		optim_adamw_charge(&m->k, hi - lo);
 	for (int i = 0; i < m->np; i++) {
 		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+		float *w = p->w ? p->w + (a - p->off) : NULL, *mw = mm ? mm + st + (a - lo) : NULL;
+		float *vw = vv ? vv + st + (a - lo) : NULL;
+		const float *g = p->g ? p->g + (a - p->off) : NULL;
 
 		if (a >= b || p->frozen)
 			continue;
-		optim_adamw(&m->k, o, p->w ? p->w + (a - p->off) : NULL,
-			    p->g ? p->g + (a - p->off) : NULL, mm ? mm + st + (a - lo) : NULL,
-			    vv ? vv + st + (a - lo) : NULL, b - a, lr, scale, p->decay, t);
+		if (s->zero >= 1)
+			optim_adamw_math(&m->k, o, w, g, mw, vw, b - a, lr, scale, p->decay, t);
+		else
+			optim_adamw(&m->k, o, w, g, mw, vw, b - a, lr, scale, p->decay, t);
 	}
 }
 

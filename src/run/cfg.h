@@ -22,13 +22,6 @@
 #include "par/model.h"
 #include "pipe/schedule.h"
 
-/* run_cfg.fold: RUN_FOLD_ZERO folds the data-parallel replicas under ZeRO as well. Their
- * shards are equal in size, so they move the same bytes; but each cuts the parameters at
- * other places, and the optimizer step charges a kernel per piece, so a replica's step
- * can end apart from replica 0's (measured: equal under stages 1-2 with the roofline
- * clock, 0.3% apart under stage 3 on gpt2-124m, dp 8). */
-#define RUN_FOLD_ZERO 2
-
 struct run_cfg {
 	const struct model_preset *preset; /* where model came from (its micro-batch is mbs's
 					    * default), or NULL for a model set by hand */
@@ -75,9 +68,7 @@ struct run_cfg {
 				  * bucket as backward finishes it (pemu's) */
 	const struct data *data; /* NULL in dry-run */
 	int log_every;           /* print a progress line every this many steps; 0: quiet */
-	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets;
-			    * RUN_FOLD_ZERO folds ZeRO's replicas too, which is not exact (pemu
-			    * plan's search, whose winners are run again exactly) */
+	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
 	int stop_diverged; /* stop when the loss is no longer finite (pemu run, as run_cfg_init
 			    * sets); verify runs on, to compare with the reference */
 	enum par_bug bug;  /* tests only: a deliberate bug in a strategy (par/model.h) */

@@ -2,10 +2,13 @@
  *
  * In a dry-run nothing depends on data, so two ranks that hold equal shares of the model
  * make the same calls with the same shapes. Two folds of the mesh are of that kind:
- *   - data parallelism: every replica is replica 0, without ZeRO or expert parallelism. ZeRO's
- * shards are equal in size (each bucket is padded to a multiple of dp) but cut the parameters at
- *     different places on each rank, and the optimizer step and the gradient norm charge
- *     a kernel per parameter piece, so the ranks' step ends differ;
+ *   - data parallelism: every replica is replica 0, without expert parallelism (whose
+ *     ranks hold different experts). Under ZeRO each replica holds another shard, but
+ *     the shards are equal in size (each bucket is padded to a multiple of dp), the
+ *     optimizer step and the gradient norm charge one kernel a shard (models/optim.h),
+ *     and the gradients a shard holds partial over tp are summed in one all-reduce as
+ *     long on every replica (par/dp.c): the replicas make the same calls on the same
+ *     shapes;
  *   - tensor parallelism: ranks 2..tp-1 are rank 1. Rank 0 is its own class: it owns the
  *     replicated parameters (their norm terms) and adds the row-parallel biases.
  * They give the same virtual times only if the hardware is as symmetric as the ranks: a
@@ -126,13 +129,10 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	p.ga = emu_xmalloc((size_t)big * sizeof *p.ga);
 	p.gb = emu_xmalloc((size_t)big * sizeof *p.gb);
 	/* mixed degrees give tp ranks of different parts different owners: not folded */
-	/* ZeRO's replicas fold only under RUN_FOLD_ZERO (approximate: see cfg.h) */
 	/* expert parallelism gives data-parallel ranks different experts (and groups that
 	 * are no dimension of the mesh): not folded */
 	nrun = best_plan(
-		&p,
-		me->size[MESH_DP] > 1 && (cfg->zero == 0 || cfg->fold == RUN_FOLD_ZERO) &&
-			(cfg->ep <= 1 || run_ep_mode(cfg) == RUN_EP_TP),
+		&p, me->size[MESH_DP] > 1 && (cfg->ep <= 1 || run_ep_mode(cfg) == RUN_EP_TP),
 		me->size[MESH_TP] > 2 && !cfg->tpf_layers && run_ep_mode(cfg) != RUN_EP_ROWS, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);

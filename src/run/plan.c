@@ -267,8 +267,6 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->steps = 1;
 	cfg->log_every = 0;
 	cfg->data = NULL;
-	if (cfg->fold && !s->exact)
-		cfg->fold = RUN_FOLD_ZERO;
 	return run_cfg_finish(cfg, s->gpus, err, n);
 }
 
@@ -344,10 +342,8 @@ enum plan_fate plan_dry_run(const struct emu_config *ecfg, const struct run_cfg 
 /* ------------------------------------------------------------------------------------ */
 /* The search                                                                           */
 
-/* Point x through the three sieves into x; or with exact, x (which fit) run again by an
- * exact dry-run. */
-static void decide(const struct plan_space *s, const struct emu_config *ecfg, struct plan_entry *x,
-		   int exact)
+/* Point x through the three sieves into x. */
+static void decide(const struct plan_space *s, const struct emu_config *ecfg, struct plan_entry *x)
 {
 	struct run_cfg cfg;
 	char err[512];
@@ -362,12 +358,8 @@ static void decide(const struct plan_space *s, const struct emu_config *ecfg, st
 		x->fate = PLAN_BOUND;
 		return;
 	}
-	if (exact && cfg.fold)
-		cfg.fold = 1;
 	x->fate = plan_dry_run(ecfg, &cfg, &x->e);
 	x->e.bound = bound;
-	/* RUN_FOLD_ZERO changes nothing without ZeRO's replicas */
-	x->e.exact = exact || cfg.fold != RUN_FOLD_ZERO || !cfg.zero || cfg.mesh.size[MESH_DP] == 1;
 }
 
 /* The shared state of the worker processes: the next point to take, and each point's
@@ -377,13 +369,13 @@ struct plan_shared {
 	atomic_int state[];
 };
 
-/* A list of points to decide: all[idx[0 .. n)], exactly or not. */
+/* A list of points to decide: all[idx[0 .. n)]. */
 struct batch {
 	const struct plan_space *s;
 	const struct emu_config *ecfg;
 	struct plan_entry *all;
 	const int *idx;
-	int n, exact;
+	int n;
 };
 
 static void work(const struct batch *b, struct plan_entry *all, struct plan_shared *sh)
@@ -392,7 +384,7 @@ static void work(const struct batch *b, struct plan_entry *all, struct plan_shar
 
 	while ((i = atomic_fetch_add(&sh->next, 1)) < b->n) {
 		atomic_store(&sh->state[i], 1);
-		decide(b->s, b->ecfg, &all[b->idx[i]], b->exact);
+		decide(b->s, b->ecfg, &all[b->idx[i]]);
 		atomic_store(&sh->state[i], 2);
 		atomic_fetch_add(&sh->done, 1);
 	}
@@ -493,7 +485,7 @@ static void decide_all(const struct batch *b, int nall, int jobs, plan_progress_
 	if (jobs > 1 && !decide_forked(b, nall, jobs, progress, arg))
 		return;
 	for (int i = 0; i < b->n; i++) {
-		decide(b->s, b->ecfg, &b->all[b->idx[i]], b->exact);
+		decide(b->s, b->ecfg, &b->all[b->idx[i]]);
 		if (progress)
 			progress(i + 1, b->n, arg);
 	}
@@ -580,33 +572,8 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 	idx = emu_xcalloc((size_t)r->n, sizeof *idx);
 	for (int i = 0; i < r->n; i++)
 		idx[i] = i;
-	decide_all(&(struct batch){s, ecfg, r->all, idx, r->n, 0}, r->n, jobs, progress, arg);
+	decide_all(&(struct batch){s, ecfg, r->all, idx, r->n}, r->n, jobs, progress, arg);
 	rank_all(r);
-	/* the best and the front again, exactly (RUN_FOLD_ZERO is not), until they all are:
-	 * each round makes one more at least, and a re-ranking can bring others in */
-	for (int k = 1; !s->exact && k;) {
-		struct timespec p0, p1;
-
-		k = 0;
-		for (int j = 0; j < r->nok; j++) {
-			struct plan_entry *x = &r->all[r->rank[j]];
-			int front = 0;
-
-			for (int f = 0; f < r->npareto; f++)
-				front |= r->pareto[f] == r->rank[j];
-			if ((j < s->prove || front) && !x->e.exact)
-				idx[k++] = r->rank[j];
-		}
-		if (!k)
-			break;
-		clock_gettime(CLOCK_MONOTONIC, &p0);
-		decide_all(&(struct batch){s, ecfg, r->all, idx, k, 1}, r->n, jobs, NULL, NULL);
-		rank_all(r);
-		clock_gettime(CLOCK_MONOTONIC, &p1);
-		r->proved += k;
-		r->prove_s +=
-			(double)(p1.tv_sec - p0.tv_sec) + (double)(p1.tv_nsec - p0.tv_nsec) / 1e9;
-	}
 	free(idx);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	r->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;

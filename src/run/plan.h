@@ -54,10 +54,6 @@ struct plan_space {
 	int max_tp, max_pp, max_cp, max_ep, max_mbs;
 	int both_sp; /* search without sequence parallelism too (by default tp > 1
 		      * takes it: it never costs time and saves memory) */
-	int exact;   /* fold only what is exact in every dry-run; else the search folds
-		      * ZeRO's replicas too (RUN_FOLD_ZERO) and runs the best `prove`
-		      * and the Pareto front again exactly */
-	int prove;
 };
 
 /* One layout: the values of the dimensions (enum values for schedule, recompute,
@@ -82,8 +78,7 @@ struct plan_eval {
 	uint64_t bound; /* plan_mem_bound's figure */
 	double mfu, tokens_s;
 	int devices_run;
-	int exact; /* from an exact dry-run (not RUN_FOLD_ZERO's) */
-	int err;   /* the dry-run's enum emu_err when fate is PLAN_FAIL or PLAN_OOM */
+	int err; /* the dry-run's enum emu_err when fate is PLAN_FAIL or PLAN_OOM */
 };
 
 struct plan_entry {
@@ -102,9 +97,7 @@ struct plan_result {
 		      * fastest first */
 	int npareto;
 	int by_rule, by_bound, by_oom, failed;
-	double wall_s;  /* the search's wall time */
-	double prove_s; /* of it, running the shown layouts again exactly */
-	int proved;     /* how many */
+	double wall_s; /* the search's wall time */
 };
 
 /* The points of the space in enumeration order (n of them; free the array). dp is
