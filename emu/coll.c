@@ -735,7 +735,12 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	arg->wire_bytes = d->wire_bytes;
 	if ((rc = rdv_arrive(d, ch, member, arg, &op)))
 		goto fail;
-	r = emu_xcalloc(1, sizeof *r);
+	if ((r = d->req_spare)) {
+		d->req_spare = r->next;
+		memset(r, 0, sizeof *r);
+	} else {
+		r = emu_xcalloc(1, sizeof *r);
+	}
 	r->op = op;
 	r->member = member;
 	r->stream = stream;
@@ -800,6 +805,17 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	emu_stream_advance(d, EMU_STREAM_COMPUTE, r->eager_end);
 }
 
+void coll_req_put(struct emu_dev *d, struct coll_req *r)
+{
+#ifdef __SANITIZE_ADDRESS__
+	(void)d;
+	free(r);
+#else
+	r->next = d->req_spare;
+	d->req_spare = r;
+#endif
+}
+
 int coll_wait(struct emu_dev *d, struct coll_req *req)
 {
 	int rc = 0;
@@ -827,7 +843,7 @@ int coll_wait(struct emu_dev *d, struct coll_req *req)
 	if (d->stream[req->stream].pending == req)
 		d->stream[req->stream].pending = NULL;
 	rdv_release(d, req->op);
-	free(req);
+	coll_req_put(d, req);
 	if (!rc)
 		emu_pace(d);
 	return rc;

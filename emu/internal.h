@@ -101,6 +101,8 @@ struct emu_group {
 	int fold_bad;
 	uint64_t hash;
 	struct emu_group *hnext; /* hash chain */
+	struct op *spare;        /* ops done with, kept for the next call (their arg and has
+				  * arrays are n long): under the cluster lock */
 };
 
 /* A posted communication on one member, until waited. */
@@ -201,6 +203,7 @@ struct emu_dev {
 	struct emu_stream_state stream[EMU_NSTREAMS];
 	struct coll_req *reqs; /* outstanding requests, oldest first */
 	struct coll_req *reqs_tail;
+	struct coll_req *req_spare;  /* requests waited, kept for the next post */
 	int wire_bytes;              /* bytes per element charged on the wire (default 4) */
 	enum emu_stream coll_stream; /* where group collectives run (coll_use_stream) */
 	double flops;                /* FLOPs charged by emu_compute this run */
@@ -300,6 +303,9 @@ int fiber_workers(const struct emu_cluster *c);
  * the data tasks, and reading a finished op's times into a stream. */
 int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
+/* A request done with: kept on d for its next post (freed under ASan, which then sees a
+ * use after free). */
+void coll_req_put(struct emu_dev *d, struct coll_req *r);
 void coll_op_run_task(struct op *op, int task);
 const char *coll_op_name(enum op_kind k);
 /* Counts a completed op of kind k on d (emu/stats.c): its bytes and modelled time, under

@@ -176,9 +176,11 @@ int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1
 	a->cut = -1;
 	a->la = emu_xcalloc(nl, sizeof *a->la);
 	a->stash = emu_xcalloc(nl, sizeof *a->stash);
-	a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
-	a->targets = emu_xcalloc(bt, sizeof *a->targets);
-	a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
+	if (kctx_math(&m->k)) { /* (a dry-run reads no token) */
+		a->tokens = emu_xcalloc(bt, sizeof *a->tokens);
+		a->targets = emu_xcalloc(bt, sizeof *a->targets);
+		a->ltargets = emu_xcalloc(bt, sizeof *a->ltargets);
+	}
 	return 0;
 }
 
