@@ -137,7 +137,7 @@ static void test_bad_input(void **state)
 		{"run --model tiny --max-position-embeddings 16",
 		 "--max-position-embeddings 16 is under --seq-length 32"},
 		{"plan --model tiny --gpus 8 --global-batch-size 16 --tp-first 1:1",
-		 "--tp-first: the mixed degrees are pemu plan --oases's"},
+		 "--tp-first: the mixed degrees are the search's to choose"},
 		{"plan --model tiny --gpus 8 --global-batch-size 16 --ep 2",
 		 "the first says: --ep 2: the model has no MoE layers"},
 		{"plan --model tiny --gpus 0 --global-batch-size 16", "--gpus: '0'"},

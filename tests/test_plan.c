@@ -17,6 +17,7 @@
 #include "cmd/cli.h"
 #include "common.h"
 #include "cmd/cmd.h"
+#include "run/oases_plan.h"
 #include "run/plan.h"
 
 #define GPUS 8
@@ -45,6 +46,30 @@ static void space(struct plan_space *s, const char *preset, int gbs, int mbs)
 static const int64_t *sort_step;
 static int by_step(const void *a, const void *b);
 
+/* A point of Oases's degrees by hand: its search on the layout, then the layout with the
+ * K:T it chose run (as the point); the fate. */
+static enum plan_fate oases_point(const struct emu_config *ec, const struct plan_space *s,
+				  const struct plan_point *x, struct run_cfg *cfg,
+				  struct plan_eval *e)
+{
+	struct oases_result *o = calloc(1, sizeof *o);
+	struct plan_point p = *x;
+	char err[512];
+	int rc = oases_plan(ec, cfg, o, err, sizeof err);
+
+	p.tpf_layers = o->K;
+	p.tpf = o->T;
+	free(o);
+	if (rc)
+		return rc == EMU_EINVAL ? PLAN_RULE : rc == EMU_EOOM ? PLAN_OOM : PLAN_FAIL;
+	if (!p.tpf_layers)
+		return PLAN_SAME;
+	assert_int_equal(p.tpf_layers, x->tpf_layers);
+	assert_int_equal(p.tpf, x->tpf);
+	assert_int_equal(plan_cfg(s, &p, cfg, err, sizeof err), 0);
+	return plan_dry_run(ec, cfg, e);
+}
+
 /* The ranking by hand: every point's checker, then a dry-run of every one that passes
  * it, with no bound; sorted by step time, then place. */
 static void test_ranking_is_brute_force(void **state)
@@ -53,7 +78,7 @@ static void test_ranking_is_brute_force(void **state)
 	struct emu_config ec;
 	struct plan_result r, r2;
 	char err[512];
-	int nok = 0, *rank;
+	int nok = 0, tpf = 0, *rank;
 	int64_t *step;
 
 	(void)state;
@@ -82,6 +107,11 @@ static void test_ranking_is_brute_force(void **state)
 					 (unsigned long long)e.peak);
 			continue;
 		}
+		tpf += x->p.v[PLAN_TPF];
+		if (x->p.v[PLAN_TPF] && (f = oases_point(&ec, &s, &x->p, &cfg, &e)) != PLAN_OK) {
+			assert_int_equal(x->fate, f);
+			continue;
+		}
 		assert_int_equal(x->fate, f);
 		if (f != PLAN_OK)
 			continue;
@@ -97,6 +127,7 @@ static void test_ranking_is_brute_force(void **state)
 	assert_memory_equal(rank, r.rank, (size_t)nok * sizeof *rank);
 	/* the case means something: each sieve took some, and many fit */
 	assert_true(r.by_rule > 0 && r.by_bound > 0 && r.by_oom > 0 && r.nok > 20);
+	assert_true(tpf > 0); /* Oases's search ran on some layouts */
 	/* the front: each needs less memory than every faster layout */
 	for (int k = 1; k < r.npareto; k++)
 		assert_true(r.all[r.pareto[k]].e.peak < r.all[r.pareto[k - 1]].e.peak);
@@ -230,6 +261,8 @@ static void assert_same_layout(const struct run_cfg *a, const struct run_cfg *b)
 	assert_int_equal(a->zero, b->zero);
 	assert_int_equal(a->recompute, b->recompute);
 	assert_int_equal(a->tp_overlap, b->tp_overlap);
+	assert_int_equal(a->tpf_layers, b->tpf_layers);
+	assert_int_equal(a->tpf, b->tpf);
 	assert_int_equal(a->sp, b->sp);
 	assert_int_equal(a->flash, b->flash);
 	assert_int_equal(a->cp_comm, b->cp_comm);
@@ -356,6 +389,89 @@ static void test_lines_parse_back(void **state)
 	parse_back("moe-tiny", 32, 1); /* MoE in every layer: Megatron's lines have experts */
 }
 
+/* The worker processes are all waited for: a space whose last layout (pp 8, 16384
+ * micro-batches) runs far longer than the others, so that one worker ends early, gives
+ * the same entries on two processes as on one (the search once stopped when the first
+ * worker ended, and marked the other's point failed). */
+static void test_workers_all_waited(void **state)
+{
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result a, b;
+	char err[512];
+
+	(void)state;
+	space(&s, "gpt2-124m", 16384, 1);
+	s.base.schedule = SCHED_1F1B;
+	s.base.schedule_set = 1;
+	s.base.flash = 1;
+	s.fixed = 1u << PLAN_TP | 1u << PLAN_MBS | 1u << PLAN_ZERO | 1u << PLAN_RECOMPUTE |
+		  1u << PLAN_FLASH | 1u << PLAN_SCHEDULE | 1u << PLAN_OVERLAP;
+	s.base.mbs = 1;
+	cluster(&ec, 0);
+	assert_int_equal(plan_search(&s, &ec, 2, NULL, NULL, &a, err, sizeof err), 0);
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &b, err, sizeof err), 0);
+	assert_int_equal(a.n, b.n);
+	assert_int_equal(a.failed, 0);
+	assert_int_equal(a.nok, 3); /* pp 2, 4, 8 (pp 1 has no schedule) */
+	for (int i = 0; i < a.n; i++) {
+		assert_int_equal(a.all[i].fate, b.all[i].fate);
+		assert_int_equal(a.all[i].e.step_ns, b.all[i].e.step_ns);
+	}
+	plan_result_free(&a);
+	plan_result_free(&b);
+}
+
+/* Oases's degrees a block, one option of the space: on gpt2-124m its search chooses mixed
+ * degrees for some layouts; each such ranked layout is its search's K:T run (figures as a
+ * dry-run of that K:T gives), and its pemu run line parses back to it, --tp-first too. */
+static void test_oases_degrees(void **state)
+{
+	char *plan_argv[] = {"plan", "--model", "gpt2-124m", "--global-batch-size", "64", NULL};
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result r;
+	char err[512];
+	int mixed = 0;
+
+	(void)state;
+	space(&s, "gpt2-124m", 64, 8);
+	s.base.tp_overlap = PAR_OVERLAP_OASES;
+	s.base.recompute = PAR_RECOMPUTE_OASES;
+	s.fixed = 1u << PLAN_PP | 1u << PLAN_OVERLAP | 1u << PLAN_RECOMPUTE | 1u << PLAN_FLASH;
+	s.base.flash = 1;
+	cluster(&ec, 0);
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	for (int k = 0; k < r.nok; k++) {
+		const struct plan_entry *x = &r.all[r.rank[k]];
+		struct plan_point uniform = x->p;
+		struct run_cfg cfg, got;
+		struct plan_eval e;
+		char *buf = NULL, *argv[128];
+		size_t len = 0;
+		FILE *f;
+
+		if (!x->p.tpf_layers)
+			continue;
+		uniform.tpf_layers = uniform.tpf = 0;
+		assert_int_equal(plan_cfg(&s, &uniform, &cfg, err, sizeof err), 0);
+		assert_int_equal(cfg.tpf_layers, 0);
+		assert_int_equal(oases_point(&ec, &s, &x->p, &cfg, &e), PLAN_OK);
+		assert_int_equal(e.step_ns, x->e.step_ns);
+		assert_int_equal(e.peak, x->e.peak);
+		f = open_memstream(&buf, &len);
+		cmd_plan_pemu_run(f, 5, plan_argv, &cfg, 0);
+		fclose(f);
+		assert_non_null(strstr(buf, " --tp-first "));
+		assert_int_equal(cmd_run_parse_cfg(split(buf, "run", argv, 120), argv, 0, &got), 0);
+		assert_same_layout(&cfg, &got);
+		free(buf);
+		mixed++;
+	}
+	assert_true(mixed > 0 && r.by_same > 0);
+	plan_result_free(&r);
+}
+
 /* --validate's tiny twin keeps the layout, passes with the strategies as they are and
  * fails with a deliberate bug in one. */
 static void check_validate(const char *preset, int tp, int cp, int dp, int pp, int ep,
@@ -416,6 +532,8 @@ int main(void)
 		cmocka_unit_test(test_zero_folds_exactly),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
+		cmocka_unit_test(test_oases_degrees),
+		cmocka_unit_test(test_workers_all_waited),
 		cmocka_unit_test(test_validate_fails_on_a_bug),
 	};
 

@@ -73,8 +73,11 @@ static void usage(FILE *f)
 		"pp x cp\n"
 		"(and ep for MoE models), the schedule and its chunks, the micro-batch, ZeRO, "
 		"recomputation,\n"
-		"Oases's overlap, sequence parallelism, flash attention and cp's attention. Each "
-		"layout passes\n"
+		"Oases's overlap, sequence parallelism, flash attention, cp's attention, and with "
+		"Oases's\n"
+		"overlap and recomputation on one stage Oases's degrees a block (its search's "
+		"--tp-first K:T).\n"
+		"Each layout passes\n"
 		"pemu run's checker, then a memory lower bound (weights, gradients, Adam's state), "
 		"then a\n"
 		"one-step dry-run, where running out of memory means it does not fit. The "
@@ -176,6 +179,8 @@ static void layout_str(const struct run_cfg *cfg, char *b, size_t n)
 		     recompute_name[cfg->recompute]);
 	if (cfg->tp_overlap)
 		emu_str_addf(&s, " oases-tp");
+	if (cfg->tpf_layers)
+		emu_str_addf(&s, " tp-first:%d:%d", cfg->tpf_layers, cfg->tpf);
 	if (cfg->sp)
 		emu_str_addf(&s, " sp");
 	if (cfg->flash)
@@ -236,6 +241,8 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		recompute_name[cfg->recompute]);
 	if (cfg->tp_overlap)
 		fprintf(f, " --tp-overlap oases");
+	if (cfg->tpf_layers)
+		fprintf(f, " --tp-first %d:%d", cfg->tpf_layers, cfg->tpf);
 	if (cfg->sp)
 		fprintf(f, " --sequence-parallel");
 	if (cfg->flash)
@@ -447,6 +454,10 @@ static void print_text(const struct plan_cmd *p)
 	       "process%s)\n",
 	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), r->wall_s,
 	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1), p->jobs, p->jobs == 1 ? "" : "es");
+	if (r->by_same)
+		printf("# of the layouts searched with Oases's degrees a block (tp-first), %d kept "
+		       "one degree throughout: the layout without it\n",
+		       r->by_same);
 	if (!r->nok) {
 		if (r->failed)
 			printf("# no layout ran: %d out of memory or refused by the bound under "
@@ -527,11 +538,12 @@ static void json_entry(const struct plan_cmd *p, int rank, const struct plan_ent
 	       "\"expert_tensor_parallel_size\":%d,\"schedule\":\"%s\",\"vpp\":%d,"
 	       "\"micro_batch_size\":%d,\"zero_stage\":%d,\"recompute\":\"%s\","
 	       "\"tp_overlap\":\"%s\",\"sequence_parallel\":%s,\"flash_attention\":%s,"
-	       "\"cp_comm_type\":\"%s\"},",
+	       "\"cp_comm_type\":\"%s\",\"tp_first_layers\":%d,\"tp_first\":%d},",
 	       rank > 1 ? "," : "", rank, m[MESH_DP], m[MESH_TP], m[MESH_PP], m[MESH_CP], cfg.ep,
 	       etp_of(&cfg), m[MESH_PP] > 1 ? sched_name(cfg.schedule) : "none", cfg.vpp, cfg.mbs,
 	       cfg.zero, recompute_name[cfg.recompute], cfg.tp_overlap ? "oases" : "none",
-	       cfg.sp ? "true" : "false", cfg.flash ? "true" : "false", cp_comm_name[cfg.cp_comm]);
+	       cfg.sp ? "true" : "false", cfg.flash ? "true" : "false", cp_comm_name[cfg.cp_comm],
+	       cfg.tpf_layers, cfg.tpf_layers ? cfg.tpf : m[MESH_TP]);
 	printf("\"step_time_s\":%.9g,\"compute_s\":%.9g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
 	       "\"peak_memory\":%llu,\"memory_bound\":%llu,\"bubble_fraction\":%.6g,"
 	       "\"comm_exposed_s\":%.9g,\"devices_run\":%d",
@@ -585,11 +597,12 @@ static void print_json(const struct plan_cmd *p)
 	       b->model.seq_len, b->model.num_experts, b->gbs, p->s->gpus);
 	report_cluster_json(stdout, &p->cc->cfg);
 	printf(",\"space\":{\"layouts\":%d,\"refused_by_rule\":%d,\"pruned_by_memory_bound\":%d,"
-	       "\"out_of_memory\":%d,\"failed\":%d,\"fit\":%d,\"dry_runs\":%d,\"jobs\":%d,"
+	       "\"oases_kept_tp\":%d,\"out_of_memory\":%d,\"failed\":%d,\"fit\":%d,"
+	       "\"dry_runs\":%d,\"jobs\":%d,"
 	       "\"wall_s\":%.6g,\"layouts_per_s\":%.6g,"
 	       "\"dry_runs_per_s\":%.6g},\"ranked\":[",
-	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), p->jobs,
-	       r->wall_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
+	       r->n, r->by_rule, r->by_bound, r->by_same, r->by_oom, r->failed, r->nok, dry_runs(r),
+	       p->jobs, r->wall_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
 	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1));
 	for (int k = 0; k < r->nok; k++)
 		json_entry(p, k + 1, &r->all[r->rank[k]]);
@@ -765,7 +778,8 @@ int cmd_plan(int argc, char **argv)
 		cli_fail(&c, "--num-layers-per-virtual-pipeline-stage: pemu plan searches the "
 			     "pipeline's size, so fix the chunks a stage with --vpp");
 	if (!oases && search_refuses == CLI_PAR_TP_FIRST)
-		cli_fail(&c, "--tp-first: the mixed degrees are pemu plan --oases's to choose");
+		cli_fail(&c, "--tp-first: the mixed degrees are the search's to choose (Oases's "
+			     "search on each layout it fits, or pemu plan --oases)");
 	if (oases) {
 		rc = cmd_plan_oases(argc, argv, &c, &s.base, &cc);
 		cli_model_free(&mo);

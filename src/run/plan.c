@@ -15,6 +15,7 @@
 
 #include "coll.h"
 #include "mem.h"
+#include "run/oases_plan.h"
 #include "run/run.h"
 #include "tensor.h"
 #include "util.h"
@@ -184,6 +185,14 @@ static int values(const struct plan_space *s, const struct plan_point *p, enum p
 			v[k++] = PAR_CP_A2A;
 		}
 		return k;
+	case PLAN_TPF: /* Oases's search: its overlap and recomputation, no pipeline, no
+			* experts, degrees that are powers of two (run/oases_plan.h) */
+		v[k++] = 0;
+		if (tp > 1 && !(tp & (tp - 1)) && pp == 1 && m->num_experts <= 0 &&
+		    p->v[PLAN_OVERLAP] == PAR_OVERLAP_OASES &&
+		    p->v[PLAN_RECOMPUTE] == PAR_RECOMPUTE_OASES)
+			v[k++] = 1;
+		return k;
 	default:
 		return 0;
 	}
@@ -264,6 +273,8 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->sp = v[PLAN_SP];
 	cfg->flash = v[PLAN_FLASH];
 	cfg->cp_comm = (enum par_cp_comm)v[PLAN_CP_COMM];
+	cfg->tpf_layers = v[PLAN_TPF] ? p->tpf_layers : 0;
+	cfg->tpf = v[PLAN_TPF] ? p->tpf : 0;
 	cfg->steps = 1;
 	cfg->log_every = 0;
 	cfg->data = NULL;
@@ -342,7 +353,32 @@ enum plan_fate plan_dry_run(const struct emu_config *ecfg, const struct run_cfg 
 /* ------------------------------------------------------------------------------------ */
 /* The search                                                                           */
 
-/* Point x through the three sieves into x. */
+/* PLAN_TPF: Oases's search for the blocks' degrees on x's layout (cfg: tp throughout)
+ * into x->p's K:T; the fate, if that decides the point (-1 if not). */
+static int oases_degrees(const struct emu_config *ecfg, const struct run_cfg *cfg,
+			 struct plan_entry *x)
+{
+	struct oases_result *r = emu_xcalloc(1, sizeof *r);
+	char err[512];
+	int rc = oases_plan(ecfg, cfg, r, err, sizeof err), fate = -1;
+
+	if (rc == EMU_EINVAL) /* outside its space: a degree does not cut the heads, ... */
+		fate = PLAN_RULE;
+	else if (rc == EMU_EOOM)
+		fate = PLAN_OOM;
+	else if (rc)
+		fate = PLAN_FAIL;
+	else if (!r->K)
+		fate = PLAN_SAME;
+	x->e.err = rc;
+	x->p.tpf_layers = r->K;
+	x->p.tpf = r->T;
+	free(r);
+	return fate;
+}
+
+/* Point x through the three sieves into x (under PLAN_TPF, Oases's search between the
+ * bound and the dry-run). */
 static void decide(const struct plan_space *s, const struct emu_config *ecfg, struct plan_entry *x)
 {
 	struct run_cfg cfg;
@@ -357,6 +393,18 @@ static void decide(const struct plan_space *s, const struct emu_config *ecfg, st
 	if (bound > cap) {
 		x->fate = PLAN_BOUND;
 		return;
+	}
+	if (x->p.v[PLAN_TPF]) {
+		int f = oases_degrees(ecfg, &cfg, x);
+
+		if (f >= 0) {
+			x->fate = (enum plan_fate)f;
+			return;
+		}
+		if (plan_cfg(s, &x->p, &cfg, err, sizeof err)) { /* (its K:T is the checker's) */
+			x->fate = PLAN_RULE;
+			return;
+		}
 	}
 	x->fate = plan_dry_run(ecfg, &cfg, &x->e);
 	x->e.bound = bound;
@@ -443,8 +491,11 @@ static int decide_forked(const struct batch *b, int nall, int jobs, plan_progres
 		if (progress && d != shown)
 			progress(shown = d, n, arg);
 		for (int j = 0; j < started; j++) {
-			pid_t w = pid[j] > 0 ? waitpid(pid[j], NULL, WNOHANG) : 0;
+			pid_t w;
 
+			if (pid[j] <= 0) /* ended already */
+				continue;
+			w = waitpid(pid[j], NULL, WNOHANG);
 			/* ended, or not ours to wait for (SIGCHLD ignored): gone either way */
 			if (w == pid[j] || (w < 0 && errno == ECHILD)) {
 				pid[j] = 0;
@@ -498,7 +549,7 @@ static void rank_all(struct plan_result *r)
 
 	free(r->rank);
 	free(r->pareto);
-	r->by_rule = r->by_bound = r->by_oom = r->failed = r->nok = r->npareto = 0;
+	r->by_rule = r->by_bound = r->by_same = r->by_oom = r->failed = r->nok = r->npareto = 0;
 	r->rank = emu_xcalloc((size_t)r->n, sizeof *r->rank);
 	for (int i = 0; i < r->n; i++) {
 		switch (r->all[i].fate) {
@@ -507,6 +558,9 @@ static void rank_all(struct plan_result *r)
 			break;
 		case PLAN_BOUND:
 			r->by_bound++;
+			break;
+		case PLAN_SAME:
+			r->by_same++;
 			break;
 		case PLAN_OOM:
 			r->by_oom++;
@@ -620,6 +674,9 @@ int plan_tiny(const struct run_cfg *cfg, struct run_cfg *tiny, char *err, size_t
 		tiny->log_every = 0;
 		tiny->stop_diverged = 0;
 		tiny->data = NULL;
+		if (cfg->tpf_layers) /* the first layers at T still, or all of them */
+			tiny->tpf_layers =
+				cfg->tpf_layers >= cfg->model.num_layers ? layers : layers / 2;
 		if (!run_cfg_finish(tiny, m->world, err, n)) {
 			/* execute mode: run_cfg_finish took dry-run's defaults for nothing
 			 * that was left unset */

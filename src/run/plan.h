@@ -4,7 +4,9 @@
  * cluster of `gpus` devices, bounds on the degrees, and the dimensions the user fixed.
  * Its points are the layouts: dp x tp x pp x cp = gpus, ep (and etp) for MoE models, the
  * schedule and its chunks, the micro-batch, the ZeRO stage, recomputation and the
- * tensor-parallel overlap, sequence parallelism, flash attention, cp's attention. Each
+ * tensor-parallel overlap, sequence parallelism, flash attention, cp's attention, and
+ * under Oases's overlap and recomputation without a pipeline the blocks' degrees chosen
+ * by Oases's search (run/oases_plan.h: the first K layers at a smaller T). Each
  * point goes through three sieves, in this order:
  *   1. the rules: run_cfg_finish (the one checker; plan adds no rule of its own);
  *   2. the memory bound (plan_mem_bound): a closed-form lower bound on the largest
@@ -39,6 +41,7 @@ enum plan_dim {
 	PLAN_SP,
 	PLAN_FLASH,
 	PLAN_CP_COMM,
+	PLAN_TPF, /* 1: Oases's degrees a block (--tp-first K:T as its search chooses) */
 	PLAN_NDIM
 };
 
@@ -61,11 +64,14 @@ struct plan_space {
 struct plan_point {
 	int v[PLAN_NDIM];
 	int dp;
+	int tpf_layers, tpf; /* under PLAN_TPF, once decided: the K:T Oases's search chose */
 };
 
 enum plan_fate {
 	PLAN_RULE,  /* refused by the checker */
 	PLAN_BOUND, /* its memory lower bound is over the cap */
+	PLAN_SAME,  /* PLAN_TPF: Oases's search kept tp throughout, which is the point
+		     * without PLAN_TPF (ranked there) */
 	PLAN_OOM,   /* its dry-run ran out of memory */
 	PLAN_FAIL,  /* its dry-run failed otherwise (reported in why) */
 	PLAN_OK
@@ -96,7 +102,7 @@ struct plan_result {
 	int *pareto; /* [npareto] of them on the front of step time against peak memory,
 		      * fastest first */
 	int npareto;
-	int by_rule, by_bound, by_oom, failed;
+	int by_rule, by_bound, by_same, by_oom, failed;
 	double wall_s; /* the search's wall time */
 };
 
