@@ -3,7 +3,8 @@
  * fix left to the search: a ranked table, the Pareto front of step time against peak
  * memory, the best layouts' pemu run and Megatron-LM command lines, --validate's tiny
  * runs checked against the serial reference, --timeline and --trace of the winner.
- * pemu plan --oases is Oases's search for tensor-parallel degrees (cmd_plan_oases.c). */
+ * The report is cmd_plan_report.c's, the command lines cmd_plan_lines.c's; pemu plan
+ * --oases is Oases's search for tensor-parallel degrees (cmd_plan_oases.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,29 +15,13 @@
 #include "cmd/cli_model.h"
 #include "cmd/cli_par.h"
 #include "cmd/cmd.h"
+#include "cmd/cmd_plan.h"
 #include "cmd/report.h"
 #include "run/plan.h"
 #include "trace.h"
-#include "units.h"
 #include "util.h"
 
-enum {
-	CLI_PLAN_OASES = 2000,
-	CLI_PLAN_GPUS,
-	CLI_PLAN_MAX_TP,
-	CLI_PLAN_MAX_PP,
-	CLI_PLAN_MAX_CP,
-	CLI_PLAN_MAX_EP,
-	CLI_PLAN_MAX_MBS,
-	CLI_PLAN_TOP,
-	CLI_PLAN_COMMANDS,
-	CLI_PLAN_VALIDATE,
-	CLI_PLAN_JOBS,
-	CLI_PLAN_SP_OFF,
-	CLI_PLAN_LAST
-};
-
-static const struct cli_opt plan_opts[] = {
+const struct cli_opt cmd_plan_opts[] = {
 	{"gpus", 0, 1, CLI_PLAN_GPUS, "N",
 	 "GPUs to lay out (default: --nodes x --gpus-per-node of the cluster)"},
 	{"max-tp", 0, 1, CLI_PLAN_MAX_TP, "N",
@@ -98,7 +83,7 @@ static void usage(FILE *f)
 		"1024\n"
 		"      --micro-batch-size 4 --global-batch-size 640 --zero-stage 1\n\n"
 		"Plan options:\n");
-	cli_print_opts(f, plan_opts);
+	cli_print_opts(f, cmd_plan_opts);
 	fprintf(f, "\nParallel options (each one given fixes that dimension; --oases: the "
 		   "bounds, --tp the largest degree):\n");
 	cli_print_opts(f, cli_par_opts);
@@ -109,7 +94,7 @@ static void usage(FILE *f)
 }
 
 /* The dimension an option of cli_par or cli_model fixes, or -1. */
-static int dim_of(int id)
+int cmd_plan_dim(int id)
 {
 	switch (id) {
 	case CLI_PAR_TP:
@@ -147,206 +132,7 @@ static int dim_of(int id)
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* A layout in words and as command lines                                               */
-
-static const char *const recompute_name[] = {"none", "selective", "full", "oases"};
-static const char *const cp_comm_name[] = {"p2p", "all_gather", "a2a"};
-
-/* The expert tensor-parallel size cfg runs (Megatron's meaning: given explicitly). */
-static int etp_of(const struct run_cfg *cfg)
-{
-	if (cfg->etp)
-		return cfg->etp;
-	return cfg->ep > 1 ? 1 : cfg->mesh.size[MESH_TP];
-}
-
-/* "dp16 tp8 pp8 1f1b mbs1 zero1 rc:full sp" */
-static void layout_str(const struct run_cfg *cfg, char *b, size_t n)
-{
-	const int *m = cfg->mesh.size;
-	struct emu_str s = {0};
-
-	emu_str_addf(&s, "dp%d tp%d pp%d", m[MESH_DP], m[MESH_TP], m[MESH_PP]);
-	if (m[MESH_CP] > 1)
-		emu_str_addf(&s, " cp%d:%s", m[MESH_CP], cp_comm_name[cfg->cp_comm]);
-	if (cfg->ep > 1)
-		emu_str_addf(&s, " ep%d etp%d", cfg->ep, etp_of(cfg));
-	if (m[MESH_PP] > 1)
-		emu_str_addf(&s, " %s", sched_name(cfg->schedule));
-	if (cfg->vpp > 1)
-		emu_str_addf(&s, ":%d", cfg->vpp);
-	emu_str_addf(&s, " mbs%d zero%d rc:%s", cfg->mbs, cfg->zero,
-		     recompute_name[cfg->recompute]);
-	if (cfg->tp_overlap)
-		emu_str_addf(&s, " oases-tp");
-	if (cfg->tpf_layers)
-		emu_str_addf(&s, " tp-first:%d:%d", cfg->tpf_layers, cfg->tpf);
-	if (cfg->sp)
-		emu_str_addf(&s, " sp");
-	if (cfg->flash)
-		emu_str_addf(&s, " flash");
-	snprintf(b, n, "%s", s.s ? s.s : "");
-	free(s.s);
-}
-
-static int is_plan_only(int id)
-{
-	static const int drop[] = {CLI_PAR_DP,
-				   CLI_PAR_VPP_LAYERS,
-				   CLI_PAR_RECOMPUTE_METHOD,
-				   CLI_PAR_RECOMPUTE_LAYERS,
-				   CLI_DRY_RUN,
-				   CLI_JSON,
-				   CLI_TIMELINE,
-				   CLI_TRACE};
-
-	if (id >= CLI_PLAN_OASES || dim_of(id) >= 0)
-		return 1;
-	for (size_t k = 0; k < sizeof drop / sizeof *drop; k++)
-		if (id == drop[k])
-			return 1;
-	return 0;
-}
-
-void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg, int json)
-{
-	struct cli c = {.prog = "pemu plan",
-			.argc = argc,
-			.argv = argv,
-			.i = 1,
-			.opts = {plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
-	const int *m = cfg->mesh.size;
-	const char *v;
-	int start = c.i, id;
-
-	fprintf(f, "pemu run");
-	while ((id = cli_next(&c, &v))) {
-		if (!is_plan_only(id))
-			for (int i = start; i < c.i; i++)
-				cli_put_arg(f, argv[i], json);
-		start = c.i;
-	}
-	fprintf(f, " --dp %d --tp %d --pp %d", m[MESH_DP], m[MESH_TP], m[MESH_PP]);
-	if (m[MESH_CP] > 1)
-		fprintf(f, " --cp %d --cp-comm-type %s", m[MESH_CP], cp_comm_name[cfg->cp_comm]);
-	if (cfg->ep > 1)
-		fprintf(f, " --ep %d", cfg->ep);
-	if (cfg->etp)
-		fprintf(f, " --expert-tensor-parallel-size %d", cfg->etp);
-	if (m[MESH_PP] > 1)
-		fprintf(f, " --schedule %s", sched_name(cfg->schedule));
-	if (cfg->vpp > 1)
-		fprintf(f, " --vpp %d", cfg->vpp);
-	fprintf(f, " --micro-batch-size %d --zero-stage %d --recompute %s", cfg->mbs, cfg->zero,
-		recompute_name[cfg->recompute]);
-	if (cfg->tp_overlap)
-		fprintf(f, " --tp-overlap oases");
-	if (cfg->tpf_layers)
-		fprintf(f, " --tp-first %d:%d", cfg->tpf_layers, cfg->tpf);
-	if (cfg->sp)
-		fprintf(f, " --sequence-parallel");
-	if (cfg->flash)
-		fprintf(f, " --use-flash-attn");
-	fputs(" --steps 1 --dry-run", f); /* the step the plan ranked */
-}
-
-const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_config *ec)
-{
-	if (cfg->mesh.world > ec->topo.gpus_per_node && cfg->mesh.world % ec->topo.gpus_per_node)
-		return "torchrun starts as many processes on every node: the GPUs are not a "
-		       "multiple of a node's";
-	if (cfg->mesh.size[MESH_PP] > 1 && cfg->schedule != SCHED_1F1B &&
-	    cfg->schedule != SCHED_INTERLEAVED)
-		return cfg->schedule == SCHED_HELIX ? "HelixPipe's schedule is not in Megatron-LM"
-		       : cfg->schedule == SCHED_GPIPE
-			       ? "Megatron-LM runs no GPipe schedule"
-			       : "the zero-bubble schedules are not in Megatron-LM";
-	if (cfg->zero >= 2)
-		return "ZeRO stages 2 and 3 are not Megatron-LM's (its distributed optimizer is "
-		       "stage 1)";
-	if (cfg->tp_overlap || cfg->recompute == PAR_RECOMPUTE_OASES)
-		return "Oases's overlap and recomputation are not in Megatron-LM";
-	if (cfg->model.num_experts > 0 && cfg->model.moe_every != 1)
-		return "pemu's MoE layers are every Nth from layer N - 1, Megatron-LM's "
-		       "--moe-layer-freq counts from layer 0";
-	if (cfg->mlp_chunks > 1 || cfg->cp_contiguous)
-		return "--mlp-chunks and --cp-layout are pemu's";
-	if (cfg->ep > 1 && cfg->mesh.size[MESH_TP] > 1 && !cfg->sp)
-		return "Megatron-LM runs expert and tensor parallelism with sequence parallelism "
-		       "only";
-	return NULL;
-}
-
-void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_config *ec)
-{
-	const struct gpt_config *g = &cfg->model;
-	const int *m = cfg->mesh.size;
-	int gpn = ec->topo.gpus_per_node, nodes = (cfg->mesh.world + gpn - 1) / gpn;
-
-	fprintf(f, "torchrun --nnodes %d --nproc-per-node %d pretrain_gpt.py", nodes,
-		cfg->mesh.world < gpn ? cfg->mesh.world : gpn);
-	fprintf(f,
-		" --num-layers %d --hidden-size %d --num-attention-heads %d --ffn-hidden-size "
-		"%d --seq-length %d --max-position-embeddings %d --vocab-size %d "
-		"--make-vocab-size-divisible-by %d --micro-batch-size %d --global-batch-size %d",
-		g->num_layers, g->hidden, g->heads, g->ffn, g->seq_len, g->seq_len, cfg->vocab_orig,
-		cfg->vocab_div, cfg->mbs, cfg->gbs);
-	fprintf(f, " --tensor-model-parallel-size %d --pipeline-model-parallel-size %d", m[MESH_TP],
-		m[MESH_PP]);
-	if (cfg->vpp > 1)
-		fprintf(f, " --num-layers-per-virtual-pipeline-stage %d",
-			g->num_layers / (m[MESH_PP] * cfg->vpp));
-	if (m[MESH_CP] > 1)
-		fprintf(f, " --context-parallel-size %d --cp-comm-type %s", m[MESH_CP],
-			cp_comm_name[cfg->cp_comm]);
-	if (g->num_experts > 0) {
-		fprintf(f,
-			" --num-experts %d --moe-layer-freq 1 --moe-router-topk %d "
-			"--moe-aux-loss-coeff %g",
-			g->num_experts, g->moe_top_k, (double)g->aux_coeff);
-		if (g->capacity_factor > 0)
-			fprintf(f, " --moe-expert-capacity-factor %g", (double)g->capacity_factor);
-		fprintf(f,
-			" --expert-model-parallel-size %d --expert-tensor-parallel-size %d "
-			"--moe-token-dispatcher-type %s",
-			cfg->ep, etp_of(cfg),
-			cfg->ep_dispatch == PAR_EP_ALLGATHER ? "allgather" : "alltoall");
-	}
-	if (cfg->sp)
-		fprintf(f, " --sequence-parallel");
-	if (cfg->flash)
-		fprintf(f, " --use-flash-attn");
-	if (cfg->recompute == PAR_RECOMPUTE_FULL)
-		fprintf(f, " --recompute-granularity full --recompute-method uniform "
-			   "--recompute-num-layers 1");
-	else if (cfg->recompute == PAR_RECOMPUTE_SELECTIVE)
-		fprintf(f, " --recompute-granularity selective");
-	if (cfg->zero == 1)
-		fprintf(f, " --use-distributed-optimizer");
-	if (run_overlaps_grads(cfg))
-		fprintf(f, " --overlap-grad-reduce");
-	if (cfg->prec == PREC_BF16)
-		fprintf(f, " --bf16");
-	if (cfg->seed != 1234)
-		fprintf(f, " --seed %llu", (unsigned long long)cfg->seed);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* The report                                                                            */
-
-struct plan_cmd {
-	int argc;
-	char **argv;
-	const struct plan_space *s;
-	const struct cli_cluster *cc;
-	int top, commands, validate, jobs;
-	const struct plan_result *r;
-	int *passed;               /* [validate] 1 passed, 0 failed, -1 did not run */
-	struct verify_result *ver; /* [validate] */
-	char (*tiny)[96];          /* [validate] the tiny model in words */
-	double t0;                 /* the progress bar's start */
-	double last;               /* its last redraw */
-};
+/* The search's progress, --validate, the winner's trace                                 */
 
 static double now_s(void)
 {
@@ -379,242 +165,6 @@ static void progress(int done, int n, void *arg)
 		fputc('\n', stderr);
 }
 
-/* The finished configuration of ranked entry x. */
-static void cfg_of(const struct plan_cmd *p, const struct plan_entry *x, struct run_cfg *cfg)
-{
-	char err[512];
-
-	if (plan_cfg(p->s, &x->p, cfg, err, sizeof err)) /* it passed before */
-		emu_die("pemu plan: a ranked layout fails the checker: %s", err);
-}
-
-static const char *t_of(int64_t ns)
-{
-	static char buf[4][32];
-	static int k;
-
-	k = (k + 1) % 4;
-	units_fmt_time(buf[k], sizeof buf[k], ns);
-	return buf[k];
-}
-
-static const char *b_of(uint64_t b)
-{
-	static char buf[4][32];
-	static int k;
-
-	k = (k + 1) % 4;
-	units_fmt_bytes(buf[k], sizeof buf[k], b);
-	return buf[k];
-}
-
-static int dry_runs(const struct plan_result *r)
-{
-	return r->n - r->by_rule - r->by_bound;
-}
-
-static void print_row(const struct plan_cmd *p, int rank, const struct plan_entry *x)
-{
-	struct run_cfg cfg;
-	char lay[160];
-
-	cfg_of(p, x, &cfg);
-	layout_str(&cfg, lay, sizeof lay);
-	printf("  %4d %10s %10.4g %6.1f%% %10s %6.1f%% %10s   %s\n", rank, t_of(x->e.step_ns),
-	       x->e.tokens_s, 100 * x->e.mfu, b_of(x->e.peak),
-	       100.0 * (double)x->e.bubble_ns / (double)x->e.step_ns, t_of(x->e.exposed_ns), lay);
-}
-
-/* The place in the ranking of the fastest layout Megatron-LM can run, or -1. */
-static int megatron_best(const struct plan_cmd *p)
-{
-	for (int k = 0; k < p->r->nok; k++) {
-		struct run_cfg cfg;
-
-		cfg_of(p, &p->r->all[p->r->rank[k]], &cfg);
-		if (!cmd_plan_megatron_gap(&cfg, &p->cc->cfg))
-			return k;
-	}
-	return -1;
-}
-
-static void print_text(const struct plan_cmd *p)
-{
-	const struct plan_result *r = p->r;
-	const struct run_cfg *b = &p->s->base;
-	const struct emu_config *ec = &p->cc->cfg;
-	int top = p->top < r->nok ? p->top : r->nok;
-
-	printf("# pemu plan: %s, %zu parameters, global batch %d of %d tokens, on %d GPUs\n# ",
-	       b->preset ? b->preset->name : "model", gpt_num_params(&b->model), b->gbs,
-	       b->model.seq_len, p->s->gpus);
-	report_cluster_line(stdout, ec);
-	printf("\n# %d layouts: %d refused by the rules, %d by the memory bound, %d out of "
-	       "memory in dry-run, %d failed, %d fit; %d dry-runs in %.1f s (%.0f a second, %d "
-	       "process%s)\n",
-	       r->n, r->by_rule, r->by_bound, r->by_oom, r->failed, r->nok, dry_runs(r), r->wall_s,
-	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1), p->jobs, p->jobs == 1 ? "" : "es");
-	if (r->by_same)
-		printf("# of the layouts searched with Oases's degrees a block (tp-first), %d kept "
-		       "one degree throughout: the layout without it\n",
-		       r->by_same);
-	if (!r->nok) {
-		if (r->failed)
-			printf("# no layout ran: %d out of memory or refused by the bound under "
-			       "%s a GPU, %d failed otherwise\n",
-			       r->by_bound + r->by_oom,
-			       b_of(ec->mem_cap ? ec->mem_cap : ec->topo.gpu.hbm_bytes), r->failed);
-		else
-			printf("# no layout fits in %s a GPU\n",
-			       b_of(ec->mem_cap ? ec->mem_cap : ec->topo.gpu.hbm_bytes));
-		return;
-	}
-	printf("# the fastest %d (step time virtual, device 0; peak memory the largest "
-	       "device's):\n",
-	       top);
-	printf("  %4s %10s %10s %7s %10s %7s %10s   %s\n", "rank", "step", "tokens/s", "MFU",
-	       "peak mem", "bubble", "exposed", "layout");
-	for (int k = 0; k < top; k++)
-		print_row(p, k + 1, &r->all[r->rank[k]]);
-	printf("# Pareto front, step time against peak memory (each needs less memory than "
-	       "every faster one):\n");
-	for (int k = 0, j = 0; k < r->nok && j < r->npareto; k++)
-		if (r->rank[k] == r->pareto[j]) {
-			print_row(p, k + 1, &r->all[r->rank[k]]);
-			j++;
-		}
-	for (int k = 0; k < p->commands && k < r->nok; k++) {
-		struct run_cfg cfg;
-		const char *gap;
-
-		cfg_of(p, &r->all[r->rank[k]], &cfg);
-		printf("# %d.\n", k + 1);
-		cmd_plan_pemu_run(stdout, p->argc, p->argv, &cfg, 0);
-		printf("\n");
-		if ((gap = cmd_plan_megatron_gap(&cfg, &p->cc->cfg)))
-			printf("#   Megatron-LM: no equivalent (%s)\n", gap);
-		else {
-			cmd_plan_megatron(stdout, &cfg, ec);
-			printf("\n");
-		}
-	}
-	{
-		int k = megatron_best(p);
-
-		if (k >= p->commands) {
-			struct run_cfg cfg;
-
-			printf("# the fastest layout Megatron-LM can run:\n");
-			print_row(p, k + 1, &r->all[r->rank[k]]);
-			cfg_of(p, &r->all[r->rank[k]], &cfg);
-			cmd_plan_megatron(stdout, &cfg, ec);
-			printf("\n");
-		} else if (k < 0) {
-			printf("# Megatron-LM can run none of the layouts that fit\n");
-		}
-	}
-	for (int k = 0; k < p->validate && k < r->nok; k++) {
-		const struct verify_result *v = &p->ver[k];
-
-		if (p->passed[k] < 0)
-			printf("# validate %d: the tiny run failed (%s)\n", k + 1, p->tiny[k]);
-		else
-			printf("# validate %d: %s on %s: worst loss %.3g, gradient %.3g, parameter "
-			       "%.3g (tolerances %g, %g, %g)\n",
-			       k + 1, p->passed[k] ? "PASSED" : "FAILED", p->tiny[k], v->loss_err,
-			       v->grad_err, v->param_err, v->loss_tol, v->grad_tol, v->param_tol);
-	}
-}
-
-static void json_entry(const struct plan_cmd *p, int rank, const struct plan_entry *x)
-{
-	struct run_cfg cfg;
-	const int *m;
-	const char *gap;
-
-	cfg_of(p, x, &cfg);
-	m = cfg.mesh.size;
-	printf("%s{\"rank\":%d,\"layout\":{\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"ep\":%d,"
-	       "\"expert_tensor_parallel_size\":%d,\"schedule\":\"%s\",\"vpp\":%d,"
-	       "\"micro_batch_size\":%d,\"zero_stage\":%d,\"recompute\":\"%s\","
-	       "\"tp_overlap\":\"%s\",\"sequence_parallel\":%s,\"flash_attention\":%s,"
-	       "\"cp_comm_type\":\"%s\",\"tp_first_layers\":%d,\"tp_first\":%d},",
-	       rank > 1 ? "," : "", rank, m[MESH_DP], m[MESH_TP], m[MESH_PP], m[MESH_CP], cfg.ep,
-	       etp_of(&cfg), m[MESH_PP] > 1 ? sched_name(cfg.schedule) : "none", cfg.vpp, cfg.mbs,
-	       cfg.zero, recompute_name[cfg.recompute], cfg.tp_overlap ? "oases" : "none",
-	       cfg.sp ? "true" : "false", cfg.flash ? "true" : "false", cp_comm_name[cfg.cp_comm],
-	       cfg.tpf_layers, cfg.tpf_layers ? cfg.tpf : m[MESH_TP]);
-	printf("\"step_time_s\":%.9g,\"compute_s\":%.9g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
-	       "\"peak_memory\":%llu,\"memory_bound\":%llu,\"bubble_fraction\":%.6g,"
-	       "\"comm_exposed_s\":%.9g,\"devices_run\":%d",
-	       (double)x->e.step_ns / 1e9, (double)x->e.compute_ns / 1e9, x->e.tokens_s, x->e.mfu,
-	       (unsigned long long)x->e.peak, (unsigned long long)x->e.bound,
-	       (double)x->e.bubble_ns / (double)x->e.step_ns, (double)x->e.exposed_ns / 1e9,
-	       x->e.devices_run);
-	if (rank <= p->commands) {
-		printf(",\"pemu_run\":\"");
-		cmd_plan_pemu_run(stdout, p->argc, p->argv, &cfg, 1);
-		printf("\",\"megatron\":");
-		if ((gap = cmd_plan_megatron_gap(&cfg, &p->cc->cfg))) {
-			printf("null,\"megatron_gap\":");
-			report_json_string(stdout, gap);
-		} else {
-			char *buf = NULL;
-			size_t len = 0;
-			FILE *mf = open_memstream(&buf, &len);
-
-			cmd_plan_megatron(mf, &cfg, &p->cc->cfg);
-			fclose(mf);
-			report_json_string(stdout, buf);
-			free(buf);
-		}
-	}
-	if (rank <= p->validate) {
-		const struct verify_result *v = &p->ver[rank - 1];
-
-		printf(",\"validate\":{\"tiny\":");
-		report_json_string(stdout, p->tiny[rank - 1]);
-		printf(",\"ran\":%s,\"passed\":%s,\"max_rel_err\":{\"loss\":%.6g,\"grad\":%.6g,"
-		       "\"param\":%.6g}}",
-		       p->passed[rank - 1] >= 0 ? "true" : "false",
-		       p->passed[rank - 1] > 0 ? "true" : "false", v->loss_err, v->grad_err,
-		       v->param_err);
-	}
-	printf("}");
-}
-
-static void print_json(const struct plan_cmd *p)
-{
-	const struct plan_result *r = p->r;
-	const struct run_cfg *b = &p->s->base;
-
-	printf("{\"command\":\"plan\",\"model\":{\"name\":");
-	report_json_string(stdout, b->preset ? b->preset->name : "model");
-	printf(",\"parameters\":%zu,\"num_layers\":%d,\"hidden_size\":%d,"
-	       "\"num_attention_heads\":%d,\"seq_length\":%d,\"num_experts\":%d,"
-	       "\"global_batch_size\":%d},\"gpus\":%d,\"cluster\":",
-	       gpt_num_params(&b->model), b->model.num_layers, b->model.hidden, b->model.heads,
-	       b->model.seq_len, b->model.num_experts, b->gbs, p->s->gpus);
-	report_cluster_json(stdout, &p->cc->cfg);
-	printf(",\"space\":{\"layouts\":%d,\"refused_by_rule\":%d,\"pruned_by_memory_bound\":%d,"
-	       "\"oases_kept_tp\":%d,\"out_of_memory\":%d,\"failed\":%d,\"fit\":%d,"
-	       "\"dry_runs\":%d,\"jobs\":%d,"
-	       "\"wall_s\":%.6g,\"layouts_per_s\":%.6g,"
-	       "\"dry_runs_per_s\":%.6g},\"ranked\":[",
-	       r->n, r->by_rule, r->by_bound, r->by_same, r->by_oom, r->failed, r->nok, dry_runs(r),
-	       p->jobs, r->wall_s, r->n / (r->wall_s > 0 ? r->wall_s : 1),
-	       dry_runs(r) / (r->wall_s > 0 ? r->wall_s : 1));
-	for (int k = 0; k < r->nok; k++)
-		json_entry(p, k + 1, &r->all[r->rank[k]]);
-	printf("],\"pareto\":[");
-	for (int k = 0, j = 0; k < r->nok && j < r->npareto; k++)
-		if (r->rank[k] == r->pareto[j]) {
-			printf("%s%d", j ? "," : "", k + 1);
-			j++;
-		}
-	printf("],\"megatron_best\":%d}\n", megatron_best(p) + 1);
-}
-
 /* --validate: the best K at a tiny scale, each against the serial reference. */
 static int validate(struct plan_cmd *p)
 {
@@ -626,17 +176,22 @@ static int validate(struct plan_cmd *p)
 		struct run_cfg cfg, tiny;
 		char err[512];
 
-		cfg_of(p, &p->r->all[p->r->rank[k]], &cfg);
+		cmd_plan_cfg_of(p, &p->r->all[p->r->rank[k]], &cfg);
 		p->passed[k] = -1;
 		if (plan_tiny(&cfg, &tiny, err, sizeof err)) {
 			snprintf(p->tiny[k], sizeof p->tiny[k], "no tiny twin: %.60s", err);
 			bad = 1;
 			continue;
 		}
-		snprintf(p->tiny[k], sizeof p->tiny[k],
-			 "%d layers, hidden %d, %d heads, seq %d, global batch %d, %d GPUs",
-			 tiny.model.num_layers, tiny.model.hidden, tiny.model.heads,
-			 tiny.model.seq_len, tiny.gbs, tiny.mesh.world);
+		snprintf(p->tiny[k], sizeof p->tiny[k], "%d layers", tiny.model.num_layers);
+		if (tiny.tpf_layers)
+			snprintf(p->tiny[k] + strlen(p->tiny[k]),
+				 sizeof p->tiny[k] - strlen(p->tiny[k]), " (the first %d at tp %d)",
+				 tiny.tpf_layers, tiny.tpf);
+		snprintf(p->tiny[k] + strlen(p->tiny[k]), sizeof p->tiny[k] - strlen(p->tiny[k]),
+			 ", hidden %d, %d heads, seq %d, global batch %d, %d GPUs",
+			 tiny.model.hidden, tiny.model.heads, tiny.model.seq_len, tiny.gbs,
+			 tiny.mesh.world);
 		tiny.data = &d;
 		if (!p->cc->json)
 			fprintf(stderr, "pemu plan: validating %d of %d (%s)\n", k + 1, p->validate,
@@ -662,7 +217,7 @@ static void trace_winner(const struct plan_cmd *p)
 	FILE *out = p->cc->json ? stderr : stdout;
 	int rc;
 
-	cfg_of(p, &p->r->all[p->r->rank[0]], &cfg);
+	cmd_plan_cfg_of(p, &p->r->all[p->r->rank[0]], &cfg);
 	ec.trace = 1;
 	cl = emu_cluster_new(&ec);
 	run_alloc(&o, &cfg, 0);
@@ -681,11 +236,12 @@ static void trace_winner(const struct plan_cmd *p)
 
 int cmd_plan(int argc, char **argv)
 {
-	struct cli c = {.prog = "pemu plan",
-			.argc = argc,
-			.argv = argv,
-			.i = 1,
-			.opts = {plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
+	struct cli c = {
+		.prog = "pemu plan",
+		.argc = argc,
+		.argv = argv,
+		.i = 1,
+		.opts = {cmd_plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
 	struct plan_space s;
 	struct plan_result r;
 	struct plan_cmd p = {0};
@@ -708,7 +264,7 @@ int cmd_plan(int argc, char **argv)
 	p.jobs = jobs > 0 ? (int)(jobs < 64 ? jobs : 64) : 1;
 	while ((id = cli_next(&c, &v))) {
 		if (id > CLI_PLAN_OASES && id < CLI_PLAN_LAST && !search_only)
-			search_only = plan_opts[id - CLI_PLAN_GPUS].name;
+			search_only = cmd_plan_opts[id - CLI_PLAN_GPUS].name;
 		switch (id) {
 		case CLI_PLAN_OASES:
 			oases = 1;
@@ -756,8 +312,8 @@ int cmd_plan(int argc, char **argv)
 		default:
 			break;
 		}
-		if (dim_of(id) >= 0)
-			s.fixed |= 1u << dim_of(id);
+		if (cmd_plan_dim(id) >= 0)
+			s.fixed |= 1u << cmd_plan_dim(id);
 		if (cli_cluster_opt(&cc, id, v) || cli_model_opt(&mo, &s.base, &c, id, v) ||
 		    cli_par_opt(&po, &s.base, &c, id, v))
 			continue;
@@ -829,9 +385,9 @@ int cmd_plan(int argc, char **argv)
 	else if (p.validate)
 		rc = validate(&p);
 	if (cc.json)
-		print_json(&p);
+		cmd_plan_print_json(&p);
 	else
-		print_text(&p);
+		cmd_plan_print_text(&p);
 	if (r.nok && (cc.timeline || cc.trace_path))
 		trace_winner(&p);
 	free(p.passed);
