@@ -105,7 +105,8 @@ asan:
 tsan:
 	PEMU_TEST_SCALE=small $(MAKE) BUILD=build/tsan OPT=-O1 SANFLAGS="-fsanitize=thread" test
 
-# Fuzzing (tests/fuzz/*.c, libFuzzer): the command-line parser, the size, time and
+# Fuzzing (tests/fuzz/*.c, libFuzzer): the command lines (run and verify; coll, train and
+# plan), the size, time and
 # bandwidth parsers and the schedule checker, built by clang under ASan+UBSan into
 # build/fuzz/fuzz-NAME; fuzz-run runs each from tests/fuzz/seeds/NAME (its corpus grows in
 # build/fuzz/corpus-NAME) and fails on the first crash, which it leaves as a crash-* file.

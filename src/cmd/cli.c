@@ -46,6 +46,13 @@ const struct cli_opt cli_cluster_opts[] = {
 };
 
 void (*cli_exit_hook)(int code);
+void (*cli_parsed_hook)(void);
+
+void cli_parsed(void)
+{
+	if (cli_parsed_hook)
+		cli_parsed_hook();
+}
 
 void cli_fail(const struct cli *c, const char *fmt, ...)
 {

@@ -38,6 +38,10 @@ int cli_next(struct cli *c, const char **val);
 
 /* Called by cli_fail in place of exit when set (a fuzzer's: it must not return). */
 extern void (*cli_exit_hook)(int code);
+/* Called by cli_parsed when set (a fuzzer's: it must not return); cli_parsed is where a
+ * command has read and checked its whole command line, before it runs anything. */
+extern void (*cli_parsed_hook)(void);
+void cli_parsed(void);
 
 /* Prints a one-line error "prog: message" and exits with code 2. */
 EMU_NORETURN void cli_fail(const struct cli *c, const char *fmt, ...) EMU_PRINTF(2, 3);

@@ -358,6 +358,7 @@ int cmd_coll(int argc, char **argv)
 	}
 	if (cc.cfg.dry_run)
 		b->check = 0;
+	cli_parsed();
 
 	if (cc.json) {
 		printf("{\"command\":\"coll\",\"op\":\"%s\",\"devices\":%d,\"redop\":\"%s\","

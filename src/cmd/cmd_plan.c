@@ -359,6 +359,7 @@ int cmd_plan(int argc, char **argv)
 	p.s = &s;
 	p.cc = &cc;
 	p.t0 = p.last = now_s();
+	cli_parsed();
 	if (plan_search(&s, &cc.cfg, p.jobs, isatty(STDERR_FILENO) ? progress : NULL, &p, &r, err,
 			sizeof err)) {
 		fprintf(stderr, "%s\n", err);

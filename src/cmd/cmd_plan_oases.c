@@ -182,6 +182,7 @@ int cmd_plan_oases(int argc, char **argv, const struct cli *c, struct run_cfg *c
 	if (cc->nfail || cc->cfg.nslow)
 		cli_fail(c, "--inject-fault: pemu plan searches a healthy cluster; faults are for "
 			    "pemu run, verify and coll");
+	cli_parsed();
 	r = emu_xcalloc(1, sizeof *r);
 	if ((rc = oases_plan(&cc->cfg, cfg, r, err, sizeof err))) {
 		fprintf(stderr, "%s\n", err);

@@ -308,6 +308,7 @@ int cmd_train(int argc, char **argv)
 
 		cli_host_check(&c, need, largest);
 	}
+	cli_parsed();
 	cli_model_load(&mo, &cfg, &c);
 	rc = train(&cfg, &cc, mo.sample);
 	cli_model_free(&mo);

@@ -1,0 +1,84 @@
+/* libFuzzer target: the command lines of pemu coll, train and plan (cmd/cmd.h), on
+ * argument lists made from the input, one argument a line, the first byte choosing the
+ * command. Every refusal goes through cli_fail and every accepted line reaches
+ * cli_parsed before the command runs anything; the hooks turn both into a jump back here:
+ * each parser must refuse or accept, never crash, overflow or hang. Lists naming --trace
+ * (which creates its file as the line is read) or reading a file (--data-path,
+ * --vocab-file, --merge-file) are skipped. */
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cli.h"
+#include "cmd/cmd.h"
+
+enum { MAX_ARGS = 64, ACCEPTED = 1000 };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static jmp_buf back;
+
+static void refused(int code)
+{
+	longjmp(back, code);
+}
+
+static void parsed(void)
+{
+	longjmp(back, ACCEPTED);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const char *const cmd[] = {"coll", "train", "plan"};
+	static const char *const skip[] = {"trace", "data-path", "vocab-file", "merge-file"};
+	char *buf, *argv[MAX_ARGS + 1];
+	int argc = 1, which, rc;
+
+	if (size < 1 || size > 4096)
+		return 0;
+	which = data[0] % 3;
+	buf = malloc(size);
+	memcpy(buf, data + 1, size - 1);
+	buf[size - 1] = 0;
+	argv[0] = (char *)cmd[which];
+	for (char *p = buf; argc < MAX_ARGS && p < buf + size - 1;) {
+		char *nl = memchr(p, '\n', (size_t)(buf + size - 1 - p));
+
+		if (nl)
+			*nl = 0;
+		argv[argc++] = p;
+		for (size_t k = 0; k < sizeof skip / sizeof *skip; k++)
+			if (strstr(p, skip[k])) {
+				free(buf);
+				return 0;
+			}
+		if (!nl)
+			break;
+		p = nl + 1;
+	}
+	argv[argc] = NULL;
+	cli_exit_hook = refused;
+	cli_parsed_hook = parsed;
+	/* refused with the usage code, accepted, or --help (0): nothing else */
+	switch (setjmp(back)) {
+	case 0:
+		rc = which == 0   ? cmd_coll(argc, argv)
+		     : which == 1 ? cmd_train(argc, argv)
+				  : cmd_plan(argc, argv);
+		if (rc != 0) /* only --help returns before cli_parsed */
+			abort();
+		break;
+	case CLI_EXIT_USAGE:
+	case ACCEPTED:
+		break;
+	default:
+		abort();
+	}
+	cli_exit_hook = NULL;
+	cli_parsed_hook = NULL;
+	free(buf);
+	return 0;
+}
