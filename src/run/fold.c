@@ -2,8 +2,12 @@
  *
  * In a dry-run nothing depends on data, so two ranks that hold equal shares of the model
  * make the same calls with the same shapes. Two folds of the mesh are of that kind:
- *   - data parallelism: every replica is replica 0, without expert parallelism (whose
- *     ranks hold different experts). Under ZeRO each replica holds another shard, but
+ *   - data parallelism: every replica is replica 0. Under expert parallelism over the
+ *     data-parallel ranks (without cp) each holds other experts, but as many, and a
+ *     dry-run routes uniformly: where every expert gets as many rows (M k a multiple of
+ *     E), each rank sends, receives and computes the same, and the ranks that run hold
+ *     every expert group's and expert-data-parallel group's representative. Under ZeRO
+ *     each replica holds another shard, but
  *     the shards are equal in size (each bucket is padded to a multiple of dp), the
  *     optimizer step and the gradient norm charge one kernel a shard (models/optim.h),
  *     and the gradients a shard holds partial over tp are summed in one all-reduce as
@@ -29,6 +33,7 @@ struct plan {
 	const struct topo *t;
 	int *ga, *gb;
 	int *shape[MESH_NDIM]; /* [world][3] by the group's first rank; -1: not yet */
+	int ep;                /* expert parallelism over dp: its size (else 0) */
 };
 
 /* What the time of a collective over the group of x along dim (members in g) depends
@@ -71,6 +76,32 @@ static int alike(struct plan *p, int a, int b)
 	return 1;
 }
 
+/* The shape of the n-member group devs (what fold.h's symmetry compares). */
+static void group_shape(struct plan *p, const int *devs, int n, int *sh)
+{
+	sh[0] = (int)topo_group_link_class(p->t, devs, n);
+	sh[1] = topo_group_nodes(p->t, devs, n, &sh[2]);
+}
+
+/* Expert parallelism over dp (cp 1): whether device x's expert group (ep consecutive
+ * data-parallel ranks) and expert-data-parallel group (every ep-th) have the shapes of
+ * those of its representative r (run/device.c's expert_groups). */
+static int experts_alike(struct plan *p, int ep, int x, int r)
+{
+	int dp = p->me->size[MESH_DP], edp = dp / ep, sh[2][2][3];
+
+	for (int k = 0; k < 2; k++) {
+		int d = k ? r : x, q = mesh_coord(p->me, d, MESH_DP);
+
+		mesh_group(p->me, d, MESH_DP, p->ga);
+		for (int j = 0; j < edp; j++)
+			p->gb[j] = p->ga[j * ep + q % ep];
+		group_shape(p, p->ga + q / ep * ep, ep, sh[k][0]);
+		group_shape(p, p->gb, edp, sh[k][1]);
+	}
+	return !memcmp(sh[0], sh[1], sizeof sh[0]);
+}
+
 /* The plan folding dp (replicas onto replica 0) and/or tp (ranks >= 2 onto rank 1) into
  * rep; the devices that run, or 0 if the hardware breaks the symmetry. */
 static int try_plan(struct plan *p, int fold_dp, int fold_tp, int *rep)
@@ -88,9 +119,26 @@ static int try_plan(struct plan *p, int fold_dp, int fold_tp, int *rep)
 			c[MESH_TP] = 1;
 		rep[x] = mesh_rank(p->me, c);
 		nrun += rep[x] == x;
-		ok = rep[x] == x || alike(p, x, rep[x]);
+		ok = rep[x] == x ||
+		     (alike(p, x, rep[x]) && (!p->ep || experts_alike(p, p->ep, x, rep[x])));
 	}
 	return ok ? nrun : 0;
+}
+
+/* Whether a dry-run of cfg routes as many rows to every expert (moe_uniform_rows: M k a
+ * multiple of E, for the micro-batch and for Oases's sub-batch), so that the ranks of an
+ * expert-parallel group do the same work. */
+static int experts_even(const struct run_cfg *cfg)
+{
+	const struct gpt_config *m = &cfg->model;
+
+	for (int B = cfg->mbs; B >= 1; B = B % 2 ? 0 : B / 2) {
+		long long M = (long long)B * m->seq_len / cfg->mesh.size[MESH_CP];
+
+		if (M * m->moe_top_k % m->num_experts)
+			return 0;
+	}
+	return 1;
 }
 
 static int best_plan(struct plan *p, int dp, int tp, int *rep)
@@ -118,8 +166,9 @@ static int best_plan(struct plan *p, int dp, int tp, int *rep)
 int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 {
 	const struct mesh *me = &cfg->mesh;
-	struct plan p = {me, t, NULL, NULL, {NULL}};
-	int big = 0, nrun;
+	struct plan p = {me, t, NULL, NULL, {NULL}, 0};
+	enum run_ep_mode mode = run_ep_mode(cfg);
+	int big = 0, nrun, fold_dp;
 
 	for (int dim = 0; dim < MESH_NDIM; dim++) {
 		big = me->size[dim] > big ? me->size[dim] : big;
@@ -128,12 +177,17 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	}
 	p.ga = emu_xmalloc((size_t)big * sizeof *p.ga);
 	p.gb = emu_xmalloc((size_t)big * sizeof *p.gb);
+	/* expert parallelism over dp folds its ranks where each does the same work (above):
+	 * without cp (whose ranks would share expert groups with other cp ranks' replicas)
+	 * and with every expert as many rows; over tp x cp x dp (its rows) it does not */
+	if (mode == RUN_EP_DP)
+		p.ep = cfg->ep;
+	fold_dp = me->size[MESH_DP] > 1 &&
+		  (mode == RUN_EP_NONE || mode == RUN_EP_TP ||
+		   (mode == RUN_EP_DP && me->size[MESH_CP] == 1 && experts_even(cfg)));
 	/* mixed degrees give tp ranks of different parts different owners: not folded */
-	/* expert parallelism gives data-parallel ranks different experts (and groups that
-	 * are no dimension of the mesh): not folded */
-	nrun = best_plan(
-		&p, me->size[MESH_DP] > 1 && (cfg->ep <= 1 || run_ep_mode(cfg) == RUN_EP_TP),
-		me->size[MESH_TP] > 2 && !cfg->tpf_layers && run_ep_mode(cfg) != RUN_EP_ROWS, rep);
+	nrun = best_plan(&p, fold_dp,
+			 me->size[MESH_TP] > 2 && !cfg->tpf_layers && mode != RUN_EP_ROWS, rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);
 	free(p.ga);
