@@ -66,15 +66,17 @@ int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_sh
 	A(&a->h, slots * s->F, "expert fc.gelu");
 	A(&a->y, slots * s->C, "expert outputs");
 #undef A
-	if (rc || a->choice)
+	if (rc || a->rows)
 		return rc;
+	a->frac = emu_xcalloc(2 * (size_t)s->E, sizeof *a->frac);
+	a->psum = a->frac + s->E;
+	a->rows = emu_xcalloc(2 * (size_t)s->E, sizeof *a->rows);
+	if (!kctx_math(k)) /* a dry-run routes uniformly: no decision to keep */
+		return 0;
 	/* The routing decisions: host-side bookkeeping of a few ints a token. */
 	a->slot_token = emu_xcalloc((size_t)s->E * s->cap, sizeof *a->slot_token);
 	a->choice = emu_xcalloc((size_t)s->M * s->k, sizeof *a->choice);
 	a->slot = emu_xcalloc((size_t)s->M * s->k, sizeof *a->slot);
-	a->frac = emu_xcalloc(2 * (size_t)s->E, sizeof *a->frac);
-	a->psum = a->frac + s->E;
-	a->rows = emu_xcalloc(2 * (size_t)s->E, sizeof *a->rows);
 	return 0;
 }
 
