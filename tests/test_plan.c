@@ -127,7 +127,9 @@ static void test_ranking_is_brute_force(void **state)
 	assert_memory_equal(rank, r.rank, (size_t)nok * sizeof *rank);
 	/* the case means something: each sieve took some, and many fit */
 	assert_true(r.by_rule > 0 && r.by_bound > 0 && r.by_oom > 0 && r.nok > 20);
-	assert_true(tpf > 0); /* Oases's search ran on some layouts */
+	/* Oases's search ran on some layouts (it needs even micro-batches, which the
+	 * sanitizers' smaller space leaves out) */
+	assert_true(tpf > 0 || test_skip_large());
 	/* the front: each needs less memory than every faster layout */
 	for (int k = 1; k < r.npareto; k++)
 		assert_true(r.all[r.pareto[k]].e.peak < r.all[r.pareto[k - 1]].e.peak);
@@ -436,6 +438,7 @@ static void test_oases_degrees(void **state)
 
 	(void)state;
 	space(&s, "gpt2-124m", 64, 8);
+	s.max_mbs = 8; /* (even under the sanitizers: Oases splits a micro-batch in two) */
 	s.base.tp_overlap = PAR_OVERLAP_OASES;
 	s.base.recompute = PAR_RECOMPUTE_OASES;
 	s.fixed = 1u << PLAN_PP | 1u << PLAN_OVERLAP | 1u << PLAN_RECOMPUTE | 1u << PLAN_FLASH;

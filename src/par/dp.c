@@ -216,9 +216,10 @@ static void bucket_group(const struct par_dp_state *s, const struct par_groups *
 	b->r = expert ? g->edp_rank : g->dp_rank;
 }
 
-/* Elements of flat [lo, hi) whose gradient is partial over tp, and with buf, copied
- * between there and buf (to buf when out, else back). */
-static size_t tp_partials(const struct par_model *m, size_t lo, size_t hi, float *buf, int out)
+/* Elements of flat [lo, hi) whose gradient is partial of kind (PAR_PARTIAL_TP or _MERGE),
+ * and with buf, copied between there and buf (to buf when out, else back). */
+static size_t partials_of(const struct par_model *m, int kind, size_t lo, size_t hi, float *buf,
+			  int out)
 {
 	size_t at = 0;
 
@@ -226,7 +227,7 @@ static size_t tp_partials(const struct par_model *m, size_t lo, size_t hi, float
 		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 
-		if (p->partial != PAR_PARTIAL_TP || a >= b)
+		if (p->partial != kind || a >= b)
 			continue;
 		if (buf && p->g)
 			memcpy(out ? buf + at : p->g + (a - p->off),
@@ -236,33 +237,43 @@ static size_t tp_partials(const struct par_model *m, size_t lo, size_t hi, float
 	return at;
 }
 
-/* ZeRO: sums this rank's chunk of bucket b where it is partial. Sequence parallelism's
- * gradients partial over tp go in one all-reduce, coalesced into a buffer (as Megatron
- * coalesces them) as long as the most any rank of the bucket's group finds in its chunk,
- * zero-padded: every data-parallel rank posts the same collective, so replicas stay
- * alike (run/fold.h). Mixed degrees' gradients partial over their parts piece by piece. */
+/* ZeRO: sums this rank's chunk of bucket b where it is partial: sequence parallelism's
+ * gradients over tp, mixed degrees' first layers over their parts (the merge group).
+ * Each kind goes in one all-reduce, coalesced into a buffer (as Megatron coalesces its
+ * LayerNorm gradients) as long as the most any rank of the bucket's group finds in its
+ * chunk, zero-padded: every data-parallel rank posts the same collectives, so replicas
+ * stay alike (run/fold.h). */
 static int sum_chunk_partials(struct par_dp_state *s, struct par_dp_bucket *b)
 {
+	static const int kinds[2] = {PAR_PARTIAL_TP, PAR_PARTIAL_MERGE};
 	struct par_model *m = s->m;
-	size_t lo, chunk = chunk_of(s, b, &lo), len;
-	struct tensor buf = {0};
-	int rc;
+	size_t lo, chunk = chunk_of(s, b, &lo);
+	int rc = 0;
 
-	for (int r = 0; r < b->n && !b->partial_counted; r++) {
-		size_t at = b->lo + (size_t)r * chunk, n = tp_partials(m, at, at + chunk, NULL, 0);
+	for (int r = 0; r < b->n && !b->partial_counted; r++)
+		for (int k = 0; k < 2; k++) {
+			size_t at = b->lo + (size_t)r * chunk;
+			size_t n = partials_of(m, kinds[k], at, at + chunk, NULL, 0);
 
-		b->partial_max = n > b->partial_max ? n : b->partial_max;
-	}
+			b->partial_max[k] = n > b->partial_max[k] ? n : b->partial_max[k];
+		}
 	b->partial_counted = 1;
-	if ((rc = par_tp_sum_partials(m, lo, lo + chunk, PAR_PARTIAL_MERGE)) || !b->partial_max)
-		return rc;
-	len = b->partial_max;
-	if ((rc = tensor_alloc(&m->k, &buf, MEM_WORK, len, "partial gradients")))
-		return rc;
-	tp_partials(m, lo, lo + chunk, buf.data, 1);
-	if (!(rc = par_tp_sum(m, buf.data, len)))
-		tp_partials(m, lo, lo + chunk, buf.data, 0);
-	tensor_free(&m->k, &buf);
+	for (int k = 0; k < 2 && !rc; k++) {
+		size_t len = b->partial_max[k];
+		struct tensor buf = {0};
+
+		if (!len)
+			continue;
+		if ((rc = tensor_alloc(&m->k, &buf, MEM_WORK, len, "partial gradients")))
+			return rc;
+		partials_of(m, kinds[k], lo, lo + chunk, buf.data, 1);
+		rc = kinds[k] == PAR_PARTIAL_TP
+			     ? par_tp_sum(m, buf.data, len)
+			     : coll_all_reduce(m->k.d, m->merge, buf.data, buf.data, len, COLL_SUM);
+		if (!rc)
+			partials_of(m, kinds[k], lo, lo + chunk, buf.data, 0);
+		tensor_free(&m->k, &buf);
+	}
 	return rc;
 }
 
@@ -409,7 +420,7 @@ partials:
 	/* Sequence parallelism left the LayerNorm and position gradients partial over tp,
 	 * mixed degrees the first layers' over their parts: sum what this rank holds. */
 	if (s->zero == 0 || s->dp == 1)
-		return par_tp_sum_partials(s->m, 0, s->m->nflat, -1);
+		return par_tp_sum_partials(s->m, 0, s->m->nflat);
 	for (int k = 0; k < s->nb && !rc; k++)
 		rc = sum_chunk_partials(s, &s->b[k]);
 	return rc;

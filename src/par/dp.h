@@ -61,8 +61,9 @@ struct par_dp_bucket {
 	struct mem_block *gbuf;  /* ZeRO 2-3: its gradients, while live */
 	struct mem_block *wbuf;  /* ZeRO 3: its gathered weights, while live */
 	struct coll_req *gather; /* ZeRO 3: their posted all-gather, or NULL */
-	size_t partial_max;      /* ZeRO: the most gradient elements partial over tp that
-				  * a rank of g finds in its chunk, once partial_counted */
+	size_t partial_max[2];   /* ZeRO: the most gradient elements partial over tp, and
+				  * over the merge group, that a rank of g finds in its
+				  * chunk, once partial_counted */
 	int partial_counted;
 };
 

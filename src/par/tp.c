@@ -202,7 +202,7 @@ int par_tp_sum(struct par_model *m, float *buf, size_t n)
 	return m->tp == 1 ? 0 : coll_all_reduce(m->k.d, m->g, buf, buf, n, COLL_SUM);
 }
 
-int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi, int kind)
+int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi)
 {
 	int rc;
 
@@ -211,7 +211,7 @@ int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi, int kind)
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 		float *g = p->g ? p->g + (a - p->off) : NULL;
 
-		if (!p->partial || a >= b || (kind >= 0 && p->partial != kind))
+		if (!p->partial || a >= b)
 			continue;
 		rc = p->partial == PAR_PARTIAL_TP
 			     ? par_tp_sum(m, g, b - a)

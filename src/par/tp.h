@@ -44,9 +44,8 @@ int par_tp_sum(struct par_model *m, float *buf, size_t n);
 /* Sums the gradients this rank holds only part of (par_param.partial), within the flat
  * range [lo, hi): sequence parallelism's over the tp group, the first layers' parts under
  * mixed degrees over the merge group. Called once the data-parallel sync has summed them
- * over replicas; the order of the sums does not matter. Only those of kind (a
- * PAR_PARTIAL_* value), or all with kind -1. Nothing if no gradient is. */
-int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi, int kind);
+ * over replicas; the order of the sums does not matter. Nothing if no gradient is. */
+int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi);
 
 /* The vocabulary-parallel ends: the embedding of a->tokens into a->enc (this rank's
  * rows), its backward from w's rows into wte and wpe, and the cross-entropy of a->probs

@@ -83,17 +83,18 @@ static void group_shape(struct plan *p, const int *devs, int n, int *sh)
 	sh[1] = topo_group_nodes(p->t, devs, n, &sh[2]);
 }
 
-/* Expert parallelism over dp (cp 1): whether device x's expert group (ep consecutive
- * data-parallel ranks) and expert-data-parallel group (every ep-th) have the shapes of
+/* Expert parallelism over dp x cp: whether device x's expert group (ep consecutive ranks
+ * of its dp x cp group) and expert-data-parallel group (every ep-th) have the shapes of
  * those of its representative r (run/device.c's expert_groups). */
 static int experts_alike(struct plan *p, int ep, int x, int r)
 {
-	int dp = p->me->size[MESH_DP], edp = dp / ep, sh[2][2][3];
+	int cp = p->me->size[MESH_CP], n = p->me->size[MESH_DP] * cp, edp = n / ep, sh[2][2][3];
 
 	for (int k = 0; k < 2; k++) {
-		int d = k ? r : x, q = mesh_coord(p->me, d, MESH_DP);
+		int d = k ? r : x;
+		int q = mesh_coord(p->me, d, MESH_DP) * cp + mesh_coord(p->me, d, MESH_CP);
 
-		mesh_group(p->me, d, MESH_DP, p->ga);
+		mesh_group2(p->me, d, MESH_CP, MESH_DP, p->ga);
 		for (int j = 0; j < edp; j++)
 			p->gb[j] = p->ga[j * ep + q % ep];
 		group_shape(p, p->ga + q / ep * ep, ep, sh[k][0]);
@@ -126,19 +127,15 @@ static int try_plan(struct plan *p, int fold_dp, int fold_tp, int *rep)
 }
 
 /* Whether a dry-run of cfg routes as many rows to every expert (moe_uniform_rows: M k a
- * multiple of E, for the micro-batch and for Oases's sub-batch), so that the ranks of an
- * expert-parallel group do the same work. */
+ * multiple of E, for the micro-batch, and for each sub-batch under Oases's overlap), so
+ * that the ranks of an expert-parallel group do the same work. */
 static int experts_even(const struct run_cfg *cfg)
 {
 	const struct gpt_config *m = &cfg->model;
+	int B = cfg->tp_overlap ? cfg->mbs / PAR_NSUB : cfg->mbs;
+	long long M = (long long)B * m->seq_len / cfg->mesh.size[MESH_CP];
 
-	for (int B = cfg->mbs; B >= 1; B = B % 2 ? 0 : B / 2) {
-		long long M = (long long)B * m->seq_len / cfg->mesh.size[MESH_CP];
-
-		if (M * m->moe_top_k % m->num_experts)
-			return 0;
-	}
-	return 1;
+	return M * m->moe_top_k % m->num_experts == 0;
 }
 
 static int best_plan(struct plan *p, int dp, int tp, int *rep)
@@ -170,6 +167,7 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	enum run_ep_mode mode = run_ep_mode(cfg);
 	int big = 0, nrun, fold_dp;
 
+	big = me->size[MESH_DP] * me->size[MESH_CP]; /* (the experts' dp x cp groups) */
 	for (int dim = 0; dim < MESH_NDIM; dim++) {
 		big = me->size[dim] > big ? me->size[dim] : big;
 		p.shape[dim] = emu_xmalloc(3 * (size_t)me->world * sizeof *p.shape[dim]);
