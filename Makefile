@@ -49,7 +49,7 @@ TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:%.c=$(BUILD)/%)
-FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] tests/fuzz/*.c bench/*.[ch])
+FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] bench/*.[ch])
 
 .PHONY: all run test golden-capture asan tsan fuzz fuzz-run bench plots deps build-deps format \
         format-check install clean

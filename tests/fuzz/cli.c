@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cmd/cli.h"
 #include "cmd/cmd.h"
 
@@ -25,30 +26,15 @@ static void refused(int code)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	static const char *const skip[] = {"trace", NULL};
 	char *buf, *argv[MAX_ARGS + 1];
-	int argc = 1;
+	int argc;
 
 	if (size < 1 || size > 4096)
 		return 0;
-	buf = malloc(size);
-	memcpy(buf, data + 1, size - 1);
-	buf[size - 1] = 0;
 	argv[0] = data[0] & 1 ? "verify" : "run";
-	for (char *p = buf; argc < MAX_ARGS && p < buf + size - 1;) {
-		char *nl = memchr(p, '\n', (size_t)(buf + size - 1 - p));
-
-		if (nl)
-			*nl = 0;
-		argv[argc++] = p;
-		if (strstr(p, "trace")) {
-			free(buf);
-			return 0;
-		}
-		if (!nl)
-			break;
-		p = nl + 1;
-	}
-	argv[argc] = NULL;
+	if (!(buf = fuzz_args(data, size, argv, MAX_ARGS, &argc, skip)))
+		return 0;
 	cli_exit_hook = refused;
 	/* accepted (0, or 1 for --help), or refused with the usage code: nothing else */
 	switch (setjmp(back)) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cmd/cli.h"
 #include "cmd/cmd.h"
 
@@ -33,33 +34,16 @@ static void parsed(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const cmd[] = {"coll", "train", "plan"};
-	static const char *const skip[] = {"trace", "data-path", "vocab-file", "merge-file"};
+	static const char *const skip[] = {"trace", "data-path", "vocab-file", "merge-file", NULL};
 	char *buf, *argv[MAX_ARGS + 1];
-	int argc = 1, which, rc;
+	int argc, which, rc;
 
 	if (size < 1 || size > 4096)
 		return 0;
 	which = data[0] % 3;
-	buf = malloc(size);
-	memcpy(buf, data + 1, size - 1);
-	buf[size - 1] = 0;
 	argv[0] = (char *)cmd[which];
-	for (char *p = buf; argc < MAX_ARGS && p < buf + size - 1;) {
-		char *nl = memchr(p, '\n', (size_t)(buf + size - 1 - p));
-
-		if (nl)
-			*nl = 0;
-		argv[argc++] = p;
-		for (size_t k = 0; k < sizeof skip / sizeof *skip; k++)
-			if (strstr(p, skip[k])) {
-				free(buf);
-				return 0;
-			}
-		if (!nl)
-			break;
-		p = nl + 1;
-	}
-	argv[argc] = NULL;
+	if (!(buf = fuzz_args(data, size, argv, MAX_ARGS, &argc, skip)))
+		return 0;
 	cli_exit_hook = refused;
 	cli_parsed_hook = parsed;
 	/* refused with the usage code, accepted, or --help (0): nothing else */

@@ -1,0 +1,39 @@
+/* The fuzz targets' argument lists: the input after its first byte, one argument a line,
+ * into argv[1 .. argc) (argv[0] the caller's; at most max arguments); NULL-terminated.
+ * Returns the buffer that holds them (free it), or NULL when an argument contains one of
+ * the NULL-terminated words of skip (options that open files as they are read). */
+#ifndef PEMU_FUZZ_ARGS_H
+#define PEMU_FUZZ_ARGS_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *fuzz_args(const uint8_t *data, size_t size, char **argv, int max, int *argc,
+		       const char *const *skip)
+{
+	char *buf = malloc(size);
+
+	memcpy(buf, data + 1, size - 1);
+	buf[size - 1] = 0;
+	*argc = 1;
+	for (char *p = buf; *argc < max && p < buf + size - 1;) {
+		char *nl = memchr(p, '\n', (size_t)(buf + size - 1 - p));
+
+		if (nl)
+			*nl = 0;
+		argv[(*argc)++] = p;
+		for (int k = 0; skip[k]; k++)
+			if (strstr(p, skip[k])) {
+				free(buf);
+				return NULL;
+			}
+		if (!nl)
+			break;
+		p = nl + 1;
+	}
+	argv[*argc] = NULL;
+	return buf;
+}
+
+#endif
