@@ -94,6 +94,16 @@ static void usage(FILE *f)
 }
 
 /* The dimension an option of cli_par or cli_model fixes, or -1. */
+struct cli cmd_plan_cli(int argc, char **argv)
+{
+	return (struct cli){
+		.prog = "pemu plan",
+		.argc = argc,
+		.argv = argv,
+		.i = 1,
+		.opts = {cmd_plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
+}
+
 int cmd_plan_dim(int id)
 {
 	switch (id) {
@@ -236,12 +246,7 @@ static void trace_winner(const struct plan_cmd *p)
 
 int cmd_plan(int argc, char **argv)
 {
-	struct cli c = {
-		.prog = "pemu plan",
-		.argc = argc,
-		.argv = argv,
-		.i = 1,
-		.opts = {cmd_plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
+	struct cli c = cmd_plan_cli(argc, argv);
 	struct plan_space s;
 	struct plan_result r;
 	struct plan_cmd p = {0};

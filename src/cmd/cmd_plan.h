@@ -32,6 +32,8 @@ enum {
  * of cli_par or cli_model fixes (-1 if none). */
 extern const struct cli_opt cmd_plan_opts[];
 int cmd_plan_dim(int id);
+/* pemu plan's reader of argv, with every option table it takes. */
+struct cli cmd_plan_cli(int argc, char **argv);
 
 /* Names of the enum values a layout prints. */
 extern const char *const cmd_plan_recompute_name[];

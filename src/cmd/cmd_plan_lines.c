@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cmd/cli.h"
-#include "cmd/cli_model.h"
 #include "cmd/cli_par.h"
 #include "cmd/cmd.h"
 #include "cmd/cmd_plan.h"
@@ -75,12 +74,7 @@ static int is_plan_only(int id)
 
 void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg, int json)
 {
-	struct cli c = {
-		.prog = "pemu plan",
-		.argc = argc,
-		.argv = argv,
-		.i = 1,
-		.opts = {cmd_plan_opts, cli_model_opts, cli_cluster_opts, cli_par_opts, NULL}};
+	struct cli c = cmd_plan_cli(argc, argv);
 	const int *m = cfg->mesh.size;
 	const char *v;
 	int start = c.i, id;

@@ -344,12 +344,11 @@ struct plan_shared {
 	atomic_int state[];
 };
 
-/* A list of points to decide: all[idx[0 .. n)]. */
+/* The points to decide: all[0 .. n). */
 struct batch {
 	const struct plan_space *s;
 	const struct emu_config *ecfg;
 	struct plan_entry *all;
-	const int *idx;
 	int n;
 };
 
@@ -359,7 +358,7 @@ static void work(const struct batch *b, struct plan_entry *all, struct plan_shar
 
 	while ((i = atomic_fetch_add(&sh->next, 1)) < b->n) {
 		atomic_store(&sh->state[i], 1);
-		decide(b->s, b->ecfg, &all[b->idx[i]]);
+		decide(b->s, b->ecfg, &all[i]);
 		atomic_store(&sh->state[i], 2);
 		atomic_fetch_add(&sh->done, 1);
 	}
@@ -375,12 +374,11 @@ static void *shared_map(size_t bytes)
 /* Decides b's points in jobs processes (the entries and the counters in shared
  * memory); a point whose worker died is PLAN_FAIL. 0, or -1 if no process could be made
  * (the caller then decides them here). */
-static int decide_forked(const struct batch *b, int nall, int jobs, plan_progress_fn progress,
-			 void *arg)
+static int decide_forked(const struct batch *b, int jobs, plan_progress_fn progress, void *arg)
 {
 	struct plan_entry *all = b->all;
 	int n = b->n;
-	size_t eb = (size_t)nall * sizeof *all,
+	size_t eb = (size_t)n * sizeof *all,
 	       sb = sizeof(struct plan_shared) + (size_t)n * sizeof(atomic_int);
 	struct plan_entry *sall = shared_map(eb);
 	struct plan_shared *sh = shared_map(sb);
@@ -434,8 +432,8 @@ static int decide_forked(const struct batch *b, int nall, int jobs, plan_progres
 	}
 	for (int i = 0; i < n; i++)
 		if (atomic_load(&sh->state[i]) != 2) { /* its worker died (or never ran) */
-			sall[b->idx[i]].fate = PLAN_FAIL;
-			sall[b->idx[i]].e.err = EMU_EABORTED;
+			sall[i].fate = PLAN_FAIL;
+			sall[i].e.err = EMU_EABORTED;
 		}
 	if (progress)
 		progress(n, n, arg);
@@ -457,13 +455,12 @@ static int by_time(const void *a, const void *b)
 }
 
 /* b's points decided, in jobs processes if it can. */
-static void decide_all(const struct batch *b, int nall, int jobs, plan_progress_fn progress,
-		       void *arg)
+static void decide_all(const struct batch *b, int jobs, plan_progress_fn progress, void *arg)
 {
-	if (jobs > 1 && !decide_forked(b, nall, jobs, progress, arg))
+	if (jobs > 1 && !decide_forked(b, jobs, progress, arg))
 		return;
 	for (int i = 0; i < b->n; i++) {
-		decide(b->s, b->ecfg, &b->all[b->idx[i]]);
+		decide(b->s, b->ecfg, &b->all[i]);
 		if (progress)
 			progress(i + 1, b->n, arg);
 	}
@@ -516,7 +513,6 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 {
 	struct plan_point *pts;
 	struct timespec t0, t1;
-	int *idx;
 
 	memset(r, 0, sizeof *r);
 	if (ecfg->ndev != s->gpus) {
@@ -550,12 +546,8 @@ int plan_search(const struct plan_space *s, const struct emu_config *ecfg, int j
 		r->all[i].index = i;
 	}
 	free(pts);
-	idx = emu_xcalloc((size_t)r->n, sizeof *idx);
-	for (int i = 0; i < r->n; i++)
-		idx[i] = i;
-	decide_all(&(struct batch){s, ecfg, r->all, idx, r->n}, r->n, jobs, progress, arg);
+	decide_all(&(struct batch){s, ecfg, r->all, r->n}, jobs, progress, arg);
 	rank_all(r);
-	free(idx);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	r->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	return 0;

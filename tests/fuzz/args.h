@@ -6,8 +6,29 @@
 #define PEMU_FUZZ_ARGS_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A broken contract: says which and aborts, so that the fuzzer keeps the input. */
+#define FUZZ_CHECK(cond, what)                                                                     \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "fuzz: %s\n", (what));                                     \
+			abort();                                                                   \
+		}                                                                                  \
+	} while (0)
+
+/* Whether argv[1 .. argc) may ask for the help (--help, or -h alone or among short
+ * options): the one case a command returns before its line is checked. */
+static int fuzz_may_ask_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strncmp(argv[i], "--help", 6) ||
+		    (argv[i][0] == '-' && argv[i][1] != '-' && strchr(argv[i], 'h')))
+			return 1;
+	return 0;
+}
 
 static char *fuzz_args(const uint8_t *data, size_t size, char **argv, int max, int *argc,
 		       const char *const *skip)

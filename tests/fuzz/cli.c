@@ -38,14 +38,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cli_exit_hook = refused;
 	/* accepted (0, or 1 for --help), or refused with the usage code: nothing else */
 	switch (setjmp(back)) {
-	case 0:
-		if ((unsigned)cmd_run_parse(argc, argv, data[0] & 1) > 1)
-			abort();
+	case 0: {
+		int rc = cmd_run_parse(argc, argv, data[0] & 1);
+
+		FUZZ_CHECK(rc == 0 || rc == 1, "the parser returned neither 0 nor 1");
+		FUZZ_CHECK(rc == 0 || fuzz_may_ask_help(argc, argv),
+			   "the parser answered --help to a line without it");
 		break;
+	}
 	case CLI_EXIT_USAGE:
 		break;
 	default:
-		abort();
+		FUZZ_CHECK(0, "a refusal with a code other than the usage code");
 	}
 	cli_exit_hook = NULL;
 	free(buf);

@@ -52,14 +52,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rc = which == 0   ? cmd_coll(argc, argv)
 		     : which == 1 ? cmd_train(argc, argv)
 				  : cmd_plan(argc, argv);
-		if (rc != 0) /* only --help returns before cli_parsed */
-			abort();
+		/* only --help returns before cli_parsed, with 0 */
+		FUZZ_CHECK(rc == 0, "a command returned an error without cli_fail");
+		FUZZ_CHECK(fuzz_may_ask_help(argc, argv),
+			   "a command returned before cli_parsed without --help");
 		break;
 	case CLI_EXIT_USAGE:
 	case ACCEPTED:
 		break;
 	default:
-		abort();
+		FUZZ_CHECK(0, "a refusal with a code other than the usage code");
 	}
 	cli_exit_hook = NULL;
 	cli_parsed_hook = NULL;
