@@ -216,67 +216,6 @@ static void bucket_group(const struct par_dp_state *s, const struct par_groups *
 	b->r = expert ? g->edp_rank : g->dp_rank;
 }
 
-/* Elements of flat [lo, hi) whose gradient is partial of kind (PAR_PARTIAL_TP or _MERGE),
- * and with buf, copied between there and buf (to buf when out, else back). */
-static size_t partials_of(const struct par_model *m, int kind, size_t lo, size_t hi, float *buf,
-			  int out)
-{
-	size_t at = 0;
-
-	for (int i = 0; i < m->np; i++) {
-		const struct par_param *p = &m->p[i];
-		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
-
-		if (p->partial != kind || a >= b)
-			continue;
-		if (buf && p->g)
-			memcpy(out ? buf + at : p->g + (a - p->off),
-			       out ? p->g + (a - p->off) : buf + at, (b - a) * sizeof *buf);
-		at += b - a;
-	}
-	return at;
-}
-
-/* ZeRO: sums this rank's chunk of bucket b where it is partial: sequence parallelism's
- * gradients over tp, mixed degrees' first layers over their parts (the merge group).
- * Each kind goes in one all-reduce, coalesced into a buffer (as Megatron coalesces its
- * LayerNorm gradients) as long as the most any rank of the bucket's group finds in its
- * chunk, zero-padded: every data-parallel rank posts the same collectives, so replicas
- * stay alike (run/fold.h). */
-static int sum_chunk_partials(struct par_dp_state *s, struct par_dp_bucket *b)
-{
-	static const int kinds[2] = {PAR_PARTIAL_TP, PAR_PARTIAL_MERGE};
-	struct par_model *m = s->m;
-	size_t lo, chunk = chunk_of(s, b, &lo);
-	int rc = 0;
-
-	for (int r = 0; r < b->n && !b->partial_counted; r++)
-		for (int k = 0; k < 2; k++) {
-			size_t at = b->lo + (size_t)r * chunk;
-			size_t n = partials_of(m, kinds[k], at, at + chunk, NULL, 0);
-
-			b->partial_max[k] = n > b->partial_max[k] ? n : b->partial_max[k];
-		}
-	b->partial_counted = 1;
-	for (int k = 0; k < 2 && !rc; k++) {
-		size_t len = b->partial_max[k];
-		struct tensor buf = {0};
-
-		if (!len)
-			continue;
-		if ((rc = tensor_alloc(&m->k, &buf, MEM_WORK, len, "partial gradients")))
-			return rc;
-		partials_of(m, kinds[k], lo, lo + chunk, buf.data, 1);
-		rc = kinds[k] == PAR_PARTIAL_TP
-			     ? par_tp_sum(m, buf.data, len)
-			     : coll_all_reduce(m->k.d, m->merge, buf.data, buf.data, len, COLL_SUM);
-		if (!rc)
-			partials_of(m, kinds[k], lo, lo + chunk, buf.data, 0);
-		tensor_free(&m->k, &buf);
-	}
-	return rc;
-}
-
 /* ZeRO-3: a bucket per unit, two or more where a MoE layer's experts have a group of
  * their own (expert parallelism over dp ranks: the unit's parameters by group, in flat
  * order), and the order a micro-batch reads the units in. */
@@ -421,8 +360,13 @@ partials:
 	 * mixed degrees the first layers' over their parts: sum what this rank holds. */
 	if (s->zero == 0 || s->dp == 1)
 		return par_tp_sum_partials(s->m, 0, s->m->nflat);
-	for (int k = 0; k < s->nb && !rc; k++)
-		rc = sum_chunk_partials(s, &s->b[k]);
+	for (int k = 0; k < s->nb && !rc; k++) {
+		struct par_dp_bucket *b = &s->b[k];
+		size_t lo, chunk = chunk_of(s, b, &lo);
+
+		rc = par_tp_sum_chunk_partials(s->m, b->lo, chunk, b->n, b->r, b->partial_max,
+					       &b->partial_counted);
+	}
 	return rc;
 }
 

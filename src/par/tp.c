@@ -222,6 +222,60 @@ int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi)
 	return 0;
 }
 
+/* Elements of flat [lo, hi) whose gradient is partial of kind (PAR_PARTIAL_TP or _MERGE),
+ * and with buf, copied between there and buf (to buf when out, else back). */
+static size_t partials_of(const struct par_model *m, int kind, size_t lo, size_t hi, float *buf,
+			  int out)
+{
+	size_t at = 0;
+
+	for (int i = 0; i < m->np; i++) {
+		const struct par_param *p = &m->p[i];
+		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
+
+		if (p->partial != kind || a >= b)
+			continue;
+		if (buf && p->g)
+			memcpy(out ? buf + at : p->g + (a - p->off),
+			       out ? p->g + (a - p->off) : buf + at, (b - a) * sizeof *buf);
+		at += b - a;
+	}
+	return at;
+}
+
+int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int n, int r,
+			      size_t max[2], int *counted)
+{
+	static const int kinds[2] = {PAR_PARTIAL_TP, PAR_PARTIAL_MERGE};
+	size_t lo = blo + (size_t)r * chunk;
+	int rc = 0;
+
+	for (int q = 0; q < n && !*counted; q++)
+		for (int k = 0; k < 2; k++) {
+			size_t at = blo + (size_t)q * chunk;
+			size_t c = partials_of(m, kinds[k], at, at + chunk, NULL, 0);
+
+			max[k] = c > max[k] ? c : max[k];
+		}
+	*counted = 1;
+	for (int k = 0; k < 2 && !rc; k++) {
+		struct tensor buf = {0};
+
+		if (!max[k])
+			continue;
+		if ((rc = tensor_alloc(&m->k, &buf, MEM_WORK, max[k], "partial gradients")))
+			return rc;
+		partials_of(m, kinds[k], lo, lo + chunk, buf.data, 1);
+		rc = kinds[k] == PAR_PARTIAL_TP ? par_tp_sum(m, buf.data, max[k])
+						: coll_all_reduce(m->k.d, m->merge, buf.data,
+								  buf.data, max[k], COLL_SUM);
+		if (!rc)
+			partials_of(m, kinds[k], lo, lo + chunk, buf.data, 0);
+		tensor_free(&m->k, &buf);
+	}
+	return rc;
+}
+
 static int tp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
 		    size_t C)
 {

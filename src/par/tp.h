@@ -47,6 +47,15 @@ int par_tp_sum(struct par_model *m, float *buf, size_t n);
  * over replicas; the order of the sums does not matter. Nothing if no gradient is. */
 int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi);
 
+/* The same under ZeRO, for this rank's chunk of a bucket: the bucket's elements from blo
+ * are cut into n chunks of chunk, this rank's the r-th. Each kind of partial gradient goes
+ * in one all-reduce, coalesced into a buffer (as Megatron coalesces its LayerNorm
+ * gradients) as long as the most any of the n ranks finds in its chunk, zero-padded
+ * (max[2], counted once: *counted): every data-parallel rank posts the same collectives,
+ * so replicas stay alike (run/fold.h). 0 or an emu error. */
+int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int n, int r,
+			      size_t max[2], int *counted);
+
 /* The vocabulary-parallel ends: the embedding of a->tokens into a->enc (this rank's
  * rows), its backward from w's rows into wte and wpe, and the cross-entropy of a->probs
  * (B T, V/t) into a->losses, a->probs left as probabilities. */
