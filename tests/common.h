@@ -5,8 +5,10 @@
 #define TESTS_COMMON_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "cluster.h"
 
@@ -55,6 +57,48 @@ static inline float test_uniform(uint64_t seed, uint64_t i)
 	x *= 0x94D049BB133111EBULL;
 	x ^= x >> 31;
 	return (float)((double)(x >> 40) / (double)(1ULL << 23) - 1.0);
+}
+
+/* Runs "pemu args" (the binary $PEMU names, default build/pemu), capturing its stdout
+ * (or with err its stderr) into out[n]; its exit code, or -1 if it did not exit. */
+static inline int test_pemu(const char *args, int err, char *out, size_t n)
+{
+	const char *bin = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
+	char cmd[1024];
+	size_t len;
+	FILE *p;
+	int st;
+
+	if (snprintf(cmd, sizeof cmd, err ? "%s %s 2>&1 >/dev/null" : "%s %s 2>/dev/null", bin,
+		     args) >= (int)sizeof cmd ||
+	    !(p = popen(cmd, "r")))
+		return -1;
+	len = fread(out, 1, n - 1, p);
+	out[len] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The whole of the file at path, NUL-terminated (free it), its length in *len; or NULL. */
+static inline char *test_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	*len = 0;
+	if (!f)
+		return NULL;
+	if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+	    (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+		buf[n] = '\0';
+		*len = (size_t)n;
+	} else {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
 }
 
 static inline int test_skip_large(void)

@@ -15,26 +15,17 @@
 #include <math.h>
 
 #include "cmd/cli.h"
+#include "common.h"
 #include "cmd/cmd.h"
 
 /* Runs "pemu args", capturing stdout (or stderr with err set) into out; returns the exit
- * code. */
+ * code (tests/common.h). */
 static int run(const char *args, int err, char *out, size_t n)
 {
-	const char *pemu = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
-	char cmd[1024];
-	size_t len;
-	FILE *p;
-	int st;
+	int rc = test_pemu(args, err, out, n);
 
-	snprintf(cmd, sizeof cmd, err ? "%s %s 2>&1 >/dev/null" : "%s %s 2>/dev/null", pemu, args);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	len = fread(out, 1, n - 1, p);
-	out[len] = '\0';
-	st = pclose(p);
-	assert_true(WIFEXITED(st));
-	return WEXITSTATUS(st);
+	assert_true(rc >= 0);
+	return rc;
 }
 
 static int lines(const char *s)

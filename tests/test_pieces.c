@@ -36,7 +36,7 @@ static int cover_device(struct emu_dev *d, void *arg)
 	int r = emu_dev_id(d), np = gpt_num_tensors(&j->cfg), devs[4], rc;
 	struct par_cfg pc = {.model = j->cfg, .mbs = 1, .prec = PREC_FP32, .tp = j->tp, .pad = 1};
 	struct par_groups g = {.dev = d, .tp_rank = r};
-	struct par_source src = {7};
+	struct par_source src = {7, NULL};
 	struct par_model m;
 
 	for (int i = 0; i < j->tp; i++)

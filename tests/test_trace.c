@@ -76,20 +76,11 @@ static int workload(struct emu_dev *d, void *arg)
 
 static char *slurp(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
+	char *b = (char *)test_slurp(path, len);
 
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t)n + 1);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
+	if (!b)
+		fail_msg("cannot read %s", path);
+	return b;
 }
 
 static char *run_and_trace(double pace, int jitter, int workers, const char *path, size_t *len)

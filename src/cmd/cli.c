@@ -244,13 +244,12 @@ void cli_cluster_faults(const struct cli_cluster *cc, const struct cli *c, struc
 	cfg->nfail = cc->nfail;
 	for (int i = 0; i < cc->nfail; i++) {
 		if (cc->fail[i].dev < 0 || cc->fail[i].dev >= cfg->mesh.world ||
-		    cc->fail[i].step < 1 || cc->fail[i].step > cfg->steps)
+		    cc->fail[i].step <= cfg->step0 || cc->fail[i].step > cfg->step0 + cfg->steps)
 			cli_fail(c,
 				 "--inject-fault fail:%d@%d: the run has devices 0 to %d and steps "
-				 "1 "
-				 "to %d",
+				 "%d to %d",
 				 cc->fail[i].dev, cc->fail[i].step, cfg->mesh.world - 1,
-				 cfg->steps);
+				 cfg->step0 + 1, cfg->step0 + cfg->steps);
 		cfg->fail[i].dev = cc->fail[i].dev;
 		cfg->fail[i].step = cc->fail[i].step;
 	}

@@ -1,7 +1,9 @@
 /* cli_model: the model and training options; see cli_model.h. */
 #include "cmd/cli_model.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "presets.h"
 
@@ -56,6 +58,12 @@ const struct cli_opt cli_model_opts[] = {
 	{"max-position-embeddings", 0, 1, CLI_MODEL_MAX_POS, "N",
 	 "Megatron's position table rows: at least --seq-length (pemu's table has seq-length)"},
 	{"log-interval", 0, 1, CLI_MODEL_LOG, "N", "print every N steps (default: about 30 lines)"},
+	{"save", 0, 1, CLI_MODEL_SAVE, "DIR",
+	 "save checkpoints into DIR (at the end, and every --save-interval)"},
+	{"save-interval", 0, 1, CLI_MODEL_SAVE_INTERVAL, "N", "save every N iterations too"},
+	{"load", 0, 1, CLI_MODEL_LOAD, "DIR",
+	 "start from DIR's latest checkpoint, saved under any layout; --train-iters is then "
+	 "the iteration to reach"},
 	{"help", 'h', 0, CLI_MODEL_HELP, NULL, "this help"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
@@ -156,6 +164,19 @@ int cli_model_opt(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
 	case CLI_MODEL_LOG:
 		cfg->log_every = (int)cli_int(c, "--log-interval", v, 1, 100000000);
 		break;
+	case CLI_MODEL_SAVE:
+		if (!*v)
+			cli_fail(c, "--save: the directory name is empty");
+		cfg->save = v;
+		break;
+	case CLI_MODEL_SAVE_INTERVAL:
+		cfg->save_interval = (int)cli_int(c, "--save-interval", v, 1, 100000000);
+		break;
+	case CLI_MODEL_LOAD:
+		if (!*v)
+			cli_fail(c, "--load: the directory name is empty");
+		m->load = v;
+		break;
 	default:
 		return 0;
 	}
@@ -242,6 +263,64 @@ void cli_model_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli
 	cfg->data = dry_run ? NULL : &m->data;
 }
 
+/* Whether two directory names are the same directory (or name it alike). */
+static int same_dir(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	if (!stat(a, &sa) && !stat(b, &sb))
+		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	return !strcmp(a, b);
+}
+
+void cli_model_checkpoint(struct cli_model *m, struct run_cfg *cfg, const struct cli *c, int resume)
+{
+	char err[600];
+	int iter, got;
+
+	if (!m->load)
+		return;
+	if (!cfg->data)
+		cli_fail(c, "--load: a dry-run holds shapes, not weights (drop --dry-run)");
+	if ((got = ckpt_latest(m->load, &iter, err, sizeof err)) < 0)
+		cli_fail(c, "%s", err);
+	if (!got && cfg->save && same_dir(m->load, cfg->save)) {
+		fprintf(stderr, "%s: no checkpoint in %s yet: starting from iteration 0\n", c->prog,
+			m->load);
+		return;
+	}
+	if (ckpt_load(m->load, &m->ck, err, sizeof err))
+		cli_fail(c, "%s", err);
+	cfg->step0 = m->ck.iter;
+	if (cfg->steps && cfg->steps <= cfg->step0)
+		cli_fail(c,
+			 "--train-iters %d: the checkpoint in %s is at iteration %d already (with "
+			 "--load, --train-iters is the iteration to reach)",
+			 cfg->steps, m->load, cfg->step0);
+	if (cfg->steps)
+		cfg->steps -= cfg->step0;
+	else if (resume && m->ck.train_iters > cfg->step0)
+		cfg->steps = m->ck.train_iters - cfg->step0;
+}
+
+void cli_model_checkpoint_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c)
+{
+	char err[600], diff[600];
+
+	if (cfg->save && ckpt_check_dir(cfg->save, err, sizeof err))
+		cli_fail(c, "%s", err);
+	if (!m->ck.w)
+		return;
+	if (ckpt_fit(&m->ck, cfg, err, sizeof err))
+		cli_fail(c, "%s", err);
+	cfg->resume = &m->ck;
+	ckpt_differences(&m->ck, cfg, diff, sizeof diff);
+	if (diff[0])
+		fprintf(stderr,
+			"%s: note: the run differs from the one that saved iteration %d (%s): %s\n",
+			c->prog, m->ck.iter, m->ck.layout, diff);
+}
+
 void cli_model_load(struct cli_model *m, const struct run_cfg *cfg, const struct cli *c)
 {
 	char err[512];
@@ -257,4 +336,6 @@ void cli_model_load(struct cli_model *m, const struct run_cfg *cfg, const struct
 void cli_model_free(struct cli_model *m)
 {
 	data_free(&m->data);
+	if (m->ck.w)
+		ckpt_free(&m->ck);
 }

@@ -9,6 +9,7 @@
 #include "cmd/cli.h"
 #include "data.h"
 #include "run/cfg.h"
+#include "run/ckpt.h"
 
 /* Option ids: 1 to 99 (cli_par's are 100 to 199, the cluster's from 1000). */
 enum {
@@ -44,6 +45,9 @@ enum {
 	CLI_MODEL_BF16,
 	CLI_MODEL_MAX_POS,
 	CLI_MODEL_MOE_FREQ,
+	CLI_MODEL_SAVE,
+	CLI_MODEL_LOAD,
+	CLI_MODEL_SAVE_INTERVAL,
 	CLI_MODEL_HELP, /* --help, -h: cli_model_opt leaves it to the command */
 };
 extern const struct cli_opt cli_model_opts[];
@@ -57,6 +61,8 @@ struct cli_model {
 	int sample;                        /* --sample N: bytes to generate (pemu train) */
 	int max_pos;                       /* --max-position-embeddings; 0: not given */
 	struct data data;                  /* the corpus cfg->data points at, once loaded */
+	const char *load;                  /* --load DIR */
+	struct ckpt ck;                    /* its checkpoint, if it held one (ck.w set) */
 };
 
 void cli_model_init(struct cli_model *m);
@@ -72,6 +78,19 @@ int cli_model_opt(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
  * brings an MLP of 4h), --precision into cfg->prec, and cfg->data pointed at m->data
  * unless dry_run (the corpus is loaded later, by cli_model_load). */
 void cli_model_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c, int dry_run);
+
+/* --load and --save, before run_cfg_finish: reads --load's checkpoint (exit 2 if it is
+ * not one) and starts cfg from its iteration. --train-iters N is then the iteration to
+ * reach, as Megatron's; not given, a run with resume set continues to the saving run's
+ * end, and otherwise (or if the saving run had ended) takes the command's default count
+ * of steps more. A --load directory with no checkpoint yet is refused, unless it is also
+ * --save's (Megatron's relaunch: the first launch starts from iteration 0). */
+void cli_model_checkpoint(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
+			  int resume);
+/* After run_cfg_finish: fits the checkpoint to cfg's model (exit 2 naming the shape that
+ * differs) and points cfg->resume at it; notes on stderr the settings that differ from
+ * the saving run's; checks that --save's directory takes files (exit 2). */
+void cli_model_checkpoint_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c);
 
 /* Loads the corpus into m->data when cfg->data points there (execute mode): --data's
  * file as bytes, or the built-in arithmetic. Exits with code 2 on a file it cannot use. */

@@ -107,6 +107,7 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	report_cluster_line(stdout, ecfg);
 	printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
 	       cfg->prec == PREC_BF16 ? "bf16" : "fp32");
+	report_checkpoint_line(stdout, cfg);
 	fflush(stdout);
 }
 
@@ -114,19 +115,22 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 			 const struct run_out *ref, const struct verify_result *v)
 {
-	char gname[48], pname[48];
+	char gname[48], pname[48], first[32];
 
 	printf("# verify against the serial reference (1 GPU, same seed and data):\n");
 	for (int s = 0; s < cfg->steps; s++)
-		printf("#   step %3d  loss %.7f  reference %.7f\n", s + 1, (double)par->loss[s],
-		       (double)ref->loss[s]);
+		printf("#   step %3d  loss %.7f  reference %.7f\n", cfg->step0 + s + 1,
+		       (double)par->loss[s], (double)ref->loss[s]);
 	gpt_tensor_name(&cfg->model, v->grad_tensor, gname, sizeof gname);
 	gpt_tensor_name(&cfg->model, v->param_tensor, pname, sizeof pname);
 	printf("#   worst loss       %.3g (step %d), tolerance %g; largest absolute error %.3g\n",
-	       v->loss_err, v->loss_step + 1, v->loss_tol, v->loss_abs);
-	printf("#   worst gradient   %.3g (%s, first step), tolerance %g; largest absolute error "
-	       "%.3g\n",
-	       v->grad_err, gname, v->grad_tol, v->grad_abs);
+	       v->loss_err, cfg->step0 + v->loss_step + 1, v->loss_tol, v->loss_abs);
+	if (cfg->step0) /* (a resumed run's first step is not 1) */
+		snprintf(first, sizeof first, "first step, %d", cfg->step0 + 1);
+	else
+		snprintf(first, sizeof first, "first step");
+	printf("#   worst gradient   %.3g (%s, %s), tolerance %g; largest absolute error %.3g\n",
+	       v->grad_err, gname, first, v->grad_tol, v->grad_abs);
 	if (v->later_step) {
 		char lname[48];
 
@@ -134,11 +138,12 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 		printf("#   worst gradient of a later step %.3g (%s, step %d), tolerance %g; "
 		       "largest "
 		       "absolute error %.3g\n",
-		       v->later_err, lname, v->later_step + 1, v->later_tol, v->later_abs);
+		       v->later_err, lname, cfg->step0 + v->later_step + 1, v->later_tol,
+		       v->later_abs);
 	}
 	printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest absolute "
 	       "error %.3g\n",
-	       v->param_err, pname, cfg->steps, v->param_tol, v->param_abs);
+	       v->param_err, pname, cfg->step0 + cfg->steps, v->param_tol, v->param_abs);
 	printf("#   %zu parameter entries that the run's gradient differences could move by "
 	       "half the tolerance (the key biases among them) left out of the parameter "
 	       "check\n",
@@ -151,12 +156,13 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 		       "micro-batch. Rounding turned a top-k or capacity decision; differences "
 		       "that follow come from that decision, not from the strategy. Another --seed "
 		       "gives a clean comparison.\n",
-		       v->flip_step + 1, v->flip_layer, v->flip_token);
+		       cfg->step0 + v->flip_step + 1, v->flip_layer, v->flip_token);
 	if (diverged_at(cfg, ref))
 		printf("#   the reference diverged too (its loss is %g at step %d): training "
 		       "diverged, which is no strategy's mismatch (try a lower --lr or "
 		       "--clip-grad)\n",
-		       (double)ref->loss[diverged_at(cfg, ref) - 1], diverged_at(cfg, ref));
+		       (double)ref->loss[diverged_at(cfg, ref) - 1],
+		       cfg->step0 + diverged_at(cfg, ref));
 	printf("verify: %s\n", v->passed               ? "PASSED"
 			       : diverged_at(cfg, ref) ? "FAILED (training diverged)"
 			       : v->route_flips        ? "FAILED (routing flip)"
@@ -205,8 +211,8 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	report_config_json_run(stdout, cfg, ecfg);
 	printf(",\"steps\":[");
 	for (int s = 0; s < cfg->steps; s++) {
-		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "", s + 1,
-		       jnum(par->loss[s], 9), (double)par->step_ns[s] / 1e9);
+		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "",
+		       cfg->step0 + s + 1, jnum(par->loss[s], 9), (double)par->step_ns[s] / 1e9);
 		if (verify)
 			printf(",\"ref_loss\":%s", jnum(ref->loss[s], 9));
 		printf("}");
@@ -361,6 +367,7 @@ static int parse(int argc, char **argv, int verify, struct run_cfg *cfg, struct 
 	if (mo->sample)
 		cli_fail(c, "--sample: only pemu train generates text");
 	cli_par_finish(&po, cfg);
+	cli_model_checkpoint(mo, cfg, c, !verify);
 	if (verify &&
 	    !cfg->steps) /* verify compares a few steps (docs/formulas.md, Verification) */
 		cfg->steps = 3;
@@ -370,6 +377,7 @@ static int parse(int argc, char **argv, int verify, struct run_cfg *cfg, struct 
 		cfg->log_every = 0;
 	if (run_cfg_finish(cfg, cfg->mesh.world, err, sizeof err))
 		cli_fail(c, "%s", err);
+	cli_model_checkpoint_finish(mo, cfg, c);
 	cli_cluster_finish(cc, c, cfg->mesh.world);
 	cli_cluster_faults(cc, c, cfg);
 	if (verify && cc->cfg.dry_run)
@@ -410,6 +418,9 @@ static int run_or_verify(int argc, char **argv, int verify)
 	}
 	if (!cc.cfg.dry_run) { /* before the data is loaded or anything allocated */
 		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 1, verify, &largest);
+
+		if (cfg.save) /* (the full tensors the devices save through) */
+			need += ckpt_bytes(&cfg.model);
 
 		cli_host_check(&c, need, largest);
 	}

@@ -17,6 +17,7 @@
 #include "cmd/report.h"
 #include "gpt.h"
 #include "run/cfg.h"
+#include "run/ckpt.h"
 #include "trace.h"
 #include "units.h"
 
@@ -29,6 +30,7 @@ struct train {
 	int64_t *step_ns;  /* [steps] virtual time of each step */
 	int64_t *wall_ns;  /* [steps] */
 	double flops_step; /* FLOPs charged by the last step */
+	struct ckpt *ck;   /* --save: the checkpoint the device fills, or NULL */
 	char *sample_text; /* [sample + 1] or NULL; freed by train() */
 };
 
@@ -60,10 +62,27 @@ static void print_step(struct emu_dev *d, const struct train *t, int s, double l
 		snprintf(lbuf, sizeof lbuf, "%7.4f", loss);
 	printf("step %5d/%d | loss %s | lr %.2e | %9.3f ms/step virtual | MFU %5.1f%% | %8.1f ms "
 	       "wall\n",
-	       s + 1, cfg->steps, lbuf, (double)optim_lr(&cfg->opt, s), (double)t->step_ns[s] / 1e6,
+	       cfg->step0 + s + 1, cfg->step0 + cfg->steps, lbuf,
+	       (double)optim_lr(&cfg->opt, cfg->step0 + s), (double)t->step_ns[s] / 1e6,
 	       100 * gpt_model_flops(&cfg->model, cfg->gbs) / ((double)t->step_ns[s] / 1e9 * peak),
 	       (double)t->wall_ns[s] / 1e6);
 	fflush(stdout);
+}
+
+/* The checkpoint of iteration it: the model's weights and Adam state, written. */
+static int save(struct emu_dev *d, struct train *t, const struct gpt *m, int it)
+{
+	char err[600];
+
+	ckpt_from_gpt(t->ck, m);
+	t->ck->iter = it;
+	if (ckpt_save(t->cfg->save, t->ck, err, sizeof err))
+		return emu_dev_fail(d, "%s", err);
+	if (t->cfg->log_every) {
+		printf("saved the checkpoint of iteration %d to %s\n", it, t->cfg->save);
+		fflush(stdout);
+	}
+	return 0;
 }
 
 static int train_device(struct emu_dev *d, void *arg)
@@ -79,15 +98,18 @@ static int train_device(struct emu_dev *d, void *arg)
 		return emu_dev_fail(d, "out of host memory for a batch");
 	kctx_init(&k, d, cfg->prec);
 	rc = gpt_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed);
+	if (!rc && cfg->resume && !emu_dev_dry_run(d))
+		ckpt_to_gpt(cfg->resume, &m);
 	for (int s = 0; !rc && s < cfg->steps; s++) {
 		int64_t t0 = emu_now(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0;
+		int it = cfg->step0 + s + 1; /* the iteration, from 1 */
 
 		gpt_zero_grad(&m);
 		for (int a = 0; a < accum; a++) {
 			if (!emu_dev_dry_run(d))
-				data_batch(cfg->data, cfg->seed, (uint64_t)s * accum + a, cfg->mbs,
-					   cfg->model.seq_len, tok, tgt);
+				data_batch(cfg->data, cfg->seed, (uint64_t)(it - 1) * accum + a,
+					   cfg->mbs, cfg->model.seq_len, tok, tgt);
 			loss += gpt_forward(&m, tok, tgt) / accum;
 			gpt_backward(&m, 1.0f / accum);
 		}
@@ -95,17 +117,18 @@ static int train_device(struct emu_dev *d, void *arg)
 			rc = emu_dev_fail(d,
 					  "the loss is %g at step %d: training diverged (try a "
 					  "lower --lr or --clip-grad)",
-					  loss, s + 1);
+					  loss, it);
 			break;
 		}
-		gpt_update(&m, &cfg->opt, s + 1);
+		gpt_update(&m, &cfg->opt, it);
 		t->loss[s] = (float)loss;
 		t->step_ns[s] = emu_now(d) - t0;
 		t->wall_ns[s] = emu_wall_ns() - w0;
 		t->flops_step = emu_flops(d) - f0;
-		if (cfg->log_every &&
-		    (s == 0 || s == cfg->steps - 1 || (s + 1) % cfg->log_every == 0))
+		if (cfg->log_every && (s == 0 || s == cfg->steps - 1 || it % cfg->log_every == 0))
 			print_step(d, t, s, loss);
+		if (t->ck && ckpt_saves_at(cfg, it))
+			rc = save(d, t, &m, it);
 	}
 	if (!rc && t->sample > 0 && !emu_dev_dry_run(d)) {
 		int prompt = '\n';
@@ -176,6 +199,7 @@ static void print_header(const struct run_cfg *cfg, const struct emu_config *ecf
 	if (cfg->data)
 		printf("# data: %s, %zu bytes, unigram entropy %.3f nats\n", cfg->data->name,
 		       cfg->data->n, data_unigram_entropy(cfg->data));
+	report_checkpoint_line(stdout, cfg);
 	fflush(stdout);
 }
 
@@ -203,8 +227,8 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	report_config_json_train(stdout, cfg, ecfg);
 	printf(",\"steps\":[");
 	for (int s = 0; s < cfg->steps; s++)
-		printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g}", s ? "," : "", s + 1,
-		       (double)t->loss[s], (double)t->step_ns[s] / 1e9);
+		printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g}", s ? "," : "",
+		       cfg->step0 + s + 1, (double)t->loss[s], (double)t->step_ns[s] / 1e9);
 	printf("],\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":0,\"exposed_comm_"
 	       "s\":0,\"bubble_fraction\":0,\"mfu\":%.6g,\"flops_per_step\":%.6g,\"model_flops_"
 	       "per_step\":%.6g},",
@@ -232,6 +256,7 @@ static int blas_threads(void)
 static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sample)
 {
 	struct train t = {.cfg = cfg, .sample = sample, .json = cc->json};
+	struct ckpt ck;
 	struct emu_cluster *cl;
 	int rc;
 
@@ -243,6 +268,10 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 	if (!t.json)
 		print_header(cfg, &cc->cfg);
 	cl = emu_cluster_new(&cc->cfg);
+	if (cfg->save) {
+		ckpt_alloc(&ck, cfg, 0);
+		t.ck = &ck;
+	}
 	/* One device: its GEMMs may use the host's cores (pemu.c keeps OpenBLAS to one thread
 	 * for the many-device commands, whose device threads take the cores). */
 	openblas_set_num_threads(blas_threads());
@@ -262,6 +291,8 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 			trace_timeline(cl, t.json ? stderr : stdout, 100, 1);
 	}
 	emu_cluster_free(cl);
+	if (t.ck)
+		ckpt_free(&ck);
 	free(t.loss);
 	free(t.step_ns);
 	free(t.wall_ns);
@@ -295,16 +326,21 @@ int cmd_train(int argc, char **argv)
 		}
 	}
 	cli_model_finish(&mo, &cfg, &c, cc.cfg.dry_run);
+	cli_model_checkpoint(&mo, &cfg, &c, 1);
 	if (cc.json)
 		cfg.log_every = 0;
 	if (run_cfg_finish(&cfg, 1, err, sizeof err))
 		cli_fail(&c, "%s", err);
+	cli_model_checkpoint_finish(&mo, &cfg, &c);
 	cli_cluster_finish(&cc, &c, 1);
 	if (cc.nfail)
 		cli_fail(&c, "--inject-fault fail: pemu train runs the serial model on one device; "
 			     "a device's failure is for pemu run and verify");
 	if (!cc.cfg.dry_run) {
 		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 0, 1, &largest);
+
+		if (cfg.save) /* (the full tensors the device saves through) */
+			need += ckpt_bytes(&cfg.model);
 
 		cli_host_check(&c, need, largest);
 	}

@@ -5,6 +5,7 @@
 
 #include "coll.h"
 #include "mem.h"
+#include "run/ckpt.h"
 #include "topo.h"
 #include "units.h"
 
@@ -66,6 +67,34 @@ void report_vocab_padding(FILE *f, const struct run_cfg *cfg)
 		(long long)cfg->vocab_div * cfg->mesh.size[MESH_TP]);
 }
 
+void report_checkpoint_line(FILE *f, const struct run_cfg *cfg)
+{
+	if (cfg->resume)
+		fprintf(f,
+			"# from the checkpoint of iteration %d (saved under %s): iterations %d to "
+			"%d\n",
+			cfg->step0, cfg->resume->layout, cfg->step0 + 1, cfg->step0 + cfg->steps);
+	if (cfg->save && cfg->save_interval)
+		fprintf(f, "# checkpoints into %s every %d iterations and at the end\n", cfg->save,
+			cfg->save_interval);
+	else if (cfg->save)
+		fprintf(f, "# a checkpoint into %s at the end\n", cfg->save);
+}
+
+/* The checkpoints' fields of "config", only when used. */
+static void checkpoint_json(FILE *f, const struct run_cfg *cfg)
+{
+	if (cfg->resume)
+		fprintf(f, ",\"start_iteration\":%d,\"loaded_layout\":", cfg->step0);
+	if (cfg->resume)
+		report_json_string(f, cfg->resume->layout);
+	if (cfg->save) {
+		fprintf(f, ",\"save\":");
+		report_json_string(f, cfg->save);
+		fprintf(f, ",\"save_interval\":%d", cfg->save_interval);
+	}
+}
+
 static const char *model_name(const struct run_cfg *cfg)
 {
 	return cfg->preset ? cfg->preset->name : "custom";
@@ -88,6 +117,7 @@ void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct e
 		model_name(cfg), m->num_layers, m->hidden, m->heads, m->seq_len, m->ffn, m->vocab,
 		gpt_num_params(m), cfg->mbs, cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec));
 	report_cluster_json(f, ecfg);
+	checkpoint_json(f, cfg);
 	fputc('}', f);
 }
 
@@ -126,6 +156,7 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes,
 		run_overlaps_grads(cfg) ? "true" : "false");
 	report_cluster_json(f, ecfg);
+	checkpoint_json(f, cfg);
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
 			cfg->cp_comm == PAR_CP_A2A          ? "a2a"

@@ -59,19 +59,23 @@ static int post(struct par_dp_state *s, struct par_dp_bucket *b)
 	return rc;
 }
 
-/* Calls fn(ctx, lo, hi) for each flat range whose summed gradient this rank holds:
- * everything in stage 0, its chunk of every bucket in stages 1-3. */
-static void owned_ranges(const struct par_dp_state *s, void (*fn)(void *, size_t, size_t),
+/* Calls fn(ctx, lo, hi, st) for each flat range whose summed gradient this rank holds,
+ * and of which it keeps Adam's state from st of s->opt's halves on: everything in stage
+ * 0, its chunk of every bucket in stages 1-3 (par_dp_step's order). */
+static void owned_ranges(const struct par_dp_state *s, void (*fn)(void *, size_t, size_t, size_t),
 			 void *ctx)
 {
+	size_t st = 0;
+
 	if (s->zero == 0) {
-		fn(ctx, 0, s->m->nflat);
+		fn(ctx, 0, s->m->nflat, 0);
 		return;
 	}
 	for (int k = 0; k < s->nb; k++) {
 		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
 
-		fn(ctx, lo, lo + chunk);
+		fn(ctx, lo, lo + chunk, st);
+		st += chunk;
 	}
 }
 
@@ -380,11 +384,12 @@ struct sq_ctx {
 
 /* Squares of the gradients in [lo, hi) of the parameters this tp rank owns: a kernel a
  * parameter, or one over a ZeRO shard (models/optim.h). */
-static void sq_range(void *ctx, size_t lo, size_t hi)
+static void sq_range(void *ctx, size_t lo, size_t hi, size_t st)
 {
 	struct sq_ctx *c = ctx;
 	struct par_model *m = c->m;
 
+	(void)st;
 	if (c->shard)
 		optim_sq_norm_charge(&m->k, hi - lo);
 	for (int i = 0; i < m->np; i++) {
@@ -432,39 +437,56 @@ static int grad_norm(struct par_dp_state *s, double *norm)
 	return 0;
 }
 
+enum copy_what { COPY_GRADS, COPY_WEIGHTS, COPY_STATE };
+
+/* Between the full tensors and what this rank holds. */
 struct full_copy {
-	struct par_model *m;
-	float **full;
-	int weights; /* copy the weights, else the gradients */
+	const struct par_dp_state *s;
+	float **full, **full_v; /* COPY_STATE: Adam's m into full, v into full_v */
+	enum copy_what what;
+	int to_full; /* 1: from the rank into the full tensors (its owned parameters'); 0:
+		      * from them into the rank (every parameter it holds) */
 };
 
-static void copy_range(void *ctx, size_t lo, size_t hi)
+/* Parameter pieces of the flat range [lo, hi), whose state starts at st. */
+static void copy_range(void *ctx, size_t lo, size_t hi, size_t st)
 {
 	struct full_copy *c = ctx;
-	struct par_model *m = c->m;
+	struct par_model *m = c->s->m;
+	float *mm = c->s->opt.data, *vv = mm ? mm + c->s->owned : NULL;
 
 	for (int i = 0; i < m->np; i++) {
 		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
-		float *local = c->weights ? p->w : p->g;
+		float *local = c->what == COPY_WEIGHTS ? p->w : p->g;
 
-		if (a < b && p->owner && local)
-			par_tp_shard_copy_range(m, i, c->full[i], local, a - p->off, b - p->off, 1);
+		if (a >= b || (c->to_full && !p->owner))
+			continue;
+		if (c->what != COPY_STATE) {
+			if (local)
+				par_tp_shard_copy_range(m, i, c->full[i], local, a - p->off,
+							b - p->off, c->to_full);
+		} else if (mm) {
+			par_tp_shard_copy_window(m, i, c->full[i], mm + st + (a - lo), a - p->off,
+						 b - p->off, c->to_full);
+			par_tp_shard_copy_window(m, i, c->full_v[i], vv + st + (a - lo), a - p->off,
+						 b - p->off, c->to_full);
+		}
 	}
 }
 
 /* Without ZeRO's chunks (stage 0, or the weights below stage 3), each bucket from the
- * first rank of its group. */
+ * first rank of its group (stage 0 keeps the state of the whole flat buffer: st = lo). */
 static void copy_first(const struct par_dp_state *s, struct full_copy *c)
 {
 	for (int k = 0; k < s->nb; k++)
 		if (s->b[k].r == 0)
-			copy_range(c, s->b[k].lo, s->b[k].hi);
+			copy_range(c, s->b[k].lo, s->b[k].hi, s->b[k].lo);
 }
 
 void par_dp_copy_grads(const struct par_dp_state *s, float **full)
 {
-	struct full_copy c = {s->m, full, 0};
+	struct full_copy c = {s, full, NULL, COPY_GRADS, 1};
 
 	if (s->zero >= 1)
 		owned_ranges(s, copy_range, &c);
@@ -474,12 +496,29 @@ void par_dp_copy_grads(const struct par_dp_state *s, float **full)
 
 void par_dp_copy_weights(const struct par_dp_state *s, float **full)
 {
-	struct full_copy c = {s->m, full, 1};
+	struct full_copy c = {s, full, NULL, COPY_WEIGHTS, 1};
 
 	if (s->zero == 3)
 		owned_ranges(s, copy_range, &c);
 	else
 		copy_first(s, &c);
+}
+
+void par_dp_copy_state(const struct par_dp_state *s, float **m, float **v)
+{
+	struct full_copy c = {s, m, v, COPY_STATE, 1};
+
+	if (s->zero >= 1)
+		owned_ranges(s, copy_range, &c);
+	else
+		copy_first(s, &c);
+}
+
+void par_dp_load_state(struct par_dp_state *s, float **m, float **v)
+{
+	struct full_copy c = {s, m, v, COPY_STATE, 0};
+
+	owned_ranges(s, copy_range, &c);
 }
 
 /* AdamW on the flat range [lo, hi), parameter by parameter; its state starts at st.

@@ -107,6 +107,14 @@ int par_dp_sync_grads(struct par_dp_state *s);
 void par_dp_copy_grads(const struct par_dp_state *s, float **full);
 /* The same for the weights: all of them on dp rank 0, its chunks in stage 3. */
 void par_dp_copy_weights(const struct par_dp_state *s, float **full);
+/* The same for Adam's state, m into m[np] and v into v[np]: all of it on dp rank 0 in
+ * stage 0, its chunks in stages 1-3. For checkpoints (run/ckpt.h). */
+void par_dp_copy_state(const struct par_dp_state *s, float **m, float **v);
+/* The other way: the state this rank keeps, read from the full tensors m and v (every
+ * parameter it holds, not only those it owns: the tied embedding's second copy, the
+ * replicated ones of every tp rank). With the weights from par_source.full, a rank
+ * resumes where a checkpoint left off. */
+void par_dp_load_state(struct par_dp_state *s, float **m, float **v);
 
 /* Clips by the global norm, takes an AdamW step (t, 1-based) on what this rank owns,
  * and (stages 1 and 2) all-gathers the updated weights. *norm gets the norm before

@@ -39,7 +39,8 @@ static size_t lcm(size_t a, size_t b)
 	return a / x * b;
 }
 
-static int alloc_params(struct par_model *m, uint64_t seed, size_t dpn, size_t edpn, int zero)
+static int alloc_params(struct par_model *m, const struct par_source *src, size_t dpn, size_t edpn,
+			int zero)
 {
 	const struct gpt_config *c = &m->cfg;
 	size_t total = 0, owned = 0, pad = lcm(dpn, edpn);
@@ -85,10 +86,12 @@ static int alloc_params(struct par_model *m, uint64_t seed, size_t dpn, size_t e
 			continue;
 		p->w = m->weights.data + p->off;
 		p->g = m->grads.data + p->off;
-		if (p->n) {
+		if (p->n && src->full) {
+			par_tp_shard_copy(m, i, src->full[i], p->w, 0);
+		} else if (p->n) {
 			float *full = emu_xmalloc(gpt_tensor_numel(c, i) * sizeof *full);
 
-			gpt_tensor_init(c, seed, i, full);
+			gpt_tensor_init(c, src->seed, i, full);
 			par_tp_shard_copy(m, i, full, p->w, 0);
 			free(full);
 		}
@@ -435,7 +438,7 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 		m->layers[l] = part ? part->layers[l] : PAR_PART_PRE | PAR_PART_POST;
 	m->part = (struct par_part){part ? part->first : 1, part ? part->last : 1, m->layers};
 	make_plans(m);
-	if ((rc = alloc_params(m, src->seed, cfg->pad ? (size_t)cfg->pad : 1,
+	if ((rc = alloc_params(m, src, cfg->pad ? (size_t)cfg->pad : 1,
 			       cfg->edp ? (size_t)cfg->edp : 1, cfg->zero)))
 		return rc;
 	if (!part && (rc = par_acts_alloc(m, &m->own, 0, c->num_layers)))

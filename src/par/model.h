@@ -127,9 +127,11 @@ struct par_part {
 enum { PAR_PART_PRE = 1, PAR_PART_POST = 2 };
 
 /* Where the weights come from: cut from the serial model of this seed (gpt_tensor_init),
- * so that every shard is the reference's. */
+ * so that every shard is the reference's; or, with full, from the serial model's full
+ * tensors full[np] (a checkpoint's, run/ckpt.h), cut the same way. */
 struct par_source {
 	uint64_t seed;
+	float *const *full; /* or NULL */
 };
 
 enum par_split { PAR_REPLICATED, PAR_ROWS, PAR_COLS };

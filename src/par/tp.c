@@ -140,7 +140,7 @@ void par_tp_describe(const struct par_model *m, int i, struct par_param *p)
 
 /* Copies one run of n elements, local[l..l+n) <-> full[f..f+n), clipped to the local
  * range [lo, hi). */
-static void copy_run(float *full, size_t f, float *local, size_t l, size_t n, size_t lo, size_t hi,
+static void copy_run(float *full, size_t f, float *win, size_t l, size_t n, size_t lo, size_t hi,
 		     int to_full)
 {
 	size_t a = l > lo ? l : lo, b = l + n < hi ? l + n : hi;
@@ -148,13 +148,13 @@ static void copy_run(float *full, size_t f, float *local, size_t l, size_t n, si
 	if (a >= b)
 		return;
 	if (to_full)
-		memcpy(full + f + (a - l), local + a, (b - a) * sizeof *full);
+		memcpy(full + f + (a - l), win + (a - lo), (b - a) * sizeof *full);
 	else
-		memcpy(local + a, full + f + (a - l), (b - a) * sizeof *full);
+		memcpy(win + (a - lo), full + f + (a - l), (b - a) * sizeof *full);
 }
 
-void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, float *local, size_t lo,
-			     size_t hi, int to_full)
+void par_tp_shard_copy_window(const struct par_model *m, int i, float *full, float *win, size_t lo,
+			      size_t hi, int to_full)
 {
 	const struct par_param *p = &m->p[i];
 	size_t t = (size_t)p->t, r = (size_t)p->q;
@@ -163,10 +163,10 @@ void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, floa
 
 	if (p->split == PAR_REPLICATED) {
 		if (!to_full && p->frozen)
-			memset(local + lo, 0, (hi - lo) * sizeof *local);
+			memset(win, 0, (hi - lo) * sizeof *win);
 		else
-			copy_run(full, p->expert ? (size_t)m->epr * p->n : 0, local, 0, p->n, lo,
-				 hi, to_full); /* fc2's bias: this rank's experts' rows */
+			copy_run(full, p->expert ? (size_t)m->epr * p->n : 0, win, 0, p->n, lo, hi,
+				 to_full); /* fc2's bias: this rank's experts' rows */
 		return;
 	}
 	for (size_t e = 0; e < (size_t)p->experts; e++) {
@@ -176,17 +176,23 @@ void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, floa
 			size_t rb = p->rows / (size_t)p->blocks, lb = rb / t;
 
 			for (size_t b = 0; b < (size_t)p->blocks; b++)
-				copy_run(full, (fe * p->rows + b * rb + r * lb) * p->cols, local,
+				copy_run(full, (fe * p->rows + b * rb + r * lb) * p->cols, win,
 					 (e * p->rows / t + b * lb) * p->cols, lb * p->cols, lo, hi,
 					 to_full);
 		} else { /* (rows, cols/t): this rank's columns of every row */
 			size_t lc = p->cols / t;
 
 			for (size_t row = 0; row < p->rows; row++)
-				copy_run(full, (fe * p->rows + row) * p->cols + r * lc, local,
+				copy_run(full, (fe * p->rows + row) * p->cols + r * lc, win,
 					 (e * p->rows + row) * lc, lc, lo, hi, to_full);
 		}
 	}
+}
+
+void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, float *local, size_t lo,
+			     size_t hi, int to_full)
+{
+	par_tp_shard_copy_window(m, i, full, local + lo, lo, hi, to_full);
 }
 
 void par_tp_shard_copy(const struct par_model *m, int i, float *full, float *local, int to_full)

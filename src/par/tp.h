@@ -37,6 +37,10 @@ void par_tp_shard_copy(const struct par_model *m, int i, float *full, float *loc
 /* The same for the local elements [lo, hi) of the shard only. */
 void par_tp_shard_copy_range(const struct par_model *m, int i, float *full, float *local, size_t lo,
 			     size_t hi, int to_full);
+/* The same with win holding local elements [lo, hi) alone (win[0] is element lo): a
+ * window of a buffer laid out as the flat buffers, such as ZeRO's optimizer shard. */
+void par_tp_shard_copy_window(const struct par_model *m, int i, float *full, float *win, size_t lo,
+			      size_t hi, int to_full);
 
 /* Sums buf (n) over the tensor-parallel group (nothing to do alone). */
 int par_tp_sum(struct par_model *m, float *buf, size_t n);

@@ -102,7 +102,7 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n)
 	if (cfg->opt.min_lr < 0)
 		cfg->opt.min_lr = cfg->opt.lr / 10;
 	if (!cfg->opt.decay_steps)
-		cfg->opt.decay_steps = cfg->steps;
+		cfg->opt.decay_steps = cfg->step0 + cfg->steps;
 	if (cfg->log_every < 0)
 		cfg->log_every = cfg->steps > 30 ? cfg->steps / 30 : 1;
 	if (cfg->mesh.size[MESH_CP] > 1)
@@ -532,6 +532,16 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 	}
 	if (check_mesh(cfg, err, n))
 		return -1;
+	if (!cfg->data && (cfg->save || cfg->resume)) {
+		snprintf(err, n, "--%s: a dry-run holds shapes, not weights (drop --dry-run)",
+			 cfg->save ? "save" : "load");
+		return -1;
+	}
+	if (cfg->save_interval && !cfg->save) {
+		snprintf(err, n, "--save-interval %d: saves to --save DIR, which is not given",
+			 cfg->save_interval);
+		return -1;
+	}
 	if (cfg->data && cfg->model.vocab < 256) {
 		snprintf(err, n,
 			 "--vocab-size %d: the data is bytes, so training needs a vocabulary of at "

@@ -22,6 +22,8 @@
 #include "par/model.h"
 #include "pipe/schedule.h"
 
+struct ckpt;
+
 struct run_cfg {
 	const struct model_preset *preset; /* where model came from (its micro-batch is mbs's
 					    * default), or NULL for a model set by hand */
@@ -72,6 +74,12 @@ struct run_cfg {
 	int stop_diverged; /* stop when the loss is no longer finite (pemu run, as run_cfg_init
 			    * sets); verify runs on, to compare with the reference */
 	enum par_bug bug;  /* tests only: a deliberate bug in a strategy (par/model.h) */
+	/* checkpoints (run/ckpt.h) */
+	int step0;                 /* iterations taken before this run (a loaded checkpoint's):
+				    * it takes steps more, numbered from step0 + 1 */
+	const char *save;          /* --save DIR, or NULL */
+	int save_interval;         /* --save-interval N; 0: only at the end */
+	const struct ckpt *resume; /* --load's checkpoint, fitted to this run, or NULL */
 };
 
 /* Every default, as pemu's --help states them: the small preset, seed 1234, AdamW's
@@ -87,8 +95,8 @@ void run_cfg_init(struct run_cfg *cfg);
  * pp of them with a pipeline); the schedule (interleaved when vpp > 1 or vpp_layers is
  * given, else 1f1b); vpp (from vpp_layers when the layers split so, else 2 for an
  * interleaved pipeline, else 1); steps (300, or 3 in dry-run); prec (bf16 in dry-run,
- * else fp32); opt.min_lr (lr / 10); opt.decay_steps (steps); log_every (about 30 lines);
- * flash with cp > 1 (context parallelism runs the memory-efficient attention).
+ * else fp32); opt.min_lr (lr / 10); opt.decay_steps (step0 + steps: the last iteration); log_every
+ * (about 30 lines); flash with cp > 1 (context parallelism runs the memory-efficient attention).
  * Dry-run is data == NULL; only whether data is NULL is read, so the corpus may be loaded
  * later. Then returns run_check(cfg, ndev, err, n). Call it once: it pads model.vocab. */
 int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);

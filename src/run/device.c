@@ -12,6 +12,7 @@
 #include "coll.h"
 #include "par/dp.h"
 #include "pipe/stage.h"
+#include "run/ckpt.h"
 #include "run/fold.h"
 #include "run/run.h"
 #include "util.h"
@@ -19,11 +20,14 @@
 struct job {
 	const struct run_cfg *cfg;
 	struct run_out *o;
+	struct ckpt *ck; /* --save: the full tensors the devices fill, or NULL */
 };
 
+/* Whether step s of the run (from 0; iteration step0 + s + 1) prints a progress line. */
 static int logging(const struct run_cfg *cfg, int s)
 {
-	return cfg->log_every && (s == 0 || s == cfg->steps - 1 || (s + 1) % cfg->log_every == 0);
+	return cfg->log_every &&
+	       (s == 0 || s == cfg->steps - 1 || (cfg->step0 + s + 1) % cfg->log_every == 0);
 }
 
 static void progress(const struct run_cfg *cfg, const struct run_out *o, struct emu_dev *d, int s,
@@ -32,13 +36,14 @@ static void progress(const struct run_cfg *cfg, const struct run_out *o, struct 
 	if (emu_dev_dry_run(d))
 		printf("step %5d/%d | loss     n/a | %9.3f ms/step virtual (compute %.3f) | %8.1f "
 		       "ms wall\n",
-		       s + 1, cfg->steps, (double)o->step_ns[s] / 1e6,
+		       cfg->step0 + s + 1, cfg->step0 + cfg->steps, (double)o->step_ns[s] / 1e6,
 		       (double)o->compute_ns[s] / 1e6, (double)wall / 1e6);
 	else
 		printf("step %5d/%d | loss %7.4f | %9.3f ms/step virtual (compute %.3f) | %8.1f ms "
 		       "wall\n",
-		       s + 1, cfg->steps, loss, (double)o->step_ns[s] / 1e6,
-		       (double)o->compute_ns[s] / 1e6, (double)wall / 1e6);
+		       cfg->step0 + s + 1, cfg->step0 + cfg->steps, loss,
+		       (double)o->step_ns[s] / 1e6, (double)o->compute_ns[s] / 1e6,
+		       (double)wall / 1e6);
 	fflush(stdout);
 }
 
@@ -62,12 +67,13 @@ static int64_t stage_bubble(const struct sched *sc, int s, const long long *span
 struct rank {
 	const struct run_cfg *cfg;
 	struct run_out *o;
-	int step, tpr, dpr, local, accum;
+	int step, tpr, dpr, local, accum; /* step: of this run (iteration step0 + step + 1) */
 	struct run_rows rows; /* its rows of each sequence (the model's, once it is made) */
 };
 
 /* Micro-batch mb of this step on this replica: its index among the run's, and its
- * tokens and targets when need. */
+ * tokens and targets when need (the data's index counts the iterations before the run
+ * too: a resumed run reads on where the saving run stopped). */
 static uint64_t rank_batch(void *ctx, int mb, int need, int *tok, int *tgt)
 {
 	struct rank *rk = ctx;
@@ -75,7 +81,8 @@ static uint64_t rank_batch(void *ctx, int mb, int need, int *tok, int *tgt)
 	uint64_t g = (uint64_t)rk->step * rk->accum + (uint64_t)rk->dpr * rk->local + mb;
 
 	if (need && cfg->data)
-		data_batch(cfg->data, cfg->seed, g, cfg->mbs, cfg->model.seq_len, tok, tgt);
+		data_batch(cfg->data, cfg->seed, g + (uint64_t)cfg->step0 * rk->accum, cfg->mbs,
+			   cfg->model.seq_len, tok, tgt);
 	return g;
 }
 
@@ -208,6 +215,30 @@ static int route_and_expert_groups(struct emu_dev *d, const struct run_cfg *cfg,
 	return rc;
 }
 
+/* A checkpoint of iteration it: every device's part of the weights and of Adam's state
+ * into the full tensors, then device 0 writes the file (host time only: the cluster's
+ * storage is not emulated). Host-side barriers, as for the progress lines. */
+static int save(struct emu_dev *d, const struct par_dp_state *s, struct job *j, int it)
+{
+	char err[600];
+	int rc;
+
+	par_dp_copy_weights(s, j->ck->w);
+	par_dp_copy_state(s, j->ck->m, j->ck->v);
+	if ((rc = emu_barrier(d)))
+		return rc;
+	if (emu_dev_id(d) == 0) {
+		j->ck->iter = it;
+		if (ckpt_save(j->cfg->save, j->ck, err, sizeof err))
+			return emu_dev_fail(d, "%s", err);
+		if (j->cfg->log_every) {
+			printf("saved the checkpoint of iteration %d to %s\n", it, j->cfg->save);
+			fflush(stdout);
+		}
+	}
+	return emu_barrier(d);
+}
+
 /* Whether an injected fault kills device id as step (from 1) begins. */
 static int fails_at(const struct run_cfg *cfg, int id, int step)
 {
@@ -244,7 +275,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			  {NULL, 0, 0, 0, 0}};
 	const struct pipe_io io = {rank_batch, rank_forwarded, &rk};
 	const struct par_cfg pc = par_cfg_of(cfg);
-	const struct par_source src = {cfg->seed};
+	const struct par_source src = {cfg->seed, cfg->resume ? cfg->resume->w : NULL};
 	struct emu_group *gt, *gd, *gc = NULL, *gp = NULL, *emb = NULL;
 	struct par_part part;
 	struct pipe_stage ps = {0};
@@ -298,15 +329,18 @@ static int par_device(struct emu_dev *d, void *arg)
 	coll_set_wire_bytes(d, m.k.ab);
 	if ((rc = par_dp_init(&s, &m, &groups)))
 		goto out;
+	if (cfg->resume)
+		par_dp_load_state(&s, cfg->resume->m, cfg->resume->v);
 	if (pp > 1)
 		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum * cp, &io);
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0, norm;
+		int it = cfg->step0 + step + 1; /* the iteration, from 1 */
 
-		if (fails_at(cfg, id, step + 1)) { /* (the report says what its peers wait for) */
-			emu_dev_die(d, "failed as step %d began (--inject-fault fail:%d@%d)",
-				    step + 1, id, step + 1);
+		if (fails_at(cfg, id, it)) { /* (the report says what its peers wait for) */
+			emu_dev_die(d, "failed as step %d began (--inject-fault fail:%d@%d)", it,
+				    id, it);
 			rc = 0;
 			goto out;
 		}
@@ -342,14 +376,14 @@ static int par_device(struct emu_dev *d, void *arg)
 				d,
 				"the loss is %g at step %d: training diverged (try a lower "
 				"--lr or --clip-grad)",
-				loss, step + 1);
+				loss, it);
 			goto out;
 		}
 		if ((rc = par_dp_sync_grads(&s)))
 			goto out;
 		if (o->snapshot && step < o->gsteps_n)
 			copy_grads(&s, o, step);
-		if ((rc = par_dp_step(&s, &cfg->opt, step + 1, &norm)))
+		if ((rc = par_dp_step(&s, &cfg->opt, it, &norm)))
 			goto out;
 		if (rk.tpr == 0)
 			o->loss_part[((ppr * dp + rk.dpr) * cp + cpr) * cfg->steps + step] =
@@ -372,6 +406,8 @@ static int par_device(struct emu_dev *d, void *arg)
 				progress(cfg, o, d, step, total, emu_wall_ns() - w0);
 			}
 		}
+		if (ckpt_saves_at(cfg, it) && (rc = save(d, &s, j, it)))
+			goto out;
 	}
 	if (o->snapshot)
 		par_dp_copy_weights(&s, o->params);
@@ -392,7 +428,8 @@ out:
 
 int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_out *o)
 {
-	struct job j = {cfg, o};
+	struct job j = {cfg, o, NULL};
+	struct ckpt ck;
 	/* (faults make devices unlike their mirrors: not folded) */
 	int pp = cfg->mesh.size[MESH_PP], rc,
 	    fold = cfg->fold && emu_cluster_config(c)->dry_run && !cfg->nfail &&
@@ -411,7 +448,13 @@ int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_ou
 	if (emu_cluster_set_fold(c, rep))
 		emu_die("run_parallel: the fold plan was refused");
 	o->devices_run = emu_cluster_devices_run(c);
+	if (cfg->save) {
+		ckpt_alloc(&ck, cfg, 0);
+		j.ck = &ck;
+	}
 	rc = emu_cluster_run(c, par_device, &j);
+	if (j.ck)
+		ckpt_free(&ck);
 	emu_cluster_set_fold(c, NULL);
 	free(rep);
 	run_sum_losses(cfg, o);

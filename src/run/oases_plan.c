@@ -217,7 +217,7 @@ static int probe_device(struct emu_dev *d, void *arg)
 			     .mlp_chunks = cfg->mlp_chunks,
 			     .overlap = PAR_OVERLAP_OASES,
 			     .bucket_bytes = cfg->bucket_bytes};
-	const struct par_source src = {cfg->seed};
+	const struct par_source src = {cfg->seed, NULL};
 	struct par_groups g = {.dev = d, .tp_rank = id};
 	struct oases_block mine[2] = {{0}};
 	double elems[2] = {0};

@@ -1,11 +1,13 @@
 /* run/ref: the serial reference (run_reference in run/run.h): models/gpt.c's whole model
- * on one device, with the run's seed, data and batches, and nothing parallel. Under
+ * on one device, with the run's seed, data and batches (and its checkpoint, if it was
+ * loaded from one), and nothing parallel. Under
  * Oases's overlap (par/overlap.h) its micro-batches are the run's sub-batches, as the
  * run's MoE routers see them: capacity and load-balancing loss per sub-batch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
+#include "run/ckpt.h"
 #include "run/run.h"
 #include "util.h"
 
@@ -30,6 +32,8 @@ static int ref_device(struct emu_dev *d, void *arg)
 	kctx_init(&k, d, cfg->prec);
 	if ((rc = gpt_init(&m, &k, &cfg->model, cfg->mbs / nsub, cfg->seed)))
 		goto out;
+	if (cfg->resume && kctx_math(&k))
+		ckpt_to_gpt(cfg->resume, &m);
 	for (int s = 0; s < cfg->steps; s++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d);
 		double loss = 0;
@@ -37,7 +41,8 @@ static int ref_device(struct emu_dev *d, void *arg)
 		gpt_zero_grad(&m);
 		for (int a = 0; a < accum; a++) {
 			if (cfg->data)
-				data_batch(cfg->data, cfg->seed, (uint64_t)s * accum + a, cfg->mbs,
+				data_batch(cfg->data, cfg->seed,
+					   (uint64_t)(cfg->step0 + s) * accum + a, cfg->mbs,
 					   cfg->model.seq_len, tok, tgt);
 			for (int sb = 0; sb < nsub; sb++) {
 				loss += (double)gpt_forward(&m, tok + sb * rows, tgt + sb * rows) /
@@ -53,7 +58,7 @@ static int ref_device(struct emu_dev *d, void *arg)
 				if (m.p[i].n)
 					memcpy(o->gsteps[i] + (size_t)s * m.p[i].n, m.p[i].g.data,
 					       m.p[i].n * sizeof(float));
-		gpt_update(&m, &cfg->opt, s + 1);
+		gpt_update(&m, &cfg->opt, cfg->step0 + s + 1);
 		o->loss_part[s] = (float)loss;
 		o->step_ns[s] = emu_now(d) - t0;
 		o->compute_ns[s] = emu_compute_ns(d) - c0;

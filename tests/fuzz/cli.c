@@ -2,7 +2,8 @@
  * argument lists made from the input, one argument a line, the first byte choosing run or
  * verify. Every refusal goes through cli_fail, which the hook turns into a jump back here:
  * the parser must refuse or accept, never crash, overflow or hang. Lists naming --trace
- * are skipped (it creates its file when the command line is read). */
+ * or --save are skipped (they create files when the command line is read), and --load
+ * (it reads one). */
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ static void refused(int code)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const char *const skip[] = {"trace", NULL};
+	static const char *const skip[] = {"trace", "save", "load", NULL};
 	char *buf, *argv[MAX_ARGS + 1];
 	int argc;
 

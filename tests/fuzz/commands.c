@@ -3,8 +3,8 @@
  * command. Every refusal goes through cli_fail and every accepted line reaches
  * cli_parsed before the command runs anything; the hooks turn both into a jump back here:
  * each parser must refuse or accept, never crash, overflow or hang. Lists naming --trace
- * (which creates its file as the line is read) or reading a file (--data-path,
- * --vocab-file, --merge-file) are skipped. */
+ * or --save (which create files as the line is read) or reading a file (--data-path,
+ * --vocab-file, --merge-file, --load) are skipped. */
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,7 +34,8 @@ static void parsed(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const cmd[] = {"coll", "train", "plan"};
-	static const char *const skip[] = {"trace", "data-path", "vocab-file", "merge-file", NULL};
+	static const char *const skip[] = {"trace", "data-path", "vocab-file", "merge-file",
+					   "save",  "load",      NULL};
 	char *buf, *argv[MAX_ARGS + 1];
 	int argc, which, rc;
 
