@@ -369,7 +369,25 @@ static void plant(const char *dir, const unsigned char *b, size_t len)
 	fclose(f);
 }
 
-/* Every kind of damage is refused, the line naming the file and what is wrong. */
+/* b (len bytes, a checkpoint) with the text old of its header replaced by new (as long)
+ * and its checksum made right again: a header that is wrong, not damaged. */
+static void rewrite(unsigned char *b, size_t len, const char *old, const char *new)
+{
+	unsigned char *at = NULL;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; !at && i + strlen(old) <= len; i++)
+		at = memcmp(b + i, old, strlen(old)) ? NULL : b + i;
+	assert_non_null(at);
+	assert_int_equal(strlen(old), strlen(new));
+	memcpy(at, new, strlen(new));
+	for (size_t i = 0; i + 16 < len; i++) /* FNV-1a 64 of all before the sum */
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	memcpy(b + len - 16, &h, sizeof h);
+}
+
+/* Every kind of damage is refused, the line naming the file and what is wrong; so are
+ * headers whose checksum is right but whose values are not a run's. */
 static void test_damage_is_refused(void **state)
 {
 	char dir[64], err[600], path[512];
@@ -411,6 +429,30 @@ static void test_damage_is_refused(void **state)
 	assert_int_equal(ckpt_load(dir, &back, err, sizeof err), -1);
 	assert_non_null(strstr(err, "a checkpoint of format 9; this pemu reads 1"));
 
+	static const struct {
+		const char *old, *new, *says;
+	} wrong[] = {
+		{"padded_vocab_size 256\n", "padded_vocab_size 002\n", "padded_vocab_size"},
+		{"\nlr 0.001\n", "\nlr 1e+99\n", "valid lr"},
+		{"\nadam_eps 1e-08\n", "\nadam_eps nan()\n", "valid adam_eps"}, /* NaN */
+		{"seed 11\n", "seed -1\n", "valid seed"},
+		{"num_layers 4\n", "num_layers 0\n", "valid num_layers"},
+	};
+
+	for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+		memcpy(bad, good, len);
+		rewrite(bad, len, wrong[i].old, wrong[i].new);
+		plant(dir, bad, len);
+		assert_int_equal(ckpt_load(dir, &back, err, sizeof err), -1);
+		if (!strstr(err, wrong[i].says))
+			fail_msg("%s: %s", wrong[i].new, err);
+	}
+	memcpy(bad, good, len);
+	rewrite(bad, len, "iteration 1\n", "iteration 7\n"); /* not the tracker's */
+	plant(dir, bad, len);
+	assert_int_equal(ckpt_load(dir, &back, err, sizeof err), -1);
+	assert_non_null(strstr(err, "holds iteration 7, where"));
+
 	plant(dir, (const unsigned char *)"not a checkpoint", 16);
 	assert_int_equal(ckpt_load(dir, &back, err, sizeof err), -1);
 	assert_non_null(strstr(err, "is not a pemu checkpoint"));
@@ -421,6 +463,11 @@ static void test_damage_is_refused(void **state)
 	fclose(f);
 	assert_int_equal(ckpt_load(dir, &back, err, sizeof err), -1);
 	assert_non_null(strstr(err, "holds 'seven', not an iteration"));
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "1\n3\n"); /* one iteration, nothing after it */
+	fclose(f);
+	assert_int_equal(ckpt_load(dir, &back, err, sizeof err), -1);
+	assert_non_null(strstr(err, "not an iteration"));
 
 	assert_non_null(f = fopen(path, "w"));
 	fprintf(f, "3\n"); /* names a checkpoint that is not there */

@@ -275,7 +275,7 @@ static int same_dir(const char *a, const char *b)
 
 void cli_model_checkpoint(struct cli_model *m, struct run_cfg *cfg, const struct cli *c, int resume)
 {
-	char err[600];
+	char err[4608];
 	int iter, got;
 
 	if (!m->load)
@@ -283,6 +283,9 @@ void cli_model_checkpoint(struct cli_model *m, struct run_cfg *cfg, const struct
 	if (!cfg->data)
 		cli_fail(c, "--load: a dry-run holds shapes, not weights (drop --dry-run)");
 	if ((got = ckpt_latest(m->load, &iter, err, sizeof err)) < 0)
+		cli_fail(c, "%s", err);
+	/* (--save's directory made first, so that two spellings of it compare as one) */
+	if (!got && cfg->save && ckpt_check_dir(cfg->save, err, sizeof err))
 		cli_fail(c, "%s", err);
 	if (!got && cfg->save && same_dir(m->load, cfg->save)) {
 		fprintf(stderr, "%s: no checkpoint in %s yet: starting from iteration 0\n", c->prog,
@@ -305,7 +308,7 @@ void cli_model_checkpoint(struct cli_model *m, struct run_cfg *cfg, const struct
 
 void cli_model_checkpoint_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c)
 {
-	char err[600], diff[600];
+	char err[4608], diff[4608];
 
 	if (cfg->save && ckpt_check_dir(cfg->save, err, sizeof err))
 		cli_fail(c, "%s", err);

@@ -72,7 +72,7 @@ static void print_step(struct emu_dev *d, const struct train *t, int s, double l
 /* The checkpoint of iteration it: the model's weights and Adam state, written. */
 static int save(struct emu_dev *d, struct train *t, const struct gpt *m, int it)
 {
-	char err[600];
+	char err[4608];
 
 	ckpt_from_gpt(t->ck, m);
 	t->ck->iter = it;

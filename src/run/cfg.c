@@ -104,7 +104,8 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n)
 	if (!cfg->opt.decay_steps)
 		cfg->opt.decay_steps = cfg->step0 + cfg->steps;
 	if (cfg->log_every < 0)
-		cfg->log_every = cfg->steps > 30 ? cfg->steps / 30 : 1;
+		cfg->log_every = cfg->step0 + cfg->steps > 30 ? (cfg->step0 + cfg->steps) / 30
+							      : 1; /* (resumed: the same lines) */
 	if (cfg->mesh.size[MESH_CP] > 1)
 		cfg->flash = 1;
 	return run_check(cfg, ndev, err, n);

@@ -35,6 +35,7 @@ void ckpt_alloc(struct ckpt *c, const struct run_cfg *cfg, int iter)
 	memset(c, 0, sizeof *c);
 	c->model = cfg->model;
 	c->vocab_orig = cfg->vocab_orig ? cfg->vocab_orig : cfg->model.vocab;
+	c->vocab_saved = cfg->model.vocab;
 	c->iter = iter;
 	c->train_iters = cfg->step0 + cfg->steps;
 	c->seed = cfg->seed;
@@ -102,7 +103,7 @@ int ckpt_check_dir(const char *dir, char *err, size_t n)
 	int fd;
 
 	if (!len || len >= sizeof path - 64) {
-		snprintf(err, n, "--save: '%s' is not a directory name pemu takes", dir);
+		snprintf(err, n, "--save: the directory name is %s", len ? "too long" : "empty");
 		return -1;
 	}
 	memcpy(path, dir, len + 1);
@@ -186,9 +187,11 @@ int ckpt_save(const char *dir, const struct ckpt *c, char *err, size_t n)
 
 int ckpt_latest(const char *dir, int *iter, char *err, size_t n)
 {
-	char path[4200], line[64], *end;
+	char path[4200], text[64];
+	size_t len = 0, i = 0;
+	struct stat st;
 	FILE *f;
-	long v;
+	long v = 0;
 
 	path_of(path, sizeof path, dir, CKPT_TRACKER);
 	if (!(f = fopen(path, "r"))) {
@@ -197,16 +200,26 @@ int ckpt_latest(const char *dir, int *iter, char *err, size_t n)
 		snprintf(err, n, "--load: cannot read %s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (!fgets(line, sizeof line, f))
-		line[0] = '\0';
+	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+		fclose(f);
+		snprintf(err, n, "--load: %s is not a file", path);
+		return -1;
+	}
+	len = fread(text, 1, sizeof text - 1, f);
 	fclose(f);
-	errno = 0;
-	v = strtol(line, &end, 10);
-	while (*end == '\n' || *end == '\r' || *end == ' ')
-		end++;
-	if (end == line || *end || errno || v < 0 || v > 100000000) {
-		line[strcspn(line, "\r\n")] = '\0';
-		snprintf(err, n, "--load: %s holds '%s', not an iteration", path, line);
+	text[len] = '\0';
+	/* the decimal iteration, blanks at most after it: nothing else */
+	for (; i < len && text[i] >= '0' && text[i] <= '9' && v <= 100000000; i++)
+		v = v * 10 + (text[i] - '0');
+	while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+		i++;
+	if (!len || text[0] < '0' || text[0] > '9' || i != len || v > 100000000 ||
+	    (size_t)st.st_size != len) {
+		for (size_t k = 0; k < len; k++) /* (shown on one line) */
+			text[k] = text[k] >= ' ' && text[k] < 127 ? text[k] : ' ';
+		while (len && text[len - 1] == ' ')
+			text[--len] = '\0';
+		snprintf(err, n, "--load: %s holds '%.32s', not an iteration", path, text);
 		return -1;
 	}
 	*iter = (int)v;
@@ -318,6 +331,8 @@ void ckpt_differences(const struct ckpt *c, const struct run_cfg *cfg, char *buf
 		{"--moe-expert-capacity-factor", c->model.capacity_factor,
 		 cfg->model.capacity_factor},
 		{"--moe-aux-loss-coeff", c->model.aux_coeff, cfg->model.aux_coeff},
+		/* (padded rows enter the softmax: another padding is another model's output) */
+		{"padded vocabulary", c->vocab_saved, cfg->model.vocab},
 	};
 	size_t len = 0;
 

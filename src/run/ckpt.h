@@ -28,6 +28,7 @@
 struct ckpt {
 	struct gpt_config model; /* the saved model (vocab: its padded vocabulary) */
 	int vocab_orig;          /* the vocabulary before padding */
+	int vocab_saved;         /* the padded vocabulary as saved (ckpt_fit may change vocab) */
 	int iter;                /* optimizer steps taken */
 	int train_iters;         /* where the saving run meant to end (its --train-iters) */
 	uint64_t seed;

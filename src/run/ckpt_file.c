@@ -81,36 +81,36 @@ static const char *shortest(char *buf, size_t n, float x)
 static const struct field {
 	const char *key;
 	size_t off;
-	long max;
+	double min, max; /* what a reader accepts: the command line's range */
 } int_fields[] =
 	{
-		{"iteration", offsetof(struct ckpt, iter), 100000000},
-		{"train_iters", offsetof(struct ckpt, train_iters), 100000000},
-		{"micro_batch_size", offsetof(struct ckpt, mbs), 1 << 20},
-		{"global_batch_size", offsetof(struct ckpt, gbs), 1 << 24},
-		{"num_layers", offsetof(struct ckpt, model.num_layers), 100000},
-		{"hidden_size", offsetof(struct ckpt, model.hidden), 1 << 20},
-		{"num_attention_heads", offsetof(struct ckpt, model.heads), 1 << 16},
-		{"ffn_hidden_size", offsetof(struct ckpt, model.ffn), 1 << 24},
-		{"seq_length", offsetof(struct ckpt, model.seq_len), 1 << 22},
-		{"vocab_size", offsetof(struct ckpt, vocab_orig), 1 << 24},
-		{"padded_vocab_size", offsetof(struct ckpt, model.vocab), 2147483647L},
-		{"num_experts", offsetof(struct ckpt, model.num_experts), 1 << 16},
-		{"moe_top_k", offsetof(struct ckpt, model.moe_top_k), 1 << 16},
-		{"moe_every", offsetof(struct ckpt, model.moe_every), 1 << 16},
-		{"lr_warmup_iters", offsetof(struct ckpt, opt.warmup), 100000000},
-		{"lr_decay_iters", offsetof(struct ckpt, opt.decay_steps), 100000000},
+		{"iteration", offsetof(struct ckpt, iter), 0, 100000000},
+		{"train_iters", offsetof(struct ckpt, train_iters), 0, 100000000},
+		{"micro_batch_size", offsetof(struct ckpt, mbs), 1, 1 << 20},
+		{"global_batch_size", offsetof(struct ckpt, gbs), 1, 1 << 24},
+		{"num_layers", offsetof(struct ckpt, model.num_layers), 1, 100000},
+		{"hidden_size", offsetof(struct ckpt, model.hidden), 1, 1 << 20},
+		{"num_attention_heads", offsetof(struct ckpt, model.heads), 1, 1 << 16},
+		{"ffn_hidden_size", offsetof(struct ckpt, model.ffn), 1, 1 << 24},
+		{"seq_length", offsetof(struct ckpt, model.seq_len), 1, 1 << 22},
+		{"vocab_size", offsetof(struct ckpt, vocab_orig), 2, 1 << 24},
+		{"padded_vocab_size", offsetof(struct ckpt, model.vocab), 2, 2147483647.0},
+		{"num_experts", offsetof(struct ckpt, model.num_experts), 0, 1 << 16},
+		{"moe_top_k", offsetof(struct ckpt, model.moe_top_k), 0, 1 << 16},
+		{"moe_every", offsetof(struct ckpt, model.moe_every), 0, 1 << 16},
+		{"lr_warmup_iters", offsetof(struct ckpt, opt.warmup), 0, 100000000},
+		{"lr_decay_iters", offsetof(struct ckpt, opt.decay_steps), 1, 100000000},
 },
   float_fields[] = {
-	  {"moe_capacity_factor", offsetof(struct ckpt, model.capacity_factor), 0},
-	  {"moe_aux_loss_coeff", offsetof(struct ckpt, model.aux_coeff), 0},
-	  {"lr", offsetof(struct ckpt, opt.lr), 0},
-	  {"min_lr", offsetof(struct ckpt, opt.min_lr), 0},
-	  {"weight_decay", offsetof(struct ckpt, opt.weight_decay), 0},
-	  {"adam_beta1", offsetof(struct ckpt, opt.beta1), 0},
-	  {"adam_beta2", offsetof(struct ckpt, opt.beta2), 0},
-	  {"adam_eps", offsetof(struct ckpt, opt.eps), 0},
-	  {"clip_grad", offsetof(struct ckpt, opt.clip), 0},
+	  {"moe_capacity_factor", offsetof(struct ckpt, model.capacity_factor), 0, 1e6},
+	  {"moe_aux_loss_coeff", offsetof(struct ckpt, model.aux_coeff), 0, 1e6},
+	  {"lr", offsetof(struct ckpt, opt.lr), 0, 10},
+	  {"min_lr", offsetof(struct ckpt, opt.min_lr), 0, 10},
+	  {"weight_decay", offsetof(struct ckpt, opt.weight_decay), 0, 10},
+	  {"adam_beta1", offsetof(struct ckpt, opt.beta1), 0, 0.999999},
+	  {"adam_beta2", offsetof(struct ckpt, opt.beta2), 0, 0.999999},
+	  {"adam_eps", offsetof(struct ckpt, opt.eps), 0, 1},
+	  {"clip_grad", offsetof(struct ckpt, opt.clip), 0, 1e9},
 };
 #define NFIELDS(a) (sizeof(a) / sizeof *(a))
 
@@ -228,7 +228,8 @@ static int parse_header(const char *hdr, struct ckpt *c, const char **bad)
 			return -1;
 		errno = 0;
 		x = strtol(v, &end, 10);
-		if (end == v || *end != '\n' || errno || x < 0 || x > int_fields[i].max)
+		if (end == v || *end != '\n' || errno || (double)x < int_fields[i].min ||
+		    (double)x > int_fields[i].max)
 			return -1;
 		*int_at(c, &int_fields[i]) = (int)x;
 	}
@@ -237,14 +238,18 @@ static int parse_header(const char *hdr, struct ckpt *c, const char **bad)
 		if (!(v = hdr_value(hdr, float_fields[i].key)))
 			return -1;
 		*float_at(c, &float_fields[i]) = strtof(v, &end);
-		if (end == v || *end != '\n')
+		/* (NaN fails both comparisons: refused too) */
+		if (end == v || *end != '\n' ||
+		    !(*float_at(c, &float_fields[i]) >= float_fields[i].min) ||
+		    !(*float_at(c, &float_fields[i]) <= float_fields[i].max))
 			return -1;
 	}
 	*bad = "seed";
 	if (!(v = hdr_value(hdr, "seed")))
 		return -1;
+	errno = 0;
 	c->seed = strtoull(v, &end, 10);
-	if (end == v || *end != '\n')
+	if (*v < '0' || *v > '9' || *end != '\n' || errno || c->seed > 0x7fffffff)
 		return -1;
 	*bad = "tensors";
 	if (!(v = hdr_value(hdr, "tensors")))
@@ -255,6 +260,10 @@ static int parse_header(const char *hdr, struct ckpt *c, const char **bad)
 	c->np = (int)x;
 	if ((lay = hdr_value(hdr, "layout")))
 		snprintf(c->layout, sizeof c->layout, "%.*s", (int)strcspn(lay, "\n"), lay);
+	c->vocab_saved = c->model.vocab;
+	*bad = "padded_vocab_size (under vocab_size)";
+	if (c->model.vocab < c->vocab_orig)
+		return -1;
 	*bad = "model (its sizes are not a model's)";
 	return gpt_config_check(&c->model, NULL, 0) || c->np != gpt_num_tensors(&c->model) ? -1 : 0;
 }
@@ -342,10 +351,14 @@ int ckpt_read(const char *path, struct ckpt *c, char *err, size_t n)
 	h = r.h;
 	get(&r, &sum, 8);
 	get(&r, trailer, 8);
-	if (r.bad || sum != h || memcmp(trailer, TRAILER, 8)) {
+	if (r.bad || sum != h) {
 		snprintf(err, n,
 			 "--load: %s is corrupt: its checksum is %016llx, its contents' %016llx",
 			 path, (unsigned long long)sum, (unsigned long long)h);
+		goto out;
+	}
+	if (memcmp(trailer, TRAILER, 8)) {
+		snprintf(err, n, "--load: %s is corrupt: it does not end with PEMUEND", path);
 		goto out;
 	}
 	rc = 0;

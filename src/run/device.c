@@ -220,7 +220,7 @@ static int route_and_expert_groups(struct emu_dev *d, const struct run_cfg *cfg,
  * storage is not emulated). Host-side barriers, as for the progress lines. */
 static int save(struct emu_dev *d, const struct par_dp_state *s, struct job *j, int it)
 {
-	char err[600];
+	char err[4608];
 	int rc;
 
 	par_dp_copy_weights(s, j->ck->w);
