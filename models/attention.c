@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "util.h"
+#include "vmath.h"
 
 /* Softmax in place over the keys [0, last] of a row of n scores, zero beyond (the causal
  * mask); returns the log of the sum of exponentials, log-sum-exp of the row. */
@@ -16,10 +17,10 @@ static float causal_softmax_row(float *row, int last, int n)
 		row[j] = 0.0f;
 	for (int j = 1; j <= last; j++)
 		mx = row[j] > mx ? row[j] : mx;
-	for (int j = 0; j <= last; j++) {
-		row[j] = expf(row[j] - mx);
+	for (int j = 0; j <= last; j++) /* (apart from the sum, which keeps its order) */
+		row[j] = vm_expf(row[j] - mx);
+	for (int j = 0; j <= last; j++)
 		sum += row[j];
-	}
 	for (int j = 0; j <= last; j++)
 		row[j] /= sum;
 	return mx + logf(sum);
@@ -313,7 +314,7 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 					for (int e = 0; e < hs; e++) /* D = rowsum(dout * out) */
 						dot += yi[e] * oi[e];
 					for (int j = 0; j <= last; j++) {
-						pr[j] = expf(pr[j] - l[r0 + i]);
+						pr[j] = vm_expf(pr[j] - l[r0 + i]);
 						dr[j] = pr[j] * (dr[j] - dot);
 					}
 					for (int j = last + 1; j < nk; j++)
@@ -353,7 +354,7 @@ void attention_lse_merge(const struct kctx *k, const struct attn_view *a, float 
 				const float *x = bout + oo + (size_t)i * a->ldo;
 				float l0 = lse[ol + i], l1 = blse[ol + i];
 				float mx = l0 > l1 ? l0 : l1;
-				float e0 = expf(l0 - mx), e1 = expf(l1 - mx), s = e0 + e1;
+				float e0 = vm_expf(l0 - mx), e1 = vm_expf(l1 - mx), s = e0 + e1;
 
 				for (int e = 0; e < hs; e++)
 					o[e] = (o[e] * e0 + x[e] * e1) / s;

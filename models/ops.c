@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "vmath.h"
 
 void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, const float *inp,
 		   const float *w, const float *b, int M, int C)
@@ -66,11 +67,11 @@ void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, cons
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-/* tanh through one expf, several times cheaper than tanhf; saturates cleanly for
- * large |u| (expf overflows to inf, giving exactly 1). */
+/* tanh through one exponential (vm_expf: a loop of it vectorises), several times cheaper
+ * than tanhf; saturates cleanly for large |u| (exactly 1 and -1). */
 static inline float fast_tanh(float u)
 {
-	return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+	return 1.0f - 2.0f / (vm_expf(2.0f * u) + 1.0f);
 }
 
 void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
@@ -229,10 +230,10 @@ static void softmax_row(float *y, const float *x, int n)
 
 	for (int j = 1; j < n; j++)
 		mx = x[j] > mx ? x[j] : mx;
-	for (int j = 0; j < n; j++) {
-		y[j] = expf(x[j] - mx);
+	for (int j = 0; j < n; j++) /* (apart from the sum, which keeps its order) */
+		y[j] = vm_expf(x[j] - mx);
+	for (int j = 0; j < n; j++)
 		sum += y[j];
-	}
 	for (int j = 0; j < n; j++)
 		y[j] /= sum;
 }

@@ -36,15 +36,24 @@ void optim_sq_norm_charge(const struct kctx *k, size_t n)
 		    (double)n * tensor_elem_bytes(k->prec, MEM_GRAD));
 }
 
+/* Lanes of the sum of squares: element i adds into lane i % SQ_LANES (the tail's from
+ * lane 0), the lanes summed pairwise at the end. A fixed order, as one accumulator's was,
+ * but SQ_LANES independent chains that a vector unit runs side by side. */
+#define SQ_LANES 8
+
 double optim_sq_norm_math(const struct kctx *k, const float *g, size_t n)
 {
-	double s = 0;
+	double acc[SQ_LANES] = {0};
+	size_t i = 0;
 
 	if (!kctx_math(k))
 		return 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)g[i] * g[i];
-	return s;
+	for (; i + SQ_LANES <= n; i += SQ_LANES)
+		for (int j = 0; j < SQ_LANES; j++)
+			acc[j] += (double)g[i + j] * g[i + j];
+	for (int j = 0; i < n; i++, j++)
+		acc[j] += (double)g[i] * g[i];
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 double optim_sq_norm(const struct kctx *k, const float *g, size_t n)

@@ -12,6 +12,7 @@
 #include "par/sp.h"
 #include "linear.h"
 #include "ops.h"
+#include "vmath.h"
 
 int par_tp_check(const struct gpt_config *c, int tp, char *err, size_t n)
 {
@@ -395,7 +396,7 @@ static int vocab_parallel_ce(struct par_model *m, struct par_work *w, struct par
 			float s = 0;
 
 			for (int v = 0; v < V; v++)
-				s += expf(x[(size_t)i * V + v] - mx[i]);
+				s += vm_expf(x[(size_t)i * V + v] - mx[i]);
 			sums[2 * i] = s;
 			sums[2 * i + 1] = a->ltargets[i] >= 0
 						  ? x[(size_t)i * V + a->ltargets[i]] - mx[i]
@@ -408,7 +409,7 @@ static int vocab_parallel_ce(struct par_model *m, struct par_work *w, struct par
 		for (int i = 0; i < M; i++) {
 			for (int v = 0; v < V; v++)
 				x[(size_t)i * V + v] =
-					expf(x[(size_t)i * V + v] - mx[i]) / sums[2 * i];
+					vm_expf(x[(size_t)i * V + v] - mx[i]) / sums[2 * i];
 			a->losses.data[i] = logf(sums[2 * i]) - sums[2 * i + 1];
 		}
 	return 0;
