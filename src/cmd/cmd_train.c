@@ -69,22 +69,6 @@ static void print_step(struct emu_dev *d, const struct train *t, int s, double l
 	fflush(stdout);
 }
 
-/* The checkpoint of iteration it: the model's weights and Adam state, written. */
-static int save(struct emu_dev *d, struct train *t, const struct gpt *m, int it)
-{
-	char err[4608];
-
-	ckpt_from_gpt(t->ck, m);
-	t->ck->iter = it;
-	if (ckpt_save(t->cfg->save, t->ck, err, sizeof err))
-		return emu_dev_fail(d, "%s", err);
-	if (t->cfg->log_every) {
-		printf("saved the checkpoint of iteration %d to %s\n", it, t->cfg->save);
-		fflush(stdout);
-	}
-	return 0;
-}
-
 static int train_device(struct emu_dev *d, void *arg)
 {
 	struct train *t = arg;
@@ -127,8 +111,10 @@ static int train_device(struct emu_dev *d, void *arg)
 		t->flops_step = emu_flops(d) - f0;
 		if (cfg->log_every && (s == 0 || s == cfg->steps - 1 || it % cfg->log_every == 0))
 			print_step(d, t, s, loss);
-		if (t->ck && ckpt_saves_at(cfg, it))
-			rc = save(d, t, &m, it);
+		if (t->ck && ckpt_saves_at(cfg, it)) {
+			ckpt_from_gpt(t->ck, &m);
+			rc = ckpt_save_at(d, cfg, t->ck, it);
+		}
 	}
 	if (!rc && t->sample > 0 && !emu_dev_dry_run(d)) {
 		int prompt = '\n';

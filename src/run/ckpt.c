@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "util.h"
 
 void ckpt_alloc_tensors(struct ckpt *c)
@@ -179,6 +180,20 @@ int ckpt_save(const char *dir, const struct ckpt *c, char *err, size_t n)
 		return -1;
 	}
 	sync_dir(dir);
+	return 0;
+}
+
+int ckpt_save_at(struct emu_dev *d, const struct run_cfg *cfg, struct ckpt *c, int it)
+{
+	char err[4608];
+
+	c->iter = it;
+	if (ckpt_save(cfg->save, c, err, sizeof err))
+		return emu_dev_fail(d, "%s", err);
+	if (cfg->log_every) {
+		printf("saved the checkpoint of iteration %d to %s\n", it, cfg->save);
+		fflush(stdout);
+	}
 	return 0;
 }
 

@@ -59,6 +59,10 @@ int ckpt_check_dir(const char *dir, char *err, size_t n);
  * 0, or -1 with the reason in err (the previous checkpoint left as it was). */
 int ckpt_save(const char *dir, const struct ckpt *c, char *err, size_t n);
 
+/* A run's save at iteration it, from device d: c (filled) written to cfg->save, a line
+ * saying so (unless the run is quiet); 0, or the device failed with the reason. */
+int ckpt_save_at(struct emu_dev *d, const struct run_cfg *cfg, struct ckpt *c, int it);
+
 /* The iteration DIR's tracker names: 1 and *iter, 0 if DIR holds no tracker (no
  * checkpoint yet), -1 with the reason in err if it holds one that is not an iteration. */
 int ckpt_latest(const char *dir, int *iter, char *err, size_t n);

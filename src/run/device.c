@@ -220,22 +220,14 @@ static int route_and_expert_groups(struct emu_dev *d, const struct run_cfg *cfg,
  * storage is not emulated). Host-side barriers, as for the progress lines. */
 static int save(struct emu_dev *d, const struct par_dp_state *s, struct job *j, int it)
 {
-	char err[4608];
 	int rc;
 
 	par_dp_copy_weights(s, j->ck->w);
 	par_dp_copy_state(s, j->ck->m, j->ck->v);
 	if ((rc = emu_barrier(d)))
 		return rc;
-	if (emu_dev_id(d) == 0) {
-		j->ck->iter = it;
-		if (ckpt_save(j->cfg->save, j->ck, err, sizeof err))
-			return emu_dev_fail(d, "%s", err);
-		if (j->cfg->log_every) {
-			printf("saved the checkpoint of iteration %d to %s\n", it, j->cfg->save);
-			fflush(stdout);
-		}
-	}
+	if (emu_dev_id(d) == 0 && (rc = ckpt_save_at(d, j->cfg, j->ck, it)))
+		return rc;
 	return emu_barrier(d);
 }
 
