@@ -9,7 +9,7 @@
 
 /* Softmax in place over the keys [0, last] of a row of n scores, zero beyond (the causal
  * mask); returns the log of the sum of exponentials, log-sum-exp of the row. */
-static float causal_softmax_row(float *row, int last, int n)
+VM_CLONES static float causal_softmax_row(float *row, int last, int n)
 {
 	float mx = row[0], sum = 0;
 

@@ -6,8 +6,8 @@
 #include "clock.h"
 #include "vmath.h"
 
-void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, const float *inp,
-		   const float *w, const float *b, int M, int C)
+VM_CLONES void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd,
+			     const float *inp, const float *w, const float *b, int M, int C)
 {
 	double mc = (double)M * C;
 
@@ -33,9 +33,9 @@ void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, c
 	}
 }
 
-void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, const float *dout,
-		   const float *inp, const float *w, const float *mean, const float *rstd, int M,
-		   int C)
+VM_CLONES void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db,
+			     const float *dout, const float *inp, const float *w, const float *mean,
+			     const float *rstd, int M, int C)
 {
 	double mc = (double)M * C;
 
@@ -74,7 +74,7 @@ static inline float fast_tanh(float u)
 	return 1.0f - 2.0f / (vm_expf(2.0f * u) + 1.0f);
 }
 
-void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
+VM_CLONES void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
 {
 	emu_compute(k->d, "gelu", 10.0 * (double)n, 2.0 * (double)n * k->ab);
 	if (!kctx_math(k))
@@ -86,7 +86,8 @@ void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
 	}
 }
 
-void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *dout, size_t n)
+VM_CLONES void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *dout,
+			size_t n)
 {
 	emu_compute(k->d, "gelu.bwd", 20.0 * (double)n, 3.0 * (double)n * k->ab);
 	if (!kctx_math(k))
@@ -101,7 +102,8 @@ void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *
 	}
 }
 
-void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b, size_t n)
+VM_CLONES void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b,
+			    size_t n)
 {
 	emu_compute(k->d, "residual", (double)n, 3.0 * (double)n * k->ab);
 	if (!kctx_math(k))
@@ -110,7 +112,7 @@ void residual_fwd(const struct kctx *k, float *out, const float *a, const float 
 		out[i] = a[i] + b[i];
 }
 
-void add_acc(const struct kctx *k, float *acc, const float *x, size_t n)
+VM_CLONES void add_acc(const struct kctx *k, float *acc, const float *x, size_t n)
 {
 	emu_compute(k->d, "add", (double)n, 3.0 * (double)n * k->ab);
 	if (!kctx_math(k))
@@ -224,7 +226,7 @@ void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, c
 }
 
 /* y (n) = softmax(x), subtracting the max first; y may be x. */
-static void softmax_row(float *y, const float *x, int n)
+VM_CLONES static void softmax_row(float *y, const float *x, int n)
 {
 	float mx = x[0], sum = 0;
 
@@ -249,8 +251,8 @@ void softmax_fwd(const struct kctx *k, float *out, const float *inp, int M, int 
 		softmax_row(out + (size_t)i * N, inp + (size_t)i * N, N);
 }
 
-void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout, int M,
-		 int N)
+VM_CLONES void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout,
+			   int M, int N)
 {
 	double mn = (double)M * N;
 
@@ -284,8 +286,8 @@ void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const f
 	}
 }
 
-void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs, const int *targets,
-		      float dloss, int M, int V)
+VM_CLONES void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs,
+				const int *targets, float dloss, int M, int V)
 {
 	double mv = (double)M * V;
 

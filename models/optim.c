@@ -1,4 +1,5 @@
 #include "optim.h"
+#include "vmath.h"
 
 #include <math.h>
 
@@ -69,8 +70,9 @@ void optim_adamw_charge(const struct kctx *k, size_t n)
 	emu_compute(k->d, "adamw", 12.0 * (double)n, 28.0 * (double)n);
 }
 
-void optim_adamw_math(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
-		      float *m, float *v, size_t n, float lr, float gscale, int decay, int t)
+VM_CLONES void optim_adamw_math(const struct kctx *k, const struct optim_cfg *o, float *w,
+				const float *g, float *m, float *v, size_t n, float lr,
+				float gscale, int decay, int t)
 {
 	float c1 = 1.0f - powf(o->beta1, (float)t), c2 = 1.0f - powf(o->beta2, (float)t);
 	float wd = decay ? o->weight_decay : 0.0f;

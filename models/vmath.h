@@ -20,6 +20,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* VM_CLONES before an elementwise kernel: GCC builds it for AVX-512, AVX2 and the base
+ * x86-64 and picks one when the program loads (an ifunc), so its loops run 16 or 8 lanes
+ * wide where the host has them. The bits are the same in every version: -std=c11 keeps
+ * multiplies and adds unfused (no FMA), each lane rounds as the scalar operation does, and
+ * the kernels it is put on have no reduction whose order the width could change. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(PEMU_NO_CLONES)
+#define VM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VM_CLONES
+#endif
+
 static inline float vm_expf(float x)
 {
 	const float log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f;
