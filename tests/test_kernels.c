@@ -462,6 +462,75 @@ static void test_adamw(void **state)
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* The vector versions give the scalar bits                                             */
+
+/* GeLU and AdamW carry VM_CLONES (models/vmath.h): on this host the loader runs their
+ * AVX-512 or AVX2 version. Each element must come out as the formula evaluated one
+ * element at a time in the base version's float arithmetic (this file has no clones):
+ * the same bits, which an FMA or a reordered sum in a wide version would break. */
+enum { CN = 1003 }; /* not a multiple of any vector width: the tails run too */
+
+struct clones {
+	float x[CN], dy[CN], gelu[CN], dgelu[CN], w[CN], g[CN], m[CN], v[CN];
+	struct optim_cfg o;
+};
+
+static void clones_dev(const struct kctx *k, void *ctx)
+{
+	struct clones *c = ctx;
+
+	gelu_fwd(k, c->gelu, c->x, CN);
+	gelu_bwd(k, c->dgelu, c->x, c->dy, CN);
+	optim_adamw(k, &c->o, c->w, c->g, c->m, c->v, CN, 1e-3f, 0.5f, 1, 3);
+}
+
+static float one_gelu(float x)
+{
+	float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+
+	return 0.5f * x * (1.0f + (1.0f - 2.0f / (vm_expf(2.0f * u) + 1.0f)));
+}
+
+static void test_clones_bitwise(void **state)
+{
+	static struct clones c;
+	float w[CN], m[CN], v[CN], c1 = 1.0f - powf(0.9f, 3.0f), c2 = 1.0f - powf(0.95f, 3.0f);
+
+	(void)state;
+	optim_defaults(&c.o);
+	for (int i = 0; i < CN; i++) {
+		c.x[i] = 12.0f * test_uniform(40, (uint64_t)i); /* past GeLU's saturation */
+		c.dy[i] = test_uniform(41, (uint64_t)i);
+		c.dgelu[i] = test_uniform(42, (uint64_t)i);
+		w[i] = c.w[i] = test_uniform(43, (uint64_t)i);
+		c.g[i] = test_uniform(44, (uint64_t)i);
+		m[i] = c.m[i] = 0.1f * test_uniform(45, (uint64_t)i);
+		v[i] = c.v[i] = 0.01f * (1.0f + test_uniform(46, (uint64_t)i));
+	}
+	run_on_device(clones_dev, &c);
+	for (int i = 0; i < CN; i++) {
+		float x = c.x[i], u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+		float t = 1.0f - 2.0f / (vm_expf(2.0f * u) + 1.0f), sech2 = 1.0f - t * t;
+		float dg = test_uniform(42, (uint64_t)i) +
+			   (0.5f * (1.0f + t) + 0.5f * x * sech2 * 0.7978845608028654f *
+							(1.0f + 3.0f * 0.044715f * x * x)) *
+				   c.dy[i];
+		float gi = c.g[i] * 0.5f, b1 = c.o.beta1, b2 = c.o.beta2;
+
+		m[i] = b1 * m[i] + (1.0f - b1) * gi;
+		v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+		w[i] -= 1e-3f *
+			((m[i] / c1) / (sqrtf(v[i] / c2) + c.o.eps) + c.o.weight_decay * w[i]);
+		if (memcmp(&c.gelu[i], &(float){one_gelu(x)}, sizeof(float)) ||
+		    memcmp(&c.dgelu[i], &dg, sizeof dg) || memcmp(&c.w[i], &w[i], sizeof w[i]) ||
+		    memcmp(&c.m[i], &m[i], sizeof m[i]) || memcmp(&c.v[i], &v[i], sizeof v[i]))
+			fail_msg("element %d of %d differs from the scalar formula's bits (x = "
+				 "%.9g)",
+				 i, CN, (double)x);
+	}
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* embedding                                                                            */
 
 enum { EB = 2, ET = 3, EC = 4, EV = 5, EMAXT = 5, ET0 = 1 };
@@ -933,6 +1002,7 @@ int main(void)
 		cmocka_unit_test(test_crossentropy),
 		cmocka_unit_test(test_softmax),
 		cmocka_unit_test(test_adamw),
+		cmocka_unit_test(test_clones_bitwise),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_flash_attention_blocks),
 		cmocka_unit_test(test_flash_ring_blocks),
