@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "dropout.h"
 #include "linear.h"
 #include "ops.h"
 #include "rng.h"
@@ -81,6 +82,11 @@ int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
 		snprintf(err, n,
 			 "a MoE model needs experts >= 1, --moe-every >= 1 and a capacity factor "
 			 ">= 0 (0: dropless)");
+		return -1;
+	}
+	if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1)) {
+		snprintf(err, n, "--hidden-dropout %g: a probability in [0, 1)",
+			 (double)c->hidden_dropout);
 		return -1;
 	}
 	if (c->num_experts > 0 && (c->moe_top_k < 1 || c->moe_top_k > 2)) {
@@ -236,6 +242,10 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 	}
 	A(&a->res3, r * (size_t)h, "residual 3");
 #undef A
+	if (!rc && (parts & GPT_ACTS_DROPOUT) && !a->mask2.mb)
+		rc = tensor_alloc_bytes(k, &a->mask2, MEM_ACT, r * (size_t)h, "dropout mask 2");
+	if (!rc && (parts & GPT_ACTS_DROPOUT) && !a->mask3.mb)
+		rc = tensor_alloc_bytes(k, &a->mask3, MEM_ACT, r * (size_t)h, "dropout mask 3");
 	return rc;
 }
 
@@ -244,7 +254,7 @@ void gpt_layer_acts_free(const struct kctx *k, struct gpt_layer_acts *a)
 	struct tensor *t[] = {&a->ln1,     &a->ln1_mean, &a->ln1_rstd, &a->qkv,       &a->att,
 			      &a->atty,    &a->res2,     &a->ln2,      &a->ln2_mean,  &a->ln2_rstd,
 			      &a->fch,     &a->fch_gelu, &a->res3,     &a->moe.probs, &a->moe.x,
-			      &a->moe.pre, &a->moe.h,    &a->moe.y};
+			      &a->moe.pre, &a->moe.h,    &a->moe.y,    &a->mask2,     &a->mask3};
 
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
 		tensor_free(k, t[i]);
@@ -255,7 +265,7 @@ static int alloc_acts(struct gpt *m)
 	const struct kctx *k = &m->k;
 	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, f = (size_t)m->cfg.ffn;
 	size_t v = (size_t)m->cfg.vocab;
-	int rc = 0;
+	int rc = 0, drop = m->cfg.hidden_dropout > 0;
 
 	m->la = emu_xcalloc((size_t)m->cfg.num_layers, sizeof *m->la);
 #define A(t, cat, n, name)                                                                         \
@@ -268,7 +278,7 @@ static int alloc_acts(struct gpt *m)
 		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->B * m->T, m->cfg.hidden,
 					  m->cfg.hidden, m->cfg.heads, m->cfg.ffn,
 					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL,
-					  GPT_ACTS_ALL);
+					  GPT_ACTS_ALL | (drop ? GPT_ACTS_DROPOUT : 0));
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
 	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");
 	A(&m->lnf_rstd, MEM_ACT, bt, "lnf.rstd");
@@ -283,7 +293,12 @@ static int alloc_acts(struct gpt *m)
 	A(&m->dfch_gelu, MEM_WORK, bt * f, "d fc.gelu");
 	A(&m->dlogits, MEM_WORK, bt * v, "d logits");
 	A(&m->att_scratch, MEM_WORK, (size_t)m->T * m->T, "attention scratch");
+	if (drop)
+		A(&m->ddrop, MEM_WORK, bt * h, "d branch (dropout)");
 #undef A
+	if (!rc && drop)
+		rc = tensor_alloc_bytes(k, &m->mask_enc, MEM_ACT, bt * h,
+					"dropout mask embeddings");
 	if (!rc && m->cfg.num_experts > 0)
 		rc = moe_scratch_alloc(k, &m->moe_scratch, &m->moe);
 	return rc;
@@ -311,6 +326,8 @@ int gpt_init(struct gpt *m, const struct kctx *k, const struct gpt_config *cfg, 
 					    .aux_coeff = cfg->aux_coeff,
 					    .dropless = cfg->capacity_factor <= 0};
 	m->targets = emu_xcalloc((size_t)B * m->T, sizeof *m->targets);
+	m->seed = seed;
+	m->train = 1;
 	if ((rc = alloc_params(m, seed)))
 		return rc;
 	return alloc_acts(m);
@@ -349,6 +366,39 @@ static void zero(struct tensor *t)
 		memset(t->data, 0, t->n * sizeof *t->data);
 }
 
+/* Hidden dropout at a site: on while training with p > 0. */
+static int dropping(const struct gpt *m)
+{
+	return m->train && m->cfg.hidden_dropout > 0;
+}
+
+/* res + branch into out, through the site's dropout if on; the embeddings' (DROP_EMBED):
+ * out = the dropout of branch, in place (nothing without dropout). */
+static void branch_add(struct gpt *m, int l, enum drop_site s, float *out, struct tensor *mask,
+		       const float *res, const float *branch)
+{
+	int BT = m->B * m->T, C = m->cfg.hidden;
+	struct dropout d = {m->cfg.hidden_dropout, m->seed, dropout_site(l, s)};
+	struct drop_rows r = {m->seq0, m->T, m->cfg.seq_len, 0, NULL};
+
+	if (dropping(m) && s == DROP_EMBED)
+		dropout_fwd(&m->k, out, (unsigned char *)D(*mask), &d, &r, BT, C);
+	else if (dropping(m))
+		dropout_add_fwd(&m->k, out, (unsigned char *)D(*mask), res, branch, &d, &r, BT, C);
+	else if (s != DROP_EMBED)
+		residual_fwd(&m->k, out, res, branch, (size_t)BT * C);
+}
+
+/* The branch's output gradient: dres, or its masked copy in m->ddrop. */
+static const float *branch_grad(struct gpt *m, const struct tensor *mask)
+{
+	if (!dropping(m))
+		return D(m->dres);
+	dropout_bwd(&m->k, D(m->ddrop), D(m->dres), (const unsigned char *)D(*mask),
+		    m->cfg.hidden_dropout, (size_t)m->B * m->T * m->cfg.hidden);
+	return D(m->ddrop);
+}
+
 float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 {
 	const struct kctx *k = &m->k;
@@ -363,6 +413,7 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 	}
 	m->aux_loss = 0;
 	embedding_fwd(k, D(m->enc), m->tokens, m->p[0].w.data, m->p[1].w.data, B, T, C, 0);
+	branch_add(m, -1, DROP_EMBED, D(m->enc), &m->mask_enc, NULL, D(m->enc));
 	x = D(m->enc);
 	for (int l = 0; l < L; l++) {
 		struct gpt_layer_acts *a = &m->la[l];
@@ -374,7 +425,7 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 		attention_fwd(k, D(a->atty), D(a->att), D(a->qkv), B, T, NH, 0, NH, C / NH);
 		linear_fwd(k, D(m->tmp), D(a->atty), W(m, l, LP_PROJW), W(m, l, LP_PROJB), 1, BT, C,
 			   C);
-		residual_fwd(k, D(a->res2), x, D(m->tmp), (size_t)BT * C);
+		branch_add(m, l, DROP_ATTN, D(a->res2), &a->mask2, x, D(m->tmp));
 		layernorm_fwd(k, D(a->ln2), D(a->ln2_mean), D(a->ln2_rstd), D(a->res2),
 			      W(m, l, LP_LN2W), W(m, l, LP_LN2B), BT, C);
 		if (gpt_layer_is_moe(&m->cfg, l)) {
@@ -388,7 +439,7 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 			linear_fwd(k, D(m->tmp), D(a->fch_gelu), W(m, l, LP_FC2W), W(m, l, LP_FC2B),
 				   1, BT, F, C);
 		}
-		residual_fwd(k, D(a->res3), D(a->res2), D(m->tmp), (size_t)BT * C);
+		branch_add(m, l, DROP_MLP, D(a->res3), &a->mask3, D(a->res2), D(m->tmp));
 		x = D(a->res3);
 	}
 	layernorm_fwd(k, D(m->lnf), D(m->lnf_mean), D(m->lnf_rstd), x, m->p[m->np - 2].w.data,
@@ -434,19 +485,22 @@ void gpt_backward(struct gpt *m, float scale)
 		struct gpt_layer_acts *a = &m->la[l];
 		const float *x = l ? D(m->la[l - 1].res3) : D(m->enc);
 
-		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))), or res2 + moe(ln2(res2)) */
+		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))), or res2 + moe(ln2(res2)), the branch
+		 * through its dropout */
+		const float *g = branch_grad(m, &a->mask3);
+
 		if (gpt_layer_is_moe(&m->cfg, l)) {
 			zero(&m->dln);
-			moe_bwd(k, &m->moe, &a->moe, &m->moe_scratch, D(m->dln), D(m->dres), scale,
+			moe_bwd(k, &m->moe, &a->moe, &m->moe_scratch, D(m->dln), g, scale,
 				D(a->ln2), W(m, l, LP_ROUTER), W(m, l, LP_FCW), W(m, l, LP_FC2W),
 				G(m, l, LP_ROUTER), G(m, l, LP_FCW), G(m, l, LP_FCB),
 				G(m, l, LP_FC2W), G(m, l, LP_FC2B));
 			goto ln2_bwd;
 		}
 		zero(&m->dfch_gelu);
-		linear_bwd_input(k, D(m->dfch_gelu), D(m->dres), W(m, l, LP_FC2W), BT, F, C);
-		linear_bwd_weight(k, G(m, l, LP_FC2W), G(m, l, LP_FC2B), 1, D(m->dres),
-				  D(a->fch_gelu), BT, F, C);
+		linear_bwd_input(k, D(m->dfch_gelu), g, W(m, l, LP_FC2W), BT, F, C);
+		linear_bwd_weight(k, G(m, l, LP_FC2W), G(m, l, LP_FC2B), 1, g, D(a->fch_gelu), BT,
+				  F, C);
 		zero(&m->dfch);
 		gelu_bwd(k, D(m->dfch), D(a->fch), D(m->dfch_gelu), (size_t)BT * F);
 		zero(&m->dln);
@@ -457,10 +511,11 @@ void gpt_backward(struct gpt *m, float scale)
 		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN2W), G(m, l, LP_LN2B), D(m->dln),
 			      D(a->res2), W(m, l, LP_LN2W), D(a->ln2_mean), D(a->ln2_rstd), BT, C);
 		/* res2 = x + proj(attention(qkv(ln1(x)))) */
+		g = branch_grad(m, &a->mask2);
 		zero(&m->datty);
-		linear_bwd_input(k, D(m->datty), D(m->dres), W(m, l, LP_PROJW), BT, C, C);
-		linear_bwd_weight(k, G(m, l, LP_PROJW), G(m, l, LP_PROJB), 1, D(m->dres),
-				  D(a->atty), BT, C, C);
+		linear_bwd_input(k, D(m->datty), g, W(m, l, LP_PROJW), BT, C, C);
+		linear_bwd_weight(k, G(m, l, LP_PROJW), G(m, l, LP_PROJB), 1, g, D(a->atty), BT, C,
+				  C);
 		zero(&m->dqkv);
 		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(a->att), D(a->qkv),
 			      B, T, NH, 0, NH, C / NH);
@@ -471,6 +526,9 @@ void gpt_backward(struct gpt *m, float scale)
 		layernorm_bwd(k, D(m->dres), G(m, l, LP_LN1W), G(m, l, LP_LN1B), D(m->dln), x,
 			      W(m, l, LP_LN1W), D(a->ln1_mean), D(a->ln1_rstd), BT, C);
 	}
+	if (dropping(m)) /* the embeddings' dropout, in place: dres is not read again */
+		dropout_bwd(k, D(m->dres), D(m->dres), (const unsigned char *)D(m->mask_enc),
+			    m->cfg.hidden_dropout, (size_t)BT * C);
 	embedding_bwd(k, m->p[0].g.data, m->p[1].g.data, D(m->dres), m->tokens, B, T, C, 0);
 }
 
@@ -517,7 +575,9 @@ void gpt_sample(struct gpt *m, const int *prompt, int nprompt, int n, uint64_t s
 		 * used-1 see exactly the context. Targets are irrelevant (0). */
 		memset(tok, 0, (size_t)T * sizeof *tok);
 		memcpy(tok, ctx + start, (size_t)used * sizeof *tok);
+		m->train = 0;
 		gpt_forward(m, tok, tok);
+		m->train = 1;
 		p = m->probs.data + (size_t)(used - 1) * V;
 		for (next = 0; next < V - 1; next++) {
 			acc += p[next];

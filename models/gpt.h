@@ -33,6 +33,7 @@ struct gpt_config {
 	int moe_every;         /* layers l with (l + 1) % moe_every == 0 are MoE */
 	float capacity_factor; /* slots per expert = floor(cf * tokens * k / E); 0: dropless */
 	float aux_coeff;       /* weight of the load-balancing loss */
+	float hidden_dropout;  /* Megatron's --hidden-dropout (models/dropout.h); 0: none */
 };
 
 /* A layer's parameters, in this order; gpt_param(m, l, i) finds one. */
@@ -75,6 +76,7 @@ struct gpt_layer_acts {
 	struct tensor fch, fch_gelu;           /* (B, T, ffn) before and after GeLU (dense) */
 	struct moe_acts moe;                   /* the MoE block's (MoE layers) */
 	struct tensor res3;                    /* (B, T, h): the block's output */
+	struct tensor mask2, mask3; /* (B, T, h) bytes: hidden dropout's masks of the branches */
 };
 
 struct gpt {
@@ -94,6 +96,13 @@ struct gpt {
 	struct moe_shape moe;           /* the MoE blocks' shape */
 	float aux_loss;                 /* the load-balancing losses of the last forward */
 	int *tokens, *targets;          /* (B, T) host copies of the last batch */
+	/* Hidden dropout: the masks of the embeddings (B, T, h bytes), a branch's gradient
+	 * through its mask, the run's seed, the micro-batch's first sequence in the run's
+	 * stream of sequences (gpt_forward's caller sets it; models/dropout.h), and 0 while
+	 * sampling (no dropout then). */
+	struct tensor mask_enc, ddrop;
+	uint64_t seed, seq0;
+	int train;
 };
 
 /* The model's parameter tensors by index: wte, wpe, then LP_N per layer, then lnf weight
@@ -138,12 +147,13 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
  * head size, the heads this device computes), the MLP ffn wide, or a MoE block of shape
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
 enum {
-	GPT_ACTS_PRE = 1,     /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
-	GPT_ACTS_ATTN = 2,    /* qkv, the scores (or lse), the attention output */
-	GPT_ACTS_POST = 4,    /* the attention output, the rest of the layer to its output */
-	GPT_ACTS_ALL = 7,     /* the whole layer */
-	GPT_ACTS_FLASH = 8,   /* with memory-efficient attention */
-	GPT_ACTS_NO_MLP = 16, /* without the dense MLP's intermediates (chunked MLP) */
+	GPT_ACTS_PRE = 1,      /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
+	GPT_ACTS_ATTN = 2,     /* qkv, the scores (or lse), the attention output */
+	GPT_ACTS_POST = 4,     /* the attention output, the rest of the layer to its output */
+	GPT_ACTS_ALL = 7,      /* the whole layer */
+	GPT_ACTS_FLASH = 8,    /* with memory-efficient attention */
+	GPT_ACTS_NO_MLP = 16,  /* without the dense MLP's intermediates (chunked MLP) */
+	GPT_ACTS_DROPOUT = 32, /* with the hidden dropout's masks (rows, h bytes) */
 };
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
 			 int h, int hl, int heads, int ffn, const struct moe_shape *moe,

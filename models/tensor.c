@@ -53,6 +53,14 @@ int tensor_alloc_shard(const struct kctx *k, struct tensor *t, enum mem_cat cat,
 		     (uint64_t)n * 4, name);
 }
 
+int tensor_alloc_bytes(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t nbytes,
+		       const char *name)
+{
+	size_t n = (nbytes + sizeof(float) - 1) / sizeof(float);
+
+	return alloc(k, t, cat, n, nbytes, (uint64_t)n * sizeof(float), name);
+}
+
 int tensor_alloc_optim(const struct kctx *k, struct tensor *t, size_t nparams, const char *name)
 {
 	return alloc(k, t, MEM_OPTIM, 2 * nparams,

@@ -53,6 +53,9 @@ int tensor_ensure(const struct kctx *k, struct tensor *t, enum mem_cat cat, size
  * keeps all n so that the kernels address the buffer as a whole. */
 int tensor_alloc_shard(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
 		       size_t resident, const char *name);
+/* nbytes of device memory (a byte mask), with data holding at least as many bytes. */
+int tensor_alloc_bytes(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t nbytes,
+		       const char *name);
 int tensor_alloc_optim(const struct kctx *k, struct tensor *t, size_t nparams, const char *name);
 void tensor_free(const struct kctx *k, struct tensor *t);
 

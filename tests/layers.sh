@@ -28,7 +28,7 @@ allow_par() {
 		fi
 	done
 }
-models='\(gpt\|attention\|moe\|ops\|linear\|tensor\|optim\|data\|presets\|rng\)\.h'
+models='\(gpt\|attention\|moe\|ops\|linear\|tensor\|optim\|data\|presets\|rng\|dropout\|vmath\)\.h'
 all="emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch]"
 deny "$all" '[^"]*\.\./' "no include climbs out of the search path"
 deny "models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch]" 'internal\.h' \

@@ -76,15 +76,16 @@ static const struct layout {
 	const char *name;
 	int dp, tp, pp, cp, ep, zero, sp;
 	int moe;
+	float dropout; /* --hidden-dropout: the resumed run's masks are the uninterrupted one's */
 } layouts[] = {
-	{"serial", 1, 1, 1, 1, 1, 0, 0, 0},
-	{"tp2-pp2-dp2-zero1", 2, 2, 2, 1, 1, 1, 0, 0},
-	{"tp4-dp2", 2, 4, 1, 1, 1, 0, 0, 0},
-	{"tp2-dp2-zero3-sp", 2, 2, 1, 1, 1, 3, 1, 0},
-	{"cp2-dp2-zero2", 2, 1, 1, 2, 1, 2, 0, 0},
-	{"moe-dp2", 2, 1, 1, 1, 1, 0, 0, 1},
-	{"moe-ep2-dp2-zero1", 2, 1, 1, 1, 2, 1, 0, 1},
-	{"moe-tp2-ep2", 1, 2, 1, 1, 2, 0, 0, 1},
+	{"serial", 1, 1, 1, 1, 1, 0, 0, 0, 0},
+	{"tp2-pp2-dp2-zero1", 2, 2, 2, 1, 1, 1, 0, 0, 0.1f},
+	{"tp4-dp2", 2, 4, 1, 1, 1, 0, 0, 0, 0},
+	{"tp2-dp2-zero3-sp", 2, 2, 1, 1, 1, 3, 1, 0, 0.1f},
+	{"cp2-dp2-zero2", 2, 1, 1, 2, 1, 2, 0, 0, 0.1f},
+	{"moe-dp2", 2, 1, 1, 1, 1, 0, 0, 1, 0},
+	{"moe-ep2-dp2-zero1", 2, 1, 1, 1, 2, 1, 0, 1, 0.1f},
+	{"moe-tp2-ep2", 1, 2, 1, 1, 2, 0, 0, 1, 0},
 };
 
 static const struct layout *layout_named(const char *name)
@@ -109,6 +110,7 @@ static void layout_cfg(struct run_cfg *cfg, const struct layout *l)
 	cfg->sp = l->sp;
 	cfg->flash = l->cp > 1;
 	cfg->opt.decay_steps = 4;
+	cfg->model.hidden_dropout = l->dropout;
 }
 
 /* Runs cfg (steps from cfg->step0, resumed from cfg->resume if set) on its mesh, or as

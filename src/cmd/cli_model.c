@@ -28,6 +28,9 @@ const struct cli_opt cli_model_opts[] = {
 	 "give 1.25; a model made MoE by --num-experts is dropless unless given one)"},
 	{"moe-aux-loss-coeff", 0, 1, CLI_MODEL_AUX, "X",
 	 "weight of the load-balancing loss (default 0.01)"},
+	{"hidden-dropout", 0, 1, CLI_MODEL_HIDDEN_DROPOUT, "P",
+	 "dropout on the embeddings and on each branch before its residual add (default 0); "
+	 "every layout draws the serial model's masks"},
 	{"make-vocab-size-divisible-by", 0, 1, CLI_MODEL_VOCAB_DIV, "N",
 	 "pad the vocabulary to a multiple of N x tp, as Megatron does (default 128)"},
 	{"micro-batch-size", 0, 1, CLI_MODEL_MBS, "N", "sequences per forward pass"},
@@ -92,6 +95,7 @@ int cli_model_opt(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
 	case CLI_MODEL_MOE_EVERY:
 	case CLI_MODEL_CAPACITY:
 	case CLI_MODEL_AUX:
+	case CLI_MODEL_HIDDEN_DROPOUT:
 		m->ov[id] = v;
 		break;
 	case CLI_MODEL_VOCAB:
@@ -237,6 +241,15 @@ static void apply_sizes(const struct cli_model *m, struct gpt_config *g, const s
 	if (ov[CLI_MODEL_AUX])
 		g->aux_coeff =
 			(float)cli_double(c, "--moe-aux-loss-coeff", ov[CLI_MODEL_AUX], 0, 1e6);
+	if (ov[CLI_MODEL_HIDDEN_DROPOUT]) {
+		double p = cli_double(c, "--hidden-dropout", ov[CLI_MODEL_HIDDEN_DROPOUT], 0, 1);
+
+		if (p >= 1)
+			cli_fail(c,
+				 "--hidden-dropout %g: a probability under 1 (1 drops everything)",
+				 p);
+		g->hidden_dropout = (float)p;
+	}
 }
 
 void cli_model_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c, int dry_run)

@@ -24,6 +24,7 @@ enum {
 	CLI_MODEL_MOE_EVERY,
 	CLI_MODEL_CAPACITY,
 	CLI_MODEL_AUX,
+	CLI_MODEL_HIDDEN_DROPOUT,
 	CLI_MODEL_VOCAB,
 	CLI_MODEL_VOCAB_DIV,
 	CLI_MODEL_MBS,
@@ -53,16 +54,16 @@ enum {
 extern const struct cli_opt cli_model_opts[];
 
 struct cli_model {
-	const char *preset;                /* --model */
-	const char *ov[CLI_MODEL_AUX + 1]; /* the model's sizes as given, by option id */
-	int vocab;                         /* --vocab-size; 0: the preset's */
-	const char *prec;                  /* --precision; NULL: run_cfg_finish's default */
-	const char *data_path;             /* --data; NULL: the built-in corpus */
-	int sample;                        /* --sample N: bytes to generate (pemu train) */
-	int max_pos;                       /* --max-position-embeddings; 0: not given */
-	struct data data;                  /* the corpus cfg->data points at, once loaded */
-	const char *load;                  /* --load DIR */
-	struct ckpt ck;                    /* its checkpoint, if it held one (ck.w set) */
+	const char *preset;                           /* --model */
+	const char *ov[CLI_MODEL_HIDDEN_DROPOUT + 1]; /* the model's sizes as given, by id */
+	int vocab;                                    /* --vocab-size; 0: the preset's */
+	const char *prec;      /* --precision; NULL: run_cfg_finish's default */
+	const char *data_path; /* --data; NULL: the built-in corpus */
+	int sample;            /* --sample N: bytes to generate (pemu train) */
+	int max_pos;           /* --max-position-embeddings; 0: not given */
+	struct data data;      /* the corpus cfg->data points at, once loaded */
+	const char *load;      /* --load DIR */
+	struct ckpt ck;        /* its checkpoint, if it held one (ck.w set) */
 };
 
 void cli_model_init(struct cli_model *m);

@@ -108,6 +108,7 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 	printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
 	       cfg->prec == PREC_BF16 ? "bf16" : "fp32");
 	report_checkpoint_line(stdout, cfg);
+	report_dropout_line(stdout, cfg);
 	fflush(stdout);
 }
 

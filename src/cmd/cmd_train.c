@@ -94,6 +94,7 @@ static int train_device(struct emu_dev *d, void *arg)
 			if (!emu_dev_dry_run(d))
 				data_batch(cfg->data, cfg->seed, (uint64_t)(it - 1) * accum + a,
 					   cfg->mbs, cfg->model.seq_len, tok, tgt);
+			m.seq0 = ((uint64_t)(it - 1) * accum + a) * cfg->mbs; /* (dropout's keys) */
 			loss += gpt_forward(&m, tok, tgt) / accum;
 			gpt_backward(&m, 1.0f / accum);
 		}
@@ -186,6 +187,7 @@ static void print_header(const struct run_cfg *cfg, const struct emu_config *ecf
 		printf("# data: %s, %zu bytes, unigram entropy %.3f nats\n", cfg->data->name,
 		       cfg->data->n, data_unigram_entropy(cfg->data));
 	report_checkpoint_line(stdout, cfg);
+	report_dropout_line(stdout, cfg);
 	fflush(stdout);
 }
 

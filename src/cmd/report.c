@@ -81,7 +81,19 @@ void report_checkpoint_line(FILE *f, const struct run_cfg *cfg)
 		fprintf(f, "# a checkpoint into %s at the end\n", cfg->save);
 }
 
-/* The checkpoints' fields of "config", only when used. */
+void report_dropout_line(FILE *f, const struct run_cfg *cfg)
+{
+	if (cfg->model.hidden_dropout > 0)
+		fprintf(f,
+			"# hidden dropout %g on the embeddings and on each branch before its "
+			"residual "
+			"add; every element's mask from (seed, layer, site, token, column), the "
+			"same in "
+			"every layout\n",
+			(double)cfg->model.hidden_dropout);
+}
+
+/* The checkpoints' and the dropout's fields of "config", only when used. */
 static void checkpoint_json(FILE *f, const struct run_cfg *cfg)
 {
 	if (cfg->resume)
@@ -93,6 +105,8 @@ static void checkpoint_json(FILE *f, const struct run_cfg *cfg)
 		report_json_string(f, cfg->save);
 		fprintf(f, ",\"save_interval\":%d", cfg->save_interval);
 	}
+	if (cfg->model.hidden_dropout > 0)
+		fprintf(f, ",\"hidden_dropout\":%g", (double)cfg->model.hidden_dropout);
 }
 
 static const char *model_name(const struct run_cfg *cfg)

@@ -23,8 +23,10 @@ void report_cluster_json(FILE *f, const struct emu_config *cfg);
 /* "# vocabulary V padded to P, ..." when run_cfg_finish padded the vocabulary, else
  * nothing. */
 void report_vocab_padding(FILE *f, const struct run_cfg *cfg);
-/* "# " lines on the checkpoint the run starts from and the ones it saves, if any. */
+/* "# " lines on the checkpoint the run starts from and the ones it saves, if any; on the
+ * hidden dropout, if any. */
 void report_checkpoint_line(FILE *f, const struct run_cfg *cfg);
+void report_dropout_line(FILE *f, const struct run_cfg *cfg);
 
 /* The field "config":{...} of a report: the model's sizes for pemu train; the mesh and
  * the strategies for pemu run and verify. Both end with the cluster. */

@@ -488,7 +488,7 @@ static int rows_rows(struct par_model *m, const struct par_tp *c, struct par_wor
 {
 	(void)m;
 	(void)c;
-	w->g = D(w->dres);
+	w->g = w->gsrc;
 	return 0;
 }
 

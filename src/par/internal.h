@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "dropout.h"
 #include "par/layer.h"
 
 #define D(t)        ((t).data)
@@ -41,6 +42,20 @@ static inline int par_ready(struct par_model *m, int i)
  * weight pass (par/layer.c). */
 int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char *name, float *dw,
 		    float *db, const float *dy, const float *x, int M, int K, int N);
+
+/* Hidden dropout (models/dropout.h, par/layer.c). par_drop_rows: which tokens the rows
+ * [row0, row0 + Ml) of cut c are in a's batch (a part's sequences after the parts
+ * before it). par_drop_add: out = res + branch through site s's dropout of layer l
+ * (plain residual_fwd with p = 0), the mask into mask. par_drop_grad: the branch's
+ * gradient rows, w->dres through mask into w->ddrop (dres itself with p = 0). */
+struct drop_rows par_drop_rows(const struct par_model *m, const struct par_acts *a,
+			       const struct par_tp *c);
+void par_drop_add(struct par_model *m, const struct par_acts *a, const struct par_tp *c, int l,
+		  enum drop_site s, float *out, struct tensor *mask, const float *res,
+		  const float *branch);
+const float *par_drop_grad(struct par_model *m, struct par_work *w, const struct par_tp *c,
+			   const struct tensor *mask);
+struct dropout par_dropout(const struct par_model *m, int l, enum drop_site s);
 
 /* A MoE layer's routing of x (its ln2 rows) with router weights wr into a: the model's
  * own (moe_route), or where the micro-batch's tokens are spread over ranks (cp, or each

@@ -72,6 +72,49 @@ int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char 
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Hidden dropout                                                                       */
+
+struct dropout par_dropout(const struct par_model *m, int l, enum drop_site s)
+{
+	return (struct dropout){m->cfg.hidden_dropout, m->pc.seed, dropout_site(l, s)};
+}
+
+struct drop_rows par_drop_rows(const struct par_model *m, const struct par_acts *a,
+			       const struct par_tp *c)
+{
+	if (m->pc.bug == PAR_BUG_DROPOUT_LOCAL) /* (for tests: what verify must catch) */
+		return (struct drop_rows){a->seq0, m->T, m->cfg.seq_len, 0, NULL};
+	return (struct drop_rows){a->seq0 + (uint64_t)c->part * (uint64_t)c->B, m->T,
+				  m->cfg.seq_len, c->row0, m->pos};
+}
+
+void par_drop_add(struct par_model *m, const struct par_acts *a, const struct par_tp *c, int l,
+		  enum drop_site s, float *out, struct tensor *mask, const float *res,
+		  const float *branch)
+{
+	struct dropout d = par_dropout(m, l, s);
+	struct drop_rows r = par_drop_rows(m, a, c);
+
+	if (d.p > 0)
+		dropout_add_fwd(&m->k, out, (unsigned char *)D(*mask), res, branch, &d, &r, c->Ml,
+				m->cfg.hidden);
+	else
+		residual_fwd(&m->k, out, res, branch, (size_t)c->Ml * m->cfg.hidden);
+}
+
+const float *par_drop_grad(struct par_model *m, struct par_work *w, const struct par_tp *c,
+			   const struct tensor *mask)
+{
+	float p = m->cfg.hidden_dropout;
+
+	if (p <= 0)
+		return D(w->dres);
+	dropout_bwd(&m->k, D(w->ddrop), D(w->dres), (const unsigned char *)D(*mask), p,
+		    (size_t)c->Ml * m->cfg.hidden);
+	return D(w->ddrop);
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Posting                                                                              */
 
 int par_work_wait(struct par_model *m, struct par_work *w)
@@ -113,7 +156,7 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	const struct par_tp *c = pl->tp;
 	struct gpt_layer_acts *la = par_la(a, l);
 	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t, rc;
-	size_t r0 = (size_t)c->row0, mc = (size_t)c->Ml * C;
+	size_t r0 = (size_t)c->row0;
 	const float *x = par_layer_input(a, l); /* (Ml, h) */
 
 	switch (p) {
@@ -131,8 +174,8 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
 		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
-	case PAR_MID: /* res2 = x + the attention's branch; ln2 made whole (f) */
-		residual_fwd(k, D(la->res2), x, w->sum, mc);
+	case PAR_MID: /* res2 = x + the attention's branch (dropped out); ln2 made whole (f) */
+		par_drop_add(m, a, c, l, DROP_ATTN, D(la->res2), &la->mask2, x, w->sum);
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
 			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
 			      c->Ml, C);
@@ -141,8 +184,8 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		if ((rc = pl->mlp->fwd(m, c, w, la, l, &a->aux_loss)))
 			return rc;
 		return pl->mlp_region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
-	case PAR_OUT: /* res3 = res2 + the MLP's branch */
-		residual_fwd(k, D(la->res3), D(la->res2), w->sum, mc);
+	case PAR_OUT: /* res3 = res2 + the MLP's branch (dropped out) */
+		par_drop_add(m, a, c, l, DROP_MLP, D(la->res3), &la->mask3, D(la->res2), w->sum);
 		return cut_gather(m, a, l);
 	default:
 		EMU_ASSERT(0);
@@ -161,8 +204,10 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t, rc;
 
 	switch (p) {
-	case PAR_OUT: /* the output's gradient rows for the row-parallel fc2 */
+	case PAR_OUT: /* the output's gradient rows (through the dropout) for the row-parallel fc2
+		       */
 		cut_split(m, w, a, l);
+		w->gsrc = par_drop_grad(m, w, c, &la->mask3);
 		return pl->mlp_region->rows(m, c, w);
 	case PAR_MLP: /* d ln2, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
@@ -173,6 +218,7 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
 			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),
 			      c->Ml, C);
+		w->gsrc = par_drop_grad(m, w, c, &la->mask2);
 		return pl->region->rows(m, c, w);
 	case PAR_PROJ: /* d atty (B T, h/t) */
 		par_zero(&w->datty);

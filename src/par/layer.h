@@ -68,8 +68,9 @@ struct par_mlp {
 /* Megatron's f and g (Shoeybi et al. 2019, section 3): enter makes buf (B T, C) whole
  * before a column-parallel layer from this rank's rows at row0; exit sums the partial
  * (B T, C) of a row-parallel layer into the rows this rank keeps (*out: in partial, or in
- * local (Ml, C)); rows sets w->g to the residual gradient's rows a row-parallel layer's
- * backward reads; all over the layer's cut c (its group, rows and shapes). Each runs its
+ * local (Ml, C)); rows sets w->g to the rows a row-parallel layer's backward reads, from
+ * this rank's rows of the residual gradient in w->gsrc (through the branch's dropout, if
+ * any); all over the layer's cut c (its group, rows and shapes). Each runs its
  * collective now, or posts it if w posts (par_post_slot). Each returns 0 or a negative
  * enum emu_err. */
 struct par_region {

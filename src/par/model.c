@@ -113,6 +113,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 			rc = tensor_alloc(k, (t), MEM_WORK, (n), (name));                          \
 	} while (0)
 	A(&w->dres, ml * h, "d residual");
+	if (m->cfg.hidden_dropout > 0)
+		A(&w->ddrop, ml * h, "d branch (dropout)");
 	if (m->sp) {
 		A(&w->tmpl, ml * h, "branch out rows");
 		A(&w->dlocal, ml * h, "d layernorm rows");
@@ -166,7 +168,23 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 
 unsigned par_acts_flags(const struct par_model *m)
 {
-	return (m->pc.flash ? GPT_ACTS_FLASH : 0u) | (m->pc.mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u);
+	return (m->pc.flash ? GPT_ACTS_FLASH : 0u) | (m->pc.mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u) |
+	       (m->cfg.hidden_dropout > 0 ? GPT_ACTS_DROPOUT : 0u);
+}
+
+int par_acts_embed_mask(struct par_model *m, struct par_acts *a)
+{
+	if (m->cfg.hidden_dropout <= 0 || a->mask_enc.mb)
+		return 0;
+	return tensor_alloc_bytes(&m->k, &a->mask_enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
+				  "dropout mask embeddings");
+}
+
+void par_acts_begin(struct par_model *m, struct par_acts *a, uint64_t g)
+{
+	a->seq0 = (m->pc.batch0 + g) * (uint64_t)m->pc.mbs;
+	for (int s = 0; s < a->nsub; s++)
+		a->sub[s].seq0 = a->seq0 + (uint64_t)s * (uint64_t)m->B;
 }
 
 int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1)
@@ -218,7 +236,8 @@ void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what
 	if (what & PAR_DROP_POST) {
 		struct tensor *t[] = {&la->res2,  &la->ln2,      &la->ln2_mean, &la->ln2_rstd,
 				      &la->fch,   &la->fch_gelu, &la->res3,     &la->moe.probs,
-				      &la->moe.x, &la->moe.pre,  &la->moe.h,    &la->moe.y};
+				      &la->moe.x, &la->moe.pre,  &la->moe.h,    &la->moe.y,
+				      &la->mask2, &la->mask3};
 
 		for (size_t i = 0; i < sizeof t / sizeof *t; i++)
 			tensor_free(k, t[i]);
@@ -258,6 +277,8 @@ static int acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 	if (!rc)
 		rc = tensor_alloc(&m->k, &a->enc, MEM_ACT, (size_t)m->Ml * m->cfg.hidden,
 				  l0 ? "stage input" : "embeddings");
+	if (!rc && l0 == 0)
+		rc = par_acts_embed_mask(m, a);
 	if (!rc)
 		rc = acts_cut(m, a);
 	for (int l = l0; l < l1 && !rc; l++) {
@@ -288,8 +309,9 @@ int par_acts_alloc(struct par_model *m, struct par_acts *a, int l0, int l1)
 void par_acts_free(struct par_model *m, struct par_acts *a)
 {
 	const struct kctx *k = &m->k;
-	struct tensor *t[] = {&a->enc,  &a->lnf,  &a->lnf_mean, &a->lnf_rstd, &a->probs, &a->losses,
-			      &a->dout, &a->din2, &a->gout_a,   &a->gout_x,   &a->cutbuf};
+	struct tensor *t[] = {&a->enc,    &a->lnf,    &a->lnf_mean, &a->lnf_rstd,
+			      &a->probs,  &a->losses, &a->dout,     &a->din2,
+			      &a->gout_a, &a->gout_x, &a->cutbuf,   &a->mask_enc};
 
 	for (int s = 0; s < a->nsub; s++)
 		par_acts_free(m, &a->sub[s]);

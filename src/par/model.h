@@ -52,8 +52,14 @@ enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_TRAFFIC_EP, PAR_NTRAFF
  * (rows placed at the other chunk's positions), expert parallelism's dispatch split off
  * by one (a row of each rank's first expert sent as its second's), a MoE router whose
  * micro-batch is spread over ranks counting its own rank's choices alone
- * (par/moe_route.c). */
-enum par_bug { PAR_BUG_NONE, PAR_BUG_CP_CHUNKS, PAR_BUG_EP_SPLIT, PAR_BUG_MOE_ROUTE };
+ * (par/moe_route.c), hidden dropout keyed by a rank's local rows (par/layer.c). */
+enum par_bug {
+	PAR_BUG_NONE,
+	PAR_BUG_CP_CHUNKS,
+	PAR_BUG_EP_SPLIT,
+	PAR_BUG_MOE_ROUTE,
+	PAR_BUG_DROPOUT_LOCAL /* dropout keyed by a rank's local rows, not the global tokens */
+};
 
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
 #define PAR_NSUB 2
@@ -88,6 +94,10 @@ struct par_cfg {
 					   * cut tpf ways (tpf divides tp), 0 if none */
 	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h) */
 	enum par_bug bug;                 /* for tests: a bug verify must catch, or none */
+	/* Hidden dropout's keys (models/dropout.h): the run's seed, and the data's index of
+	 * the first micro-batch of this run (a resumed run's iteration times its micro-batches
+	 * a step), to which an executor's micro-batch index adds (par_acts_begin). */
+	uint64_t seed, batch0;
 };
 
 /* Where this rank runs and whom it talks to. */
@@ -198,6 +208,9 @@ struct par_acts {
 	int *tokens, *targets;            /* (B, T) */
 	int *ltargets;                    /* (B, T): targets local to the vocab shard, -1 if not */
 	float aux_loss;                   /* the MoE layers' load-balancing losses */
+	uint64_t seq0;                    /* its first sequence in the run's stream of them
+					   * (hidden dropout's keys; par_acts_begin) */
+	struct tensor mask_enc;           /* (Ml, h) bytes: the embeddings' dropout mask */
 };
 
 /* Layer l's activations and stash in a (l0 <= l < l1). */
@@ -260,6 +273,9 @@ struct par_work {
 	struct tensor route_cnt;      /* the routing counts of every rank routing the
 				       * micro-batch (cp, tp x cp; par/moe_route.c) */
 	struct moe_scratch moe_scratch;
+	struct tensor ddrop;  /* (Ml, h), hidden dropout: a branch's gradient through its mask */
+	const float *gsrc;    /* backward: the residual gradient's rows a region's rows reads
+			       * (dres, or ddrop under hidden dropout) */
 	const float *sum;     /* forward: the rows the region's exit summed */
 	const float *g;       /* backward: the rows a row-parallel layer reads */
 	const float *dl;      /* backward: a LayerNorm output's gradient, summed by the exit */
@@ -390,6 +406,8 @@ void par_acts_free(struct par_model *m, struct par_acts *a);
 int par_acts_alloc_empty(struct par_model *m, struct par_acts *a, int l0, int l1);
 int par_acts_layer(struct par_model *m, struct par_acts *a, int l, unsigned parts);
 int par_acts_head(struct par_model *m, struct par_acts *a);
+/* The embeddings' dropout mask, if the model has hidden dropout (the first layers' acts). */
+int par_acts_embed_mask(struct par_model *m, struct par_acts *a);
 /* Gives back part of layer l's activations in a, for an executor that recomputes by
  * piece (HelixPipe): PAR_DROP_POST what follows the attention output (res2, ln2 and its
  * statistics, the MLP's, res3), keeping the attention output, that part's input;
@@ -398,6 +416,10 @@ enum { PAR_DROP_PRE = 1, PAR_DROP_POST = 2 };
 void par_acts_drop(struct par_model *m, struct par_acts *a, int l, unsigned what);
 /* The GPT_ACTS_* flags of how this model's attention and MLP keep their activations. */
 unsigned par_acts_flags(const struct par_model *m);
+/* Before a's forward: it holds the executor's micro-batch g of the step (the index the
+ * data and routes use), so its sequences are the run's (batch0 + g) B nsub onwards, its
+ * sub-batches' in order (hidden dropout's keys). */
+void par_acts_begin(struct par_model *m, struct par_acts *a, uint64_t g);
 
 /* Sums the tied embedding's gradient over emb (the first and last pipeline stages). */
 int par_sum_tied_embedding(struct par_model *m, struct emu_group *emb);

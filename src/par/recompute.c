@@ -11,7 +11,7 @@
 static void drop_but(struct par_model *m, struct gpt_layer_acts *la, struct tensor *const *keep)
 {
 	struct moe_acts host = la->moe;
-	struct tensor saved[8]; /* the most a keep list holds */
+	struct tensor saved[10]; /* the most a keep list holds */
 	int n = 0;
 
 	for (; keep[n]; n++) {
@@ -47,13 +47,16 @@ void par_recompute_drop(struct par_model *m, struct par_acts *a, int l)
 		return;
 	}
 	case PAR_RECOMPUTE_OASES: {
-		/* what the region's collectives made: the summed branches in res2 and res3;
+		/* what the region's collectives made: the summed branches in res2 and res3 (and
+		 * the hidden dropout's masks, which a rerun would not remake);
 		 * under sequence parallelism the gathered LayerNorm outputs too, with their
 		 * statistics (of this rank's rows) */
-		struct tensor *const tp_keep[] = {&la->res2, &la->res3, NULL};
+		struct tensor *const tp_keep[] = {&la->res2, &la->res3, &la->mask2, &la->mask3,
+						  NULL};
 		struct tensor *const sp_keep[] = {&la->res2,     &la->res3,     &la->ln1,
 						  &la->ln1_mean, &la->ln1_rstd, &la->ln2,
-						  &la->ln2_mean, &la->ln2_rstd, NULL};
+						  &la->ln2_mean, &la->ln2_rstd, &la->mask2,
+						  &la->mask3,    NULL};
 
 		drop_but(m, la, m->plan[l].tp->sp ? sp_keep : tp_keep);
 		return;

@@ -57,8 +57,8 @@ static int sp_rows(struct par_model *m, const struct par_tp *c, struct par_work 
 	w->g = D(w->gfull);
 	if ((rc = par_post_slot(m, w, &req)))
 		return rc;
-	return req ? coll_iall_gather(m->k.d, c->g, D(w->dres), D(w->gfull), n, req)
-		   : coll_all_gather(m->k.d, c->g, D(w->dres), D(w->gfull), n);
+	return req ? coll_iall_gather(m->k.d, c->g, w->gsrc, D(w->gfull), n, req)
+		   : coll_all_gather(m->k.d, c->g, w->gsrc, D(w->gfull), n);
 }
 
 const struct par_region par_region_sp = {"sequence-parallel all-gather / reduce-scatter", sp_enter,

@@ -316,7 +316,7 @@ static int tp_rows(struct par_model *m, const struct par_tp *c, struct par_work 
 {
 	(void)m;
 	(void)c;
-	w->g = D(w->dres);
+	w->g = w->gsrc;
 	return 0;
 }
 
@@ -325,7 +325,7 @@ const struct par_region par_region_tp = {"tensor-parallel all-reduce", tp_enter,
 /* ------------------------------------------------------------------------------------ */
 /* Vocabulary-parallel embedding and cross-entropy                                      */
 
-int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a)
+static int embed_lookup(struct par_model *m, struct par_work *w, struct par_acts *a)
 {
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, C = m->cfg.hidden, rc;
@@ -351,10 +351,28 @@ int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	return 0;
 }
 
+/* The embeddings, then their dropout on this rank's rows (the model's cut), in place. */
+int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a)
+{
+	struct dropout d = par_dropout(m, -1, DROP_EMBED);
+	struct drop_rows r = par_drop_rows(m, a, &m->tpv[PAR_TPV_MODEL]);
+	int rc = embed_lookup(m, w, a);
+
+	if (!rc && d.p > 0)
+		dropout_fwd(&m->k, D(a->enc), (unsigned char *)D(a->mask_enc), &d, &r, m->Ml,
+			    m->cfg.hidden);
+	return rc;
+}
+
 int par_tp_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a)
 {
 	const struct kctx *k = &m->k;
 	int B = m->B, T = m->T, C = m->cfg.hidden, rc;
+
+	if (m->cfg.hidden_dropout > 0) /* through the embeddings' dropout, in place */
+		dropout_bwd(k, D(w->dres), D(w->dres), (const unsigned char *)D(a->mask_enc),
+			    m->cfg.hidden_dropout, (size_t)m->Ml * C);
+	w->gsrc = D(w->dres);
 
 	if (m->tp == 1 && m->cp == 1) {
 		embedding_bwd(k, m->p[0].g, m->p[1].g, D(w->dres), a->tokens, B, T, C, 0);

@@ -164,7 +164,8 @@ static int block_alloc(struct par_model *m, struct par_acts *a, int j)
 		return par_acts_layer(m, a, c, GPT_ACTS_ATTN | how);
 	}
 	if ((rc = par_acts_alloc_empty(m, a, c ? c - 1 : 0, c < L ? c + 1 : L)) ||
-	    (rc = tensor_alloc(k, &a->enc, MEM_ACT, nx, c ? "stage input" : "embeddings")))
+	    (rc = tensor_alloc(k, &a->enc, MEM_ACT, nx, c ? "stage input" : "embeddings")) ||
+	    (c == 0 && (rc = par_acts_embed_mask(m, a))))
 		return rc;
 	if (c > 0 && (rc = par_acts_layer(m, a, c - 1, GPT_ACTS_POST | how)))
 		return rc;
@@ -363,7 +364,10 @@ static int hx_fwd(void *ctx, int mb, int j)
 	uint64_t g = ps->io.batch(ps->io.ctx, mb, j == 0 || j == sc->nb - 1, ps->tok, ps->tgt);
 	float l;
 
-	if (rc || (rc = block_fwd(ps->m, a, j, ps->tok, ps->tgt, &l)))
+	if (rc)
+		return rc;
+	par_acts_begin(ps->m, a, g);
+	if ((rc = block_fwd(ps->m, a, j, ps->tok, ps->tgt, &l)))
 		return rc;
 	ps->loss += (double)l / ps->accum;
 	if (j % 2 == 0)

@@ -98,7 +98,10 @@ static int chunk_fwd(void *ctx, int mb, int j)
 				  ps->tok, ps->tgt);
 	float l;
 
-	if (rc || (rc = par_forward_part(ps->m, a, ps->tok, ps->tgt, &l)))
+	if (rc)
+		return rc;
+	par_acts_begin(ps->m, a, g);
+	if ((rc = par_forward_part(ps->m, a, ps->tok, ps->tgt, &l)))
 		return rc;
 	ps->loss += (double)l / ps->accum;
 	ps->io.forwarded(ps->io.ctx, g, a);

@@ -139,7 +139,9 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.overlap = cfg->tp_overlap,
 				.tpf_layers = cfg->tpf_layers,
 				.tpf = cfg->tpf,
-				.bucket_bytes = cfg->bucket_bytes};
+				.bucket_bytes = cfg->bucket_bytes,
+				.seed = cfg->seed,
+				.batch0 = (uint64_t)cfg->step0 * (uint64_t)(cfg->gbs / cfg->mbs)};
 }
 
 /* Oases's mixed degrees: of the tp group (tp_devs, this rank r), the tpf ranks r shares
@@ -354,6 +356,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			float l;
 
 			s.armed = !cfg->grad_after_bwd && a == rk.local - 1;
+			par_acts_begin(&m, &m.own, g);
 			if ((rc = par_forward(&m, tok, tgt, &l)))
 				goto out;
 			rank_forwarded(&rk, g, &m.own);

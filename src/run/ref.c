@@ -45,6 +45,9 @@ static int ref_device(struct emu_dev *d, void *arg)
 					   (uint64_t)(cfg->step0 + s) * accum + a, cfg->mbs,
 					   cfg->model.seq_len, tok, tgt);
 			for (int sb = 0; sb < nsub; sb++) {
+				/* the sub-batch's first sequence in the run (dropout's keys) */
+				m.seq0 = ((uint64_t)(cfg->step0 + s) * accum + a) * cfg->mbs +
+					 (uint64_t)sb * (cfg->mbs / nsub);
 				loss += (double)gpt_forward(&m, tok + sb * rows, tgt + sb * rows) /
 					(accum * nsub);
 				if (kctx_math(&k))
