@@ -211,6 +211,8 @@ static void test_bad_input(void **state)
 		 "--hidden-dropout 1: a probability under 1"},
 		{"run --model tiny --hidden-dropout -0.1",
 		 "--hidden-dropout: '-0.1' is not a number"},
+		{"run --model tiny --attention-dropout 0.1",
+		 "--attention-dropout 0.1: dropout on the attention probabilities is not built"},
 		{"run --model tiny --tp 2 --sequence-parallel --seq-length 3 --micro-batch-size 1",
 		 "--tp 2 does not divide the 3 tokens of a micro-batch"},
 		{"run --model tiny --hidden-size 100 --num-attention-heads 3 --tp 3",

@@ -25,6 +25,7 @@ enum {
 	CLI_MODEL_CAPACITY,
 	CLI_MODEL_AUX,
 	CLI_MODEL_HIDDEN_DROPOUT,
+	CLI_MODEL_ATTN_DROPOUT,
 	CLI_MODEL_VOCAB,
 	CLI_MODEL_VOCAB_DIV,
 	CLI_MODEL_MBS,
@@ -54,9 +55,9 @@ enum {
 extern const struct cli_opt cli_model_opts[];
 
 struct cli_model {
-	const char *preset;                           /* --model */
-	const char *ov[CLI_MODEL_HIDDEN_DROPOUT + 1]; /* the model's sizes as given, by id */
-	int vocab;                                    /* --vocab-size; 0: the preset's */
+	const char *preset;                         /* --model */
+	const char *ov[CLI_MODEL_ATTN_DROPOUT + 1]; /* the model's sizes as given, by id */
+	int vocab;                                  /* --vocab-size; 0: the preset's */
 	const char *prec;      /* --precision; NULL: run_cfg_finish's default */
 	const char *data_path; /* --data; NULL: the built-in corpus */
 	int sample;            /* --sample N: bytes to generate (pemu train) */
