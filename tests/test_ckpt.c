@@ -538,6 +538,9 @@ static void test_command_line(void **state)
 		 dir);
 	assert_int_equal(pemu(args, 1, out, sizeof out), 0);
 	assert_non_null(strstr(out, "starting from iteration 0"));
+	snprintf(args, sizeof args, "run %s --steps 4 --hidden-dropout 0.1 --load %s", common, dir);
+	assert_int_equal(pemu(args, 1, out, sizeof out), 0); /* a training setting: named */
+	assert_non_null(strstr(out, "--hidden-dropout 0.1 (saved 0)"));
 	snprintf(args, sizeof args,
 		 "run %s --steps 6 --lr-decay-iters 6 --save %s --load %s --json", common, dir,
 		 dir);

@@ -346,6 +346,7 @@ void ckpt_differences(const struct ckpt *c, const struct run_cfg *cfg, char *buf
 		{"--moe-expert-capacity-factor", c->model.capacity_factor,
 		 cfg->model.capacity_factor},
 		{"--moe-aux-loss-coeff", c->model.aux_coeff, cfg->model.aux_coeff},
+		{"--hidden-dropout", c->model.hidden_dropout, cfg->model.hidden_dropout},
 		/* (padded rows enter the softmax: another padding is another model's output) */
 		{"padded vocabulary", c->vocab_saved, cfg->model.vocab},
 	};
