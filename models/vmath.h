@@ -25,7 +25,10 @@
  * wide where the host has them. The bits are the same in every version: -std=c11 keeps
  * multiplies and adds unfused (no FMA), each lane rounds as the scalar operation does, and
  * the kernels it is put on have no reduction whose order the width could change. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(PEMU_NO_CLONES)
+/* (Not under ThreadSanitizer: the loader runs the version-picking resolver before TSan's
+ * runtime is up, and the program dies at start.) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(PEMU_NO_CLONES) && \
+	!defined(__SANITIZE_THREAD__)
 #define VM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define VM_CLONES
