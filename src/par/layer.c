@@ -204,8 +204,7 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t, rc;
 
 	switch (p) {
-	case PAR_OUT: /* the output's gradient rows (through the dropout) for the row-parallel fc2
-		       */
+	case PAR_OUT: /* the output's gradient rows (through dropout) for the row-parallel fc2 */
 		cut_split(m, w, a, l);
 		w->gsrc = par_drop_grad(m, w, c, &la->mask3);
 		return pl->mlp_region->rows(m, c, w);
