@@ -68,7 +68,7 @@ for op in all-reduce reduce-scatter all-gather all-to-all broadcast reduce; do
 	fi
 done
 
-# The largest mesh the CLI takes (65536 devices, run/cfg.c) runs, folded to one replica
+# The largest mesh the CLI takes (65536 devices, run/check.c) runs, folded to one replica
 # with two tensor-parallel ranks a stage, and reports every device; a replica's work
 # does not depend on how many there are, so its compute time is the one replica's.
 field() { sed -n "s/.*\"$1\":\([-+.eE0-9]*\).*/\1/p" "$2"; }

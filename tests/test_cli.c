@@ -141,7 +141,7 @@ static void test_bad_input(void **state)
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
 		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},
 		{"run --model tiny --sample 10", "only pemu train generates text"},
-		/* the rules of run/cfg.c's one checker, each with its message, in its order */
+		/* the rules of run/check.c's one checker, each with its message, in its order */
 		{"run --model tiny --ep 2", "--ep 2: the model has no MoE layers (--num-experts)"},
 		{"run --model moe-tiny --ep 3 --dp 3", "--ep 3 does not divide the 4 experts"},
 		{"run --model moe-tiny --ep 2 --tp 4",

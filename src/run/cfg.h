@@ -101,9 +101,13 @@ void run_cfg_init(struct run_cfg *cfg);
  * later. Then returns run_check(cfg, ndev, err, n). Call it once: it pads model.vocab. */
 int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
 
-/* The ONE checker: why cfg cannot run on ndev devices, as one line in err (the options
+/* The largest count (tokens, batch, vocabulary) pemu keeps in an int: beyond it a product
+ * is refused, never wrapped (cfg.c, check.c). */
+#define RUN_CFG_MAX_INT 2147483647
+
+/* The ONE checker (check.c): why cfg cannot run on ndev devices, as one line in err (the options
  * named as pemu's command line spells them), and -1; or 0. Checks the model's sizes, the
- * batches, the mesh (and that ep is not in this build), the virtual
+ * batches, the mesh, the virtual
  * pipeline, the schedule, the vocabulary the byte data needs, the strategies'
  * divisibility, and proves the pipeline schedule (sched_check) before anything runs.
  * Rules are tried in a fixed order; the first broken one is reported. */
