@@ -164,32 +164,59 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 	return t > (uint64_t)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
 }
 
-/* A link under the run's cost model (clock.h): a collective's fixed cost, and two
- * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta twice, or the
- * calibrated base and NCCL-like LL and bulk protocols (topo.h). */
+/* A link under the run's cost model (clock.h): a collective's fixed cost, and its
+ * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta for each, or
+ * the calibrated base and NCCL-like LL, LL128 up to ll128_max and bulk protocols, and
+ * NVLink SHARP (topo.h; nvls_bw 0: none). */
 struct wire {
-	int64_t base, ll_hop, hop;
-	uint64_t ll_bw, bw;
+	int64_t base, ll_hop, hop, ll128_hop, nvls;
+	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_min;
 };
+
+/* beta x eff in bytes a second, beta where that is not a rate */
+static uint64_t eff_bw(const struct topo_link *l, double eff)
+{
+	double bw = (double)l->bw_bytes * eff;
+
+	return bw >= 1 && bw < 1.8e19 ? (uint64_t)bw : l->bw_bytes;
+}
 
 static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
 {
-	double bw = (double)l->bw_bytes * l->bus_eff;
+	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
 
 	if (c->cfg.cost != EMU_COST_CALIBRATED)
-		return (struct wire){0, l->lat_ns, l->lat_ns, l->bw_bytes, l->bw_bytes};
-	bw = bw >= 1 && bw < 1.8e19 ? bw : (double)l->bw_bytes;
+		return w;
+	w.base = l->base_ns;
+	w.ll_hop = l->ll_hop_ns;
+	w.hop = l->hop_ns;
+	w.bw = eff_bw(l, l->bus_eff);
 	/* (the low-latency protocol never beats the link: a lower --*-bw bounds it too) */
-	return (struct wire){l->base_ns, l->ll_hop_ns, l->hop_ns,
-			     (double)l->ll_bw < bw ? l->ll_bw : (uint64_t)bw, (uint64_t)bw};
+	w.ll_bw = l->ll_bw < w.bw ? l->ll_bw : w.bw;
+	if (l->ll128_max) {
+		w.ll128_hop = l->ll128_hop_ns;
+		w.ll128_bw = eff_bw(l, l->ll128_eff);
+		w.ll128_max = l->ll128_max;
+	}
+	if (l->nvls_eff > 0) {
+		w.nvls = l->nvls_ns;
+		w.nvls_bw = eff_bw(l, l->nvls_eff);
+		w.nvls_min = l->nvls_min;
+	}
+	return w;
 }
 
-/* steps steps and num S / den bytes over the wire, by the faster protocol. */
+/* steps steps and num S / den bytes over the wire, by the fastest protocol NCCL would
+ * send a message of S bytes with: LL, and LL128 up to its largest message or else the
+ * bulk protocol. */
 static int64_t proto_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
 			uint64_t den)
 {
 	int64_t ll = emu_time_add((int64_t)steps * l->ll_hop, bw_ns(num, S, den, l->ll_bw));
-	int64_t bulk = emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
+	int64_t bulk = l->ll128_bw && S <= l->ll128_max
+			       ? emu_time_add((int64_t)steps * l->ll128_hop,
+					      bw_ns(num, S, den, l->ll128_bw))
+			       : emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
 
 	return ll < bulk ? ll : bulk;
 }
@@ -293,6 +320,9 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 						    S, (uint64_t)k * (uint64_t)L));
 		} else {
 			dur = ring_ns(l, n, S, 1);
+			/* NVLink SHARP: the switch reduces, in one pass whatever n */
+			if (l->nvls_bw && S >= l->nvls_min && op->ch->link == TOPO_LINK_INTRA)
+				dur = emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
 		}
 		work = a->count;
 		break;

@@ -33,27 +33,39 @@
  *   kernel_ns     the fixed cost of a kernel, 2 us: pytorch/ao's roofline model's floor
  *                 for a kernel (the roofline's launch_ns is 3 us)
  * and per link, for NCCL's collectives (coll.h: a collective costs base plus the faster of
- * two protocols, steps x ll_hop + bus bytes / ll_bw and steps x hop + bus bytes / (beta
- * bus_eff), as NCCL picks LL for small messages and Simple for large):
- *   bus_eff       large messages' bus bandwidth over beta, from nccl-tests: NVLink3 0.78
- *                 (8 A100, all-reduce 234.9 GB/s at 16 GiB, Bekman, Machine Learning
- *                 Engineering, network chapter, "Real network throughput"; "~230GB/s",
- *                 S. Jeaugey, NVIDIA/nccl-tests issue 149), NVLink4 0.82 (ring 367.6 GB/s
- *                 on 8 H200, ibid.; ~370, nccl-tests issue 212), IB HDR 0.96 (~24 GB/s a
- *                 NIC, NVIDIA/nccl issue 412), IB NDR 0.94 (46-48 GB/s a NIC, nccl-tests
- *                 issue 290); PCIe and Ethernet unmeasured: 0.8 and 0.9 (assumptions)
- *   base, ll_hop, fitted to the same A100 sweep (32 KB 43.8 us ... 512 KB 80.4 us, then
- *   ll_bw, hop    1-4 MB ~101 us): 6 us, 2.5 us a step and 22 GB/s, and 6.7 us a bulk
- *                 step; 2 GPUs then take 11 us at 8 bytes, against 10 measured (nccl-tests
- *                 issue 123). NVLink4: a bulk step of 3 us fitted to the H200 sweep at
- *                 4 MiB (68.5 us), its LL NVLink3's with twice the bandwidth (assumed:
- *                 NCCL's own LL ceiling is 1.6 times Ampere's on Hopper, tuning.cc).
- *                 Between nodes 3 us a step of either protocol, fitted to ~47 us for
- *                 4 B-1 KB over 2 nodes of 8 (NVIDIA/nccl issue 1244) less the node's
- *                 steps (Ethernet's assumed the same), and LL at half the bulk bandwidth
- *                 (NCCL's factor, tuning.cc).
- *                 NCCL's own model (src/graph/tuning.cc: 6.6 us base, 0.6 us a NVLink LL
- *                 step) is faster than these measurements; the measurements rule */
+ * its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
+ * where measured, up to ll128_max; the bulk protocol (Simple) beyond; and on NVLink4's
+ * NVSwitch an all-reduce inside a node from nvls_min up by NVLink SHARP instead):
+ *   NVLink3       fitted to one nccl-tests sweep, all-reduce on 8 A100, 32 KiB to 16 GiB
+ *                 (Bekman, Machine Learning Engineering, network chapter, "Real network
+ *                 throughput"), all 20 sizes within 10%, the largest error minimised:
+ *                 base 6 us; LL 2.4 us a step at 22 GB/s (the sweep's slope up to 512 KiB);
+ *                 LL128 5.66 us a step at 0.9375 of beta (15 data words of every 16 of a
+ *                 line, NCCL_LL128_DATAELEMS in NCCL's device.h) up to 8 MiB; Simple 9.4 us
+ *                 a step at 0.74 of beta. The
+ *                 sweep is flat at 101 us from 1 to 4 MiB, which no protocol at or under
+ *                 the line rate follows closer than 9.9% at both ends; 2 GPUs then take
+ *                 10.8 us at 8 bytes, against 10 measured (nccl-tests issue 123)
+ *   NVLink4       ring: bus_eff 0.82 (ring 367.6 GB/s at 16 GiB on 8 H200,
+ *                 NCCL_NVLS_ENABLE=0, ibid.; ~370, nccl-tests issue 212), a Simple step of
+ *                 2.3 us fitted to 512 KiB and 1 MiB on 8 H200 (38.3 and 46 us,
+ *                 all_reduce_bench.py, ring below 2 MiB: Bekman,
+ *                 network/benchmarks/results/all-reduce-8xH200.md; 32-256 KiB check it), LL as
+ *                 NVLink3's with twice its bandwidth (assumed: NCCL's own LL ceiling is
+ *                 1.6 times Ampere's on Hopper, tuning.cc), no LL128 measured; NVLS from
+ *                 2 MiB (where that sweep switches), 48.5 us beyond base at 0.553 of beta
+ *                 (249 GB/s of algorithm bandwidth), fitted to the same sweep's 14 sizes
+ *                 2 MiB to 16 GiB with the largest error minimised: 11% (the measured
+ *                 bandwidth still rises from 32 MiB to 16 GiB, which one latency and one
+ *                 bandwidth do not follow)
+ *   InfiniBand    bus_eff HDR 0.96 (~24 GB/s a NIC, NVIDIA/nccl issue 412), NDR 0.94
+ *                 (46-48 GB/s a NIC, nccl-tests issue 290); 4.4 us a step of either
+ *                 protocol, fitted to ~47 us for 4 B-1 KB over 2 nodes of 8 (NVIDIA/nccl
+ *                 issue 1244) less the node's 14 steps (Ethernet's assumed the same), and LL
+ *                 at half the bulk bandwidth (NCCL's factor, tuning.cc)
+ *   PCIe, Ethernet unmeasured: bus_eff 0.8 and 0.9 (assumptions), steps as above.
+ * NCCL's own model (src/graph/tuning.cc: 6.6 us base, 0.6 us a NVLink LL step) is faster
+ * than these measurements; the measurements rule */
 #include "topo.h"
 
 #include <stdio.h>
@@ -72,15 +84,17 @@ struct preset {
 };
 
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
- * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff) below, from the sources above. */
+ * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
+ * nvls_ns, nvls_eff, nvls_min) below, from the sources above. */
 #define A100_SMS 108, 0.869, 0.6, 0.88, 2000
 #define H100_SMS 132, 0.803, 0.6, 0.92, 2000
-#define NVLINK3  6000, 2500, 22000000000ULL, 6700, 0.78
-#define NVLINK4  6000, 2500, 44000000000ULL, 3000, 0.82
-#define IB_HDR   6000, 3000, 12000000000ULL, 3000, 0.96
-#define IB_NDR   6000, 3000, 23500000000ULL, 3000, 0.94
-#define PCIE4    6000, 2500, 10000000000ULL, 6700, 0.8
-#define ETH100   6000, 3000, 5600000000ULL, 3000, 0.9
+#define MiB      (1024ULL * 1024)
+#define NVLINK3  6000, 2400, 22000000000ULL, 9400, 0.74, 5660, 0.9375, 8 * MiB, 0, 0, 0
+#define NVLINK4  6000, 2400, 44000000000ULL, 2300, 0.82, 0, 0, 0, 48500, 0.553, 2 * MiB
+#define IB_HDR   6000, 4400, 12000000000ULL, 4400, 0.96, 0, 0, 0, 0, 0, 0
+#define IB_NDR   6000, 4400, 23500000000ULL, 4400, 0.94, 0, 0, 0, 0, 0, 0
+#define PCIE4    6000, 2400, 10000000000ULL, 6700, 0.8, 0, 0, 0, 0, 0, 0
+#define ETH100   6000, 4400, 5600000000ULL, 4400, 0.9, 0, 0, 0, 0, 0, 0
 
 static const struct preset presets[] = {
 	{"dgx-a100",
@@ -136,8 +150,8 @@ int topo_preset(const char *name, struct topo *t)
 		t->nodes = 1;
 		t->gpus_per_node = p->gpus_per_node;
 		t->nodes_per_dc = 0;
-		t->link[TOPO_LINK_SELF] =
-			(struct topo_link){"self", 0, UINT64_MAX, 0, 0, UINT64_MAX, 0, 1};
+		t->link[TOPO_LINK_SELF] = (struct topo_link){
+			.name = "self", .bw_bytes = UINT64_MAX, .ll_bw = UINT64_MAX, .bus_eff = 1};
 		t->link[TOPO_LINK_INTRA] = p->intra;
 		t->link[TOPO_LINK_INTER] = p->inter;
 		/* A long-haul link between datacenters: 10 ms, 100 Gb/s. Used only when

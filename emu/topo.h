@@ -29,6 +29,17 @@ struct topo_link {
 	uint64_t ll_bw;
 	int64_t hop_ns;
 	double bus_eff;
+	/* LL128, where measured (ll128_max 0: none): its step latency, its bus bandwidth over
+	 * beta, and the largest message NCCL sends with it (the bulk protocol above); NVLink
+	 * SHARP (nvls_eff 0: none), the all-reduce inside a node: its latency beyond base,
+	 * the fraction of beta its algorithm bandwidth reaches, and the smallest message
+	 * NCCL sends with it */
+	int64_t ll128_hop_ns;
+	double ll128_eff;
+	uint64_t ll128_max;
+	int64_t nvls_ns;
+	double nvls_eff;
+	uint64_t nvls_min;
 };
 
 struct topo_gpu {

@@ -63,17 +63,22 @@ static void test_roofline(void **state)
 /* ------------------------------------------------------------------------------------ */
 /* The calibrated cost model (clock.h, docs/formulas.md "How accurate is the clock")     */
 
-static struct emu_cluster *calibrated(int nodes, int ndev)
+static struct emu_cluster *calibrated_on(const char *preset, int nodes, int ndev)
 {
 	struct emu_config cfg;
 
-	if (emu_config_default(&cfg, "dgx-a100"))
+	if (emu_config_default(&cfg, preset))
 		abort();
 	cfg.topo.nodes = nodes;
 	cfg.ndev = ndev;
 	cfg.dry_run = 1;
 	cfg.cost = EMU_COST_CALIBRATED;
 	return emu_cluster_new(&cfg);
+}
+
+static struct emu_cluster *calibrated(int nodes, int ndev)
+{
+	return calibrated_on("dgx-a100", nodes, ndev);
 }
 
 /* The GEMM law by hand: the fewest waves' work over the tiles 256 x 128, 128 x 256 and
@@ -163,16 +168,19 @@ static void test_roofline_kinds(void **state)
 	emu_cluster_free(c);
 }
 
-/* Collectives under the calibrated model: base + the faster of the LL protocol (2.5 us a
- * step, 22 GB/s) and the bulk one (6.7 us a step, 0.78 of 300 GB/s), on the bus bytes
- * 2 (n - 1) / n S of an all-reduce among 8 GPUs of a DGX A100. */
+/* Collectives under the calibrated model (emu/topo.c): base 6 us + the faster of LL (2.4 us
+ * a step, 22 GB/s) and, up to 8 MiB, LL128 (5.66 us, 0.9375 of 300 GB/s) or beyond it
+ * Simple (9.4 us, 0.74 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
+ * among 8 GPUs of a DGX A100; on a DGX H100 from 2 MiB up NVLink SHARP, 48.5 us and
+ * S / (0.553 of 450 GB/s), whatever n. */
 static int allreduce_sizes(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
-	static const size_t count[3] = {2, 262144, 268435456}; /* 8 B, 1 MiB, 1 GiB */
+	/* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB */
+	static const size_t count[5] = {2, 262144, 2097152, 2097153, 268435456};
 	int rc;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 5; i++) {
 		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
 
 		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM)))
@@ -182,9 +190,12 @@ static int allreduce_sizes(struct emu_dev *d, void *arg)
 	return 0;
 }
 
-static int64_t protocols_by_hand(double bus)
+static int64_t protocols_by_hand(double S)
 {
-	double ll = 14 * 2500 + ceil(bus / 22e9 * 1e9), bulk = 14 * 6700 + ceil(bus / 234e9 * 1e9);
+	double bus = 14 / 8.0 * S;
+	double ll = 14 * 2400 + ceil(bus / 22e9 * 1e9);
+	double bulk = S <= 8 << 20 ? 14 * 5660 + ceil(bus / 281.25e9 * 1e9)
+				   : 14 * 9400 + ceil(bus / 222e9 * 1e9);
 
 	return 6000 + (int64_t)(ll < bulk ? ll : bulk);
 }
@@ -196,11 +207,28 @@ static void test_calibrated_collectives(void **state)
 
 	(void)state;
 	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
-	assert_int_equal(p.t[3][0], protocols_by_hand(14 / 8.0 * 8));
-	assert_int_equal(p.t[3][0], 41000 + 1); /* 41 us: nccl-tests' 8-GPU small message */
-	assert_int_equal(p.t[3][1], protocols_by_hand(14 / 8.0 * 1048576));
-	assert_int_equal(p.t[3][2], protocols_by_hand(14 / 8.0 * 1073741824.0));
+	assert_int_equal(p.t[3][0], protocols_by_hand(8));
+	assert_int_equal(p.t[3][0], 39600 + 1); /* 40 us: nccl-tests' 8-GPU small message */
+	assert_int_equal(p.t[3][1], protocols_by_hand(1048576));
+	assert_int_equal(p.t[3][2], protocols_by_hand(8 << 20));
+	assert_int_equal(p.t[3][3], protocols_by_hand((8 << 20) + 4));
+	assert_true(p.t[3][3] > p.t[3][2] + 60000); /* NCCL's switch to Simple: 137 -> 204 us */
+	assert_int_equal(p.t[3][4], protocols_by_hand(1073741824.0));
 	emu_cluster_free(c);
+
+	/* NVLink SHARP on a DGX H100: the ring below 2 MiB (Simple, 2.3 us a step at 0.82 of
+	 * 450 GB/s), the switch from 2 MiB up, for 8 GPUs as for 4 */
+	for (int n = 4; n <= 8; n += 4) {
+		c = calibrated_on("dgx-h100", 1, n);
+		assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
+		assert_int_equal(p.t[1][1],
+				 6000 + 2 * (n - 1) * 2300 +
+					 (int64_t)ceil(2.0 * (n - 1) / n * 1048576 / 369e9 * 1e9));
+		assert_int_equal(p.t[1][2], 6000 + 48500 + (int64_t)ceil(8388608 / 248.85e9 * 1e9));
+		assert_int_equal(p.t[1][4],
+				 6000 + 48500 + (int64_t)ceil(1073741824.0 / 248.85e9 * 1e9));
+		emu_cluster_free(c);
+	}
 }
 
 /* Two posted all-reduces run back to back on the comm stream; an event recorded after

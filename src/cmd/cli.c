@@ -32,6 +32,8 @@ const struct cli_opt cli_cluster_opts[] = {
 	{"cost-model", 0, 1, CLI_COST_MODEL, "MODEL",
 	 "roofline (default: the data sheets, one GEMM efficiency) or calibrated (GEMM tiles "
 	 "and waves, measured ceilings, NCCL's achieved bus bandwidth and latency)"},
+	{"no-nvls", 0, 0, CLI_NO_NVLS, NULL,
+	 "calibrated: no NVLink SHARP (NCCL_NVLS_ENABLE=0), all-reduces in a node on the ring"},
 	{"hbm-bw", 0, 1, CLI_HBM_BW, "BW", "memory bandwidth of a GPU, e.g. 2.04TB/s"},
 	{"mem-cap", 0, 1, CLI_MEM_CAP, "SIZE", "memory cap per GPU, e.g. 80GB (default: its HBM)"},
 	{"pace", 0, 1, CLI_PACE, "X", "wall clock follows virtual time times X (default 0: off)"},
@@ -184,6 +186,9 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val)
 	case CLI_JSON:
 		cc->json = 1;
 		return 1;
+	case CLI_NO_NVLS:
+		cc->no_nvls = 1;
+		return 1;
 	case CLI_INJECT_FAULT: /* (more than the room: refused by cli_cluster_finish) */
 		if (cc->nfaults < EMU_MAX_SLOW)
 			cc->faults[cc->nfaults] = val;
@@ -207,7 +212,7 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
 	if (lat) /* the calibrated model's steps take the latency given too */
-		l->ll_hop_ns = l->hop_ns = l->lat_ns;
+		l->ll_hop_ns = l->hop_ns = l->ll128_hop_ns = l->lat_ns;
 }
 
 /* One --inject-fault SPEC: a slowdown into cc->cfg, a failure into cc->fail. */
@@ -323,6 +328,8 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 			cli_fail(c, "--cost-model: '%s' is not roofline or calibrated",
 				 OV(CLI_COST_MODEL));
 	}
+	if (cc->no_nvls)
+		cfg->topo.link[TOPO_LINK_INTRA].nvls_eff = 0;
 	if (cc->nfaults > EMU_MAX_SLOW)
 		cli_fail(c, "--inject-fault: at most %d faults, not %d", EMU_MAX_SLOW, cc->nfaults);
 	for (int i = 0; i < cc->nfaults; i++)

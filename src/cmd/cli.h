@@ -73,6 +73,7 @@ enum {
 	CLI_GPU_FLOPS,
 	CLI_GPU_EFF,
 	CLI_COST_MODEL,
+	CLI_NO_NVLS,
 	CLI_INJECT_FAULT,
 	CLI_HBM_BW,
 	CLI_MEM_CAP,
@@ -91,6 +92,7 @@ struct cli_cluster {
 	const char *trace_path; /* --trace FILE, or NULL */
 	int timeline;           /* --timeline */
 	int json;               /* --json */
+	int no_nvls;            /* --no-nvls */
 	/* Overrides, applied after --cluster whatever the order on the command line. */
 	const char *preset;
 	const char *ov[CLI_JSON - CLI_CLUSTER + 1];
