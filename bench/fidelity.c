@@ -17,76 +17,201 @@
 #include "cluster.h"
 #include "coll.h"
 
-enum kind { GEMM, MEM, ALLREDUCE };
+enum kind { GEMM, MEM, ALLREDUCE, ALLGATHER, REDUCESCATTER };
 
 struct row {
 	const char *what;   /* the microbenchmark */
 	const char *preset; /* pemu's cluster */
 	enum kind kind;
-	double a, b, c;  /* GEMM m, n, k; MEM bytes moved; ALLREDUCE bytes, GPUs, nodes */
-	double measured; /* TFLOP/s (GEMM), GB/s (MEM), us (ALLREDUCE) */
+	/* GEMM m, n, k; MEM bytes moved; a collective's bytes (nccl-tests' size: the whole
+	 * buffer), GPUs, nodes */
+	double a, b, c;
+	double measured; /* TFLOP/s (GEMM), GB/s (MEM), us (collectives) */
 	const char *source;
 	int fit; /* the constants were fitted to this row */
 	/* the card measured, where it is not the preset's: its ceiling and HBM bandwidth */
 	double ceiling, hbm;
-	int no_nvls; /* NCCL_NVLS_ENABLE=0 */
+	int no_nvls;      /* NCCL_NVLS_ENABLE=0 */
+	double offset_us; /* the source's own cost a call beside NCCL's (its launcher) */
 };
 
-/* A measured sweep of all-reduces: sizes 2^lo, 2^(lo+1), ... bytes, the times in us. */
+/* A measured sweep: sizes 2^lo, 2^(lo+1), ... bytes, the times in us. */
 struct sweep {
 	const char *what, *preset, *source;
-	int gpus, lo, n;
+	enum kind kind;
+	int gpus, lo, n, fit, no_nvls;
+	double offset_us;
 	const double us[24];
-	int fit_lo, fit_hi; /* the sizes 2^fit_lo..2^fit_hi the constants were fitted to */
 };
 
 #define MLE  "Bekman, Machine Learning Engineering"
 #define MLI  "mli/transformers-benchmarks issue 4 (A800 PCIe, fp16, torch 2.0)"
-#define SWP  MLE ", network, nccl-tests sweep on 8 A100"
+#define AZ   "Azure/AI-benchmarking-guide ND_A100_v4_results.md (cuBLASLt fp16)"
+#define MSC  "microsoft/mscclpp docs/performance-ndmv4.md (NCCL 2.17, MPI, CUDA graph)"
+#define TOG  "togethercomputer/together-nccl-tests H100 20260305_220043 (-g 8, Ring)"
+#define XXR  "xxrjun/nccl-tests-cluster nccl_N1_G8_cnode3-002.log (MPI, NCCL 2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
+/* us of a collective of S bytes among n at bus bandwidth B GB/s (nccl-tests' factors) */
+#define AR_US(n, S, B) (2.0 * ((n)-1) / (n) * (S) / ((B)*1e3))
+#define AG_US(n, S, B) (((double)(n)-1) / (n) * (S) / ((B)*1e3))
+#define GIB            1073741824.0
 
 static const struct row rows[] = {
 	{"GEMM 1024x10240x5120 bf16 (MAMF)", "dgx-a100", GEMM, 1024, 10240, 5120, 271.2,
-	 MLE ", accelerator, MAMF table", 1, 0, 0, 0},
+	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0},
 	{"GEMM 2048x2048x13312 bf16 (MAMF)", "dgx-h100", GEMM, 2048, 2048, 13312, 794.5,
-	 MLE ", accelerator, MAMF table", 1, 0, 0, 0},
-	{"GEMM 512^3 fp16", "dgx-a100", GEMM, 512, 512, 512, 31.5, MLI, 0, A800, 0},
-	{"GEMM 2048^3 fp16", "dgx-a100", GEMM, 2048, 2048, 2048, 192.5, MLI, 0, A800, 0},
-	{"GEMM 8192^3 fp16", "dgx-a100", GEMM, 8192, 8192, 8192, 215.3, MLI, 0, A800, 0},
+	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0},
+	{"GEMM 512^3 fp16", "dgx-a100", GEMM, 512, 512, 512, 31.5, MLI, 0, A800, 0, 0},
+	{"GEMM 2048^3 fp16", "dgx-a100", GEMM, 2048, 2048, 2048, 192.5, MLI, 0, A800, 0, 0},
+	{"GEMM 8192^3 fp16", "dgx-a100", GEMM, 8192, 8192, 8192, 215.3, MLI, 0, A800, 0, 0},
+	{"GEMM 1024^3, A100 SXM", "dgx-a100", GEMM, 1024, 1024, 1024, 119.4, AZ, 0, 0, 0, 0, 0},
+	{"GEMM 2048^3, A100 SXM", "dgx-a100", GEMM, 2048, 2048, 2048, 221.8, AZ, 0, 0, 0, 0, 0},
+	{"GEMM 4096^3, A100 SXM", "dgx-a100", GEMM, 4096, 4096, 4096, 228.0, AZ, 0, 0, 0, 0, 0},
+	{"GEMM 8192^3, A100 SXM", "dgx-a100", GEMM, 8192, 8192, 8192, 253.7, AZ, 0, 0, 0, 0, 0},
+	{"GEMM 16384^3, A100 SXM", "dgx-a100", GEMM, 16384, 16384, 16384, 256.5, AZ, 0, 0, 0, 0, 0},
+	{"GEMM 1024x2145x1024, A100 SXM", "dgx-a100", GEMM, 1024, 2145, 1024, 132.8, AZ, 0, 0, 0, 0,
+	 0},
+	{"GEMM 6144x12288x12288, A100 SXM", "dgx-a100", GEMM, 6144, 12288, 12288, 250.8, AZ, 0, 0,
+	 0, 0, 0},
+	{"GEMM 802816x192x768, A100 SXM", "dgx-a100", GEMM, 802816, 192, 768, 157.8, AZ, 0, 0, 0, 0,
+	 0},
 	{"memcopy, A100 40GB (1555 GB/s)", "dgx-a100", MEM, 1e9, 0, 0, 1355,
-	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0},
-	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0},
+	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0},
+	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0},
 	{"all-reduce 8 B, 2 A100", "dgx-a100", ALLREDUCE, 8, 2, 1, 10,
-	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0},
-	{"all-reduce 16 GiB, 8 H200 ring", "dgx-h200", ALLREDUCE, 17179869184.0, 8, 1,
-	 /* 367.61 GB/s bus bandwidth: 2 x 7/8 x 16 GiB / it */ 81791,
-	 MLE ", network, NCCL_NVLS_ENABLE=0", 1, 0, 0, 1},
-	{"all-reduce 1 KiB, 2 nodes x 8 (NDR)", "dgx-h100", ALLREDUCE, 1024, 16, 2, 47,
-	 "NVIDIA/nccl issue 1244 (H20, NVLSTree)", 1, 0, 0, 0},
+	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0},
+	{"all-reduce 1 KiB, 8 A100", "dgx-a100", ALLREDUCE, 1024, 8, 1, 16.96, MSC, 1, 0, 0, 0, 0},
+	{"all-gather 1 KiB, 8 A100", "dgx-a100", ALLGATHER, 1024, 8, 1, 12.53, MSC, 1, 0, 0, 0, 0},
+	{"all-reduce 1 GiB, 8 A100", "dgx-a100", ALLREDUCE, GIB, 8, 1, AR_US(8, GIB, 231.45), MSC,
+	 1, 0, 0, 0, 0},
+	{"all-gather 1 GiB, 8 A100", "dgx-a100", ALLGATHER, GIB, 8, 1, AG_US(8, GIB, 253.59), MSC,
+	 1, 0, 0, 0, 0},
+	{"all-reduce 16 GiB, 8 H200 ring", "dgx-h200", ALLREDUCE, 16 * GIB, 8, 1,
+	 /* 367.61 GB/s bus bandwidth */ AR_US(8, 16 * GIB, 367.61),
+	 MLE ", network, NCCL_NVLS_ENABLE=0", 1, 0, 0, 1, 0},
+	{"all-reduce 1 KiB, 2 nodes x 8 A100 (HDR)", "dgx-a100", ALLREDUCE, 1024, 16, 2, 35.85, MSC,
+	 1, 0, 0, 0, 0},
+	{"all-gather 1 KiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, 1024, 16, 2, 33.74, MSC, 1, 0,
+	 0, 0, 0},
+	{"all-reduce 1 GiB, 2 nodes x 8 A100", "dgx-a100", ALLREDUCE, GIB, 16, 2,
+	 AR_US(16, GIB, 183.82), MSC, 1, 0, 0, 0, 0},
+	{"all-reduce 4 GiB, 2 nodes x 8 A100", "dgx-a100", ALLREDUCE, 4 * GIB, 16, 2,
+	 AR_US(16, 4 * GIB, 188.18), MSC, 1, 0, 0, 0, 0},
+	{"all-gather 1 GiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, GIB, 16, 2,
+	 AG_US(16, GIB, 177.05), MSC, 1, 0, 0, 0, 0},
+	{"all-gather 4 GiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, 4 * GIB, 16, 2,
+	 AG_US(16, 4 * GIB, 186.01), MSC, 1, 0, 0, 0, 0},
+	{"all-reduce 1 KiB, 2 nodes x 1 A100", "dgx-a100", ALLREDUCE, 1024, 2, 2, 21.27, MSC, 1, 0,
+	 0, 0, 0},
+	{"all-gather 1 KiB, 2 nodes x 1 A100", "dgx-a100", ALLGATHER, 1024, 2, 2, 16.08, MSC, 1, 0,
+	 0, 0, 0},
+	{"all-reduce 1 GiB, 2 nodes x 1 A100", "dgx-a100", ALLREDUCE, GIB, 2, 2,
+	 AR_US(2, GIB, 18.65), MSC, 0, 0, 0, 0, 0},
+	{"all-gather 1 GiB, 2 nodes x 1 A100", "dgx-a100", ALLGATHER, GIB, 2, 2,
+	 AG_US(2, GIB, 15.84), MSC, 0, 0, 0, 0, 0},
+	{"all-reduce 1 KiB, 2 nodes x 8 H20 (NDR)", "h20", ALLREDUCE, 1024, 16, 2, 47,
+	 "NVIDIA/nccl issue 1244 (NVLSTree)", 0, 0, 0, 0, 0},
 };
 
 static const struct sweep sweeps[] = {
+	/* nccl-tests -g 8: one thread launches the 8 GPUs' kernels, 20 us a call (fitted) */
 	{"all-reduce, 8 A100",
 	 "dgx-a100",
-	 SWP,
+	 MLE ", network, nccl-tests sweep on 8 A100 (-g 8)",
+	 ALLREDUCE,
 	 8,
 	 15,
+	 20,
+	 1,
+	 0,
 	 20,
 	 {43.83, 46.80, 51.76,  61.38,  80.40,  101.9,  101.4, 101.5, 133.5, 276.6,
-	  424.0, 684.6, 1327.6, 2420.6, 4218.4, 8203.9, 16240, 32136, 64074, 127997},
-	 15,
-	 34},
-	/* the times: size / the algorithm bandwidth published */
+	  424.0, 684.6, 1327.6, 2420.6, 4218.4, 8203.9, 16240, 32136, 64074, 127997}},
+	/* -g 8 again: 16 us a call (fitted); below 1 MiB the sweep is that floor alone, 34-41 us
+	 * from 128 B to 512 KiB, and says nothing of NCCL */
+	{"all-reduce ring, 8 H100",
+	 "dgx-h100",
+	 TOG,
+	 ALLREDUCE,
+	 8,
+	 20,
+	 14,
+	 1,
+	 1,
+	 16,
+	 {46.52, 42.06, 53.09, 80.49, 126.62, 213.96, 368.67, 702.55, 1351.28, 2641.67, 5218.59,
+	  10329.0, 20495.8, 40838.9}},
+	{"all-gather, 8 H100",
+	 "dgx-h100",
+	 TOG,
+	 ALLGATHER,
+	 8,
+	 20,
+	 14,
+	 1,
+	 1,
+	 16,
+	 {41.67, 41.48, 41.34, 47.01, 70.80, 125.45, 210.89, 393.52, 732.87, 1399.34, 2726.97,
+	  5363.19, 10579.3, 21001.0}},
+	{"reduce-scatter, 8 H100",
+	 "dgx-h100",
+	 TOG,
+	 REDUCESCATTER,
+	 8,
+	 20,
+	 14,
+	 1,
+	 1,
+	 16,
+	 {40.60, 41.66, 41.70, 50.44, 71.97, 118.78, 206.45, 381.43, 718.20, 1393.15, 2711.56,
+	  5353.24, 10450.3, 20695.6}},
+	{"all-reduce NVLS, 8 H100",
+	 "dgx-h100",
+	 XXR,
+	 ALLREDUCE,
+	 8,
+	 25,
+	 10,
+	 1,
+	 0,
+	 0,
+	 {182.87, 313.66, 564.78, 1081.14, 2115.28, 4000.82, 7891.00, 15668.1, 31226.8, 62340.7}},
+	{"all-gather, 8 H100 (MPI)",
+	 "dgx-h100",
+	 XXR,
+	 ALLGATHER,
+	 8,
+	 25,
+	 10,
+	 1,
+	 0,
+	 0,
+	 {123.44, 205.21, 382.20, 721.26, 1389.46, 2719.60, 5355.86, 10562.9, 20928.4, 41542.0}},
+	{"reduce-scatter, 8 H100 (MPI)",
+	 "dgx-h100",
+	 XXR,
+	 REDUCESCATTER,
+	 8,
+	 25,
+	 10,
+	 1,
+	 0,
+	 0,
+	 {111.83, 197.37, 380.31, 719.67, 1399.96, 2741.51, 5380.08, 10561.5, 20799.7, 41211.4}},
+	/* the times: size / the algorithm bandwidth published; PyTorch's timing of one call
+	 * after a barrier (4 us a call, fitted); ring up to 1 MiB, NVLS from 2 MiB */
 	{"all-reduce, 8 H200",
 	 "dgx-h200",
-	 MLE ", network/benchmarks/results/all-reduce-8xH200.md (NVLS on)",
+	 MLE ", network/benchmarks/results/all-reduce-8xH200.md (torch)",
+	 ALLREDUCE,
 	 8,
+	 20,
 	 15,
-	 20,
-	 {39.96, 39.24, 40.08, 39.07, 38.33, 45.95, 56.88, 68.5,  94.39, 133.5,
-	  212.9, 338.9, 584.4, 1077,  2086,  4053,  8010,  15890, 31480, 62340},
-	 20,
-	 34},
+	 0,
+	 0,
+	 4,
+	 {45.95, 56.88, 68.5, 94.39, 133.5, 212.9, 338.9, 584.4, 1077, 2086, 4053, 8010, 15890,
+	  31480, 62340}},
 };
 
 struct probe {
@@ -113,7 +238,15 @@ static int device(struct emu_dev *d, void *arg)
 		return 0;
 	default:
 		t0 = emu_stream_time(d, EMU_STREAM_COMM);
-		rc = coll_all_reduce(d, emu_world(d), NULL, NULL, (size_t)(r->a / 4), COLL_SUM);
+		if (r->kind == ALLREDUCE)
+			rc = coll_all_reduce(d, emu_world(d), NULL, NULL, (size_t)(r->a / 4),
+					     COLL_SUM);
+		else if (r->kind == ALLGATHER)
+			rc = coll_all_gather(d, emu_world(d), NULL, NULL,
+					     (size_t)(r->a / 4 / r->b));
+		else
+			rc = coll_reduce_scatter(d, emu_world(d), NULL, NULL,
+						 (size_t)(r->a / 4 / r->b), COLL_SUM);
 		if (!rc && emu_dev_id(d) == 0)
 			p->ns = emu_stream_time(d, EMU_STREAM_COMM) - t0;
 		return rc;
@@ -131,9 +264,9 @@ static double predict(const struct row *r)
 		abort();
 	cfg.cost = EMU_COST_CALIBRATED;
 	cfg.dry_run = 1;
-	cfg.ndev = r->kind == ALLREDUCE ? (int)r->b : 1;
-	cfg.topo.nodes = r->kind == ALLREDUCE ? (int)r->c : 1;
-	if (r->kind == ALLREDUCE)
+	cfg.ndev = r->kind >= ALLREDUCE ? (int)r->b : 1;
+	cfg.topo.nodes = r->kind >= ALLREDUCE ? (int)r->c : 1;
+	if (r->kind >= ALLREDUCE)
 		cfg.topo.gpus_per_node = (int)(r->b / r->c);
 	if (r->ceiling > 0)
 		cfg.topo.gpu.gemm_ceiling = r->ceiling;
@@ -151,7 +284,7 @@ static double predict(const struct row *r)
 		return 2 * r->a * r->b * r->c / (p.ns * 1e-9) / 1e12;
 	if (r->kind == MEM)
 		return 2 * r->a / (p.ns * 1e-9) / 1e9;
-	return p.ns / 1e3;
+	return p.ns / 1e3 + r->offset_us;
 }
 
 /* A size in bytes as the sweeps print it: 32 KiB, 1 MiB, 16 GiB. */
@@ -175,7 +308,7 @@ struct tally {
 
 static void emit(FILE *csv, struct tally *t, const struct row *r)
 {
-	static const char *const unit[] = {"TFLOP/s", "GB/s", "us"};
+	static const char *const unit[] = {"TFLOP/s", "GB/s", "us", "us", "us"};
 	double got = predict(r), err = (got - r->measured) / r->measured;
 
 	printf("| %s | %.4g %s | %.4g | %+.1f%% | %s | %s |\n", r->what, r->measured, unit[r->kind],
@@ -219,18 +352,10 @@ int main(int argc, char **argv)
 
 		for (int j = 0; j < w->n; j++) {
 			char size[32], what[96];
-			struct row r = {what,
-					w->preset,
-					ALLREDUCE,
-					ldexp(1, w->lo + j),
-					w->gpus,
-					1,
-					w->us[j],
-					w->source,
-					w->lo + j >= w->fit_lo && w->lo + j <= w->fit_hi,
-					0,
-					0,
-					0};
+			struct row r = {what,        w->preset, w->kind,  ldexp(1, w->lo + j),
+					w->gpus,     1,         w->us[j], w->source,
+					w->fit,      0,         0,        w->no_nvls,
+					w->offset_us};
 
 			size_name(size, sizeof size, r.a);
 			snprintf(what, sizeof what, "%s %s", w->what, size);

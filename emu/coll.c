@@ -169,7 +169,7 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
  * the calibrated base and NCCL-like LL, LL128 up to ll128_max and bulk protocols, and
  * NVLink SHARP (topo.h; nvls_bw 0: none). */
 struct wire {
-	int64_t base, ll_hop, hop, ll128_hop, nvls;
+	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn;
 	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_min;
 };
 
@@ -183,7 +183,7 @@ static uint64_t eff_bw(const struct topo_link *l, double eff)
 
 static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
 {
-	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
+	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
 
 	if (c->cfg.cost != EMU_COST_CALIBRATED)
 		return w;
@@ -191,6 +191,7 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	w.ll_hop = l->ll_hop_ns;
 	w.hop = l->hop_ns;
 	w.bw = eff_bw(l, l->bus_eff);
+	w.pxn = l->pxn_ns;
 	/* (the low-latency protocol never beats the link: a lower --*-bw bounds it too) */
 	w.ll_bw = l->ll_bw < w.bw ? l->ll_bw : w.bw;
 	if (l->ll128_max) {
@@ -280,6 +281,48 @@ static int64_t send_ns(const struct emu_cluster *c, const struct emu_group *ch, 
 	return emu_time_scale(emu_time_add(w.base, p2p_ns(&w, S)), links_slow(c, ch));
 }
 
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* A ring collective (all-reduce twice = 1, else reduce-scatter or all-gather) of S bytes
+ * in all over n members on k nodes, L on each, under the calibrated model, as NCCL runs it
+ * (its tuning.cc's structure, the constants measured: emu/topo.c): the bus bytes at the
+ * slower of the NVLink ring and the L NICs of a node side by side (one ring a NIC); the
+ * latency of the hops a chunk takes, the node's at the intra link's step and the network's
+ * at the inter link's: an all-reduce by NCCL's tree, 2 (L - 1) + 2 ceil(log2 k) hops, the
+ * others by the ring, n - k and k - 1; plus the network's fixed cost when L > 1 (pxn).
+ * The faster of the two protocols, LL and the bulk one. */
+static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int n, int k, int L,
+			     uint64_t S, int twice)
+{
+	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), hi, hx, lg = 0;
+	int64_t ll, bulk;
+
+	while ((1 << lg) < k)
+		lg++;
+	hi = twice ? 2 * (uint64_t)(L - 1) : (uint64_t)(n - k);
+	hx = twice ? 2 * lg : (uint64_t)(k - 1);
+	ll = emu_time_add(
+		(int64_t)(hi * in->ll_hop + hx * net->ll_hop),
+		bw_ns(steps, S, (uint64_t)n, min_u64(in->ll_bw, (uint64_t)L * net->ll_bw)));
+	bulk = emu_time_add((int64_t)(hi * in->hop + hx * net->hop),
+			    bw_ns(steps, S, (uint64_t)n, min_u64(in->bw, (uint64_t)L * net->bw)));
+	return emu_time_add(ll < bulk ? ll : bulk, L > 1 ? net->pxn : 0);
+}
+
+/* A ring collective over nodes: evenly spread (chan.c found its nodes), or else taken as
+ * one member a node, the slower case. */
+static int64_t calibrated_across(const struct emu_cluster *c, const struct emu_group *ch,
+				 const struct wire *net, uint64_t S, int twice)
+{
+	const struct wire in = wire_of(c, &c->cfg.topo.link[TOPO_LINK_INTRA]);
+	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n;
+
+	return multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice);
+}
+
 int coll_op_resolve(struct emu_cluster *c, struct op *op)
 {
 	const struct topo *t = &c->cfg.topo;
@@ -310,7 +353,9 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		work = a->count;
 		break;
 	case OP_ALL_REDUCE:
-		if (op->ch->hier_nodes > 1) {
+		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER) {
+			dur = calibrated_across(c, op->ch, l, S, 1);
+		} else if (op->ch->hier_nodes > 1) {
 			int k = op->ch->hier_nodes, L = op->ch->hier_local;
 			const struct wire wi = wire_of(c, &t->link[TOPO_LINK_INTRA]), *li = &wi;
 
@@ -330,7 +375,11 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	case OP_ALL_GATHER:
 	case OP_ALL_TO_ALL:
 		S *= (uint64_t)n;
-		dur = ring_ns(l, n, S, 0);
+		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER &&
+		    a->kind != OP_ALL_TO_ALL)
+			dur = calibrated_across(c, op->ch, l, S, 0);
+		else
+			dur = ring_ns(l, n, S, 0);
 		work = (uint64_t)a->count * (uint64_t)n *
 		       (a->kind == OP_ALL_TO_ALL ? (uint64_t)n : 1);
 		break;

@@ -32,40 +32,45 @@
  *                 pct_achievable_mem_bw); the others take their generation's
  *   kernel_ns     the fixed cost of a kernel, 2 us: pytorch/ao's roofline model's floor
  *                 for a kernel (the roofline's launch_ns is 3 us)
- * and per link, for NCCL's collectives (coll.h: a collective costs base plus the faster of
+ * and per link, for NCCL's collectives (coll.c: a collective costs base plus the faster of
  * its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
- * where measured, up to ll128_max; the bulk protocol (Simple) beyond; and on NVLink4's
- * NVSwitch an all-reduce inside a node from nvls_min up by NVLink SHARP instead):
- *   NVLink3       fitted to one nccl-tests sweep, all-reduce on 8 A100, 32 KiB to 16 GiB
- *                 (Bekman, Machine Learning Engineering, network chapter, "Real network
- *                 throughput"), all 20 sizes within 10%, the largest error minimised:
- *                 base 6 us; LL 2.4 us a step at 22 GB/s (the sweep's slope up to 512 KiB);
- *                 LL128 5.66 us a step at 0.9375 of beta (15 data words of every 16 of a
- *                 line, NCCL_LL128_DATAELEMS in NCCL's device.h) up to 8 MiB; Simple 9.4 us
- *                 a step at 0.74 of beta. The
- *                 sweep is flat at 101 us from 1 to 4 MiB, which no protocol at or under
- *                 the line rate follows closer than 9.9% at both ends; 2 GPUs then take
- *                 10.8 us at 8 bytes, against 10 measured (nccl-tests issue 123)
- *   NVLink4       ring: bus_eff 0.82 (ring 367.6 GB/s at 16 GiB on 8 H200,
- *                 NCCL_NVLS_ENABLE=0, ibid.; ~370, nccl-tests issue 212), a Simple step of
- *                 2.3 us fitted to 512 KiB and 1 MiB on 8 H200 (38.3 and 46 us,
- *                 all_reduce_bench.py, ring below 2 MiB: Bekman,
- *                 network/benchmarks/results/all-reduce-8xH200.md; 32-256 KiB check it), LL as
- *                 NVLink3's with twice its bandwidth (assumed: NCCL's own LL ceiling is
- *                 1.6 times Ampere's on Hopper, tuning.cc), no LL128 measured; NVLS from
- *                 2 MiB (where that sweep switches), 48.5 us beyond base at 0.553 of beta
- *                 (249 GB/s of algorithm bandwidth), fitted to the same sweep's 14 sizes
- *                 2 MiB to 16 GiB with the largest error minimised: 11% (the measured
- *                 bandwidth still rises from 32 MiB to 16 GiB, which one latency and one
- *                 bandwidth do not follow)
- *   InfiniBand    bus_eff HDR 0.96 (~24 GB/s a NIC, NVIDIA/nccl issue 412), NDR 0.94
- *                 (46-48 GB/s a NIC, nccl-tests issue 290); 4.4 us a step of either
- *                 protocol, fitted to ~47 us for 4 B-1 KB over 2 nodes of 8 (NVIDIA/nccl
- *                 issue 1244) less the node's 14 steps (Ethernet's assumed the same), and LL
- *                 at half the bulk bandwidth (NCCL's factor, tuning.cc)
- *   PCIe, Ethernet unmeasured: bus_eff 0.8 and 0.9 (assumptions), steps as above.
- * NCCL's own model (src/graph/tuning.cc: 6.6 us base, 0.6 us a NVLink LL step) is faster
- * than these measurements; the measurements rule */
+ * where measured, up to ll128_max; the bulk protocol (Simple) beyond; on NVLink4's
+ * NVSwitch an all-reduce inside a node from nvls_min up by NVLink SHARP instead; across
+ * nodes NCCL's rings, one a NIC, and its tree for all-reduce latency). The latency of small
+ * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
+ * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
+ * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity fits as
+ * one offset a sweep (20 us, 16 us, 4 us) and adds to pemu's figure, never to the model:
+ *   base, LL      8.1 us and 0.633 us a step: all-reduce 16.96 us and all-gather 12.53 us
+ *                 at 1 KiB on 8 A100 (microsoft/mscclpp docs/performance-ndmv4.md, NCCL
+ *                 2.17, MPI, CUDA graphs; NCCL's own tuning.cc has 6.6 and 0.6); 2 GPUs
+ *                 then take 9.4 us at 8 B, against 10 (NVIDIA/nccl-tests issue 123).
+ *                 NVLink4 assumed the same (no such H100 run found)
+ *   NVLink3       fitted to the 8-A100 nccl-tests sweep, 32 KiB to 16 GiB (Bekman, Machine
+ *                 Learning Engineering, network chapter, "Real network throughput"; -g 8),
+ *                 the largest error minimised (10.9%, its 128 MiB out of line with its
+ *                 neighbours): LL at 20 GB/s; LL128 4.1 us a step at 0.9375 of beta (15
+ *                 data words of every 16 of a line, NCCL_LL128_DATAELEMS in NCCL's device.h)
+ *                 up to 8 MiB; Simple 10.8 us a step at 0.78 of beta (231 GB/s at 1 GiB under
+ *                 MPI, mscclpp's)
+ *   NVLink4       ring: Simple 1.0 us a step at 0.78 of beta, fitted to the 8-H100 Ring
+ *                 sweeps of all-reduce, all-gather and reduce-scatter, 1 MiB to 8 GiB
+ *                 (togethercomputer/together-nccl-tests, H100 20260305_220043; NCCL 2.26,
+ *                 -g 8), with the 8-H100 all-gather and reduce-scatter of
+ *                 xxrjun/nccl-tests-cluster (NCCL 2.29, MPI) and 367.6 GB/s at 16 GiB on 8
+ *                 H200 with NVLS off (Bekman, ibid.); LL at 44 GB/s (assumed, twice
+ *                 NVLink3's); NVLS from 2 MiB (where Bekman's 8-H200 sweep switches): 55 us
+ *                 beyond base at 0.598 of beta (269 GB/s of algorithm bandwidth), fitted to
+ *                 the 8-H100 NVLS all-reduce, 32 MiB to 16 GiB, of xxrjun's (2.7% at most)
+ *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
+ *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
+ *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
+ *                 all-gather; 2 x 1's 1 GiB, at 18.7 and 15.8 GB/s of a 25 GB/s NIC, left
+ *                 out); NDR 0.94 (46-48 GB/s a NIC, nccl-tests issue 290), its steps HDR's;
+ *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc)
+ *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
+ *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
+ *                 InfiniBand at 0.9 (assumptions). */
 #include "topo.h"
 
 #include <stdio.h>
@@ -85,16 +90,16 @@ struct preset {
 
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
  * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
- * nvls_ns, nvls_eff, nvls_min) below, from the sources above. */
+ * nvls_ns, nvls_eff, nvls_min; pxn_ns) below, from the sources above. */
 #define A100_SMS 108, 0.869, 0.6, 0.88, 2000
 #define H100_SMS 132, 0.803, 0.6, 0.92, 2000
 #define MiB      (1024ULL * 1024)
-#define NVLINK3  6000, 2400, 22000000000ULL, 9400, 0.74, 5660, 0.9375, 8 * MiB, 0, 0, 0
-#define NVLINK4  6000, 2400, 44000000000ULL, 2300, 0.82, 0, 0, 0, 48500, 0.553, 2 * MiB
-#define IB_HDR   6000, 4400, 12000000000ULL, 4400, 0.96, 0, 0, 0, 0, 0, 0
-#define IB_NDR   6000, 4400, 23500000000ULL, 4400, 0.94, 0, 0, 0, 0, 0, 0
-#define PCIE4    6000, 2400, 10000000000ULL, 6700, 0.8, 0, 0, 0, 0, 0, 0
-#define ETH100   6000, 4400, 5600000000ULL, 4400, 0.9, 0, 0, 0, 0, 0, 0
+#define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0
+#define NVLINK4  8100, 633, 44000000000ULL, 1000, 0.78, 0, 0, 0, 55000, 0.598, 2 * MiB, 0
+#define IB_HDR   8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 7500
+#define IB_NDR   8100, 6800, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 7500
+#define PCIE4    8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0
+#define ETH100   8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 0, 7500
 
 static const struct preset presets[] = {
 	{"dgx-a100",
@@ -159,7 +164,7 @@ int topo_preset(const char *name, struct topo *t)
 		t->link[TOPO_LINK_DC] = (struct topo_link){.name = "inter-DC",
 							   .lat_ns = 10000000,
 							   .bw_bytes = 12500000000ULL,
-							   .base_ns = 6000,
+							   .base_ns = 8100,
 							   .ll_hop_ns = 10000000,
 							   .ll_bw = 5600000000ULL,
 							   .hop_ns = 10000000,

@@ -40,6 +40,9 @@ struct topo_link {
 	int64_t nvls_ns;
 	double nvls_eff;
 	uint64_t nvls_min;
+	/* Between nodes: the fixed cost a collective adds when its nodes hold several of its
+	 * members each (NCCL's PXN path, a GPU reaching the NIC through an NVLink peer) */
+	int64_t pxn_ns;
 };
 
 struct topo_gpu {

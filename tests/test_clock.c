@@ -18,7 +18,7 @@
 #include "common.h"
 
 struct probe {
-	int64_t t[8][8];
+	int64_t t[16][8]; /* [device][call] */
 	float data[8][16];
 };
 
@@ -168,11 +168,11 @@ static void test_roofline_kinds(void **state)
 	emu_cluster_free(c);
 }
 
-/* Collectives under the calibrated model (emu/topo.c): base 6 us + the faster of LL (2.4 us
- * a step, 22 GB/s) and, up to 8 MiB, LL128 (5.66 us, 0.9375 of 300 GB/s) or beyond it
- * Simple (9.4 us, 0.74 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
- * among 8 GPUs of a DGX A100; on a DGX H100 from 2 MiB up NVLink SHARP, 48.5 us and
- * S / (0.553 of 450 GB/s), whatever n. */
+/* Collectives under the calibrated model (emu/topo.c): base 8.1 us + the faster of LL (0.633
+ * us a step, 20 GB/s) and, up to 8 MiB, LL128 (4.1 us, 0.9375 of 300 GB/s) or beyond it
+ * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
+ * among 8 GPUs of a DGX A100; on a DGX H100 from 2 MiB up NVLink SHARP, 55 us and
+ * S / (0.598 of 450 GB/s), whatever n; across nodes NCCL's rings and tree. */
 static int allreduce_sizes(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
@@ -193,11 +193,11 @@ static int allreduce_sizes(struct emu_dev *d, void *arg)
 static int64_t protocols_by_hand(double S)
 {
 	double bus = 14 / 8.0 * S;
-	double ll = 14 * 2400 + ceil(bus / 22e9 * 1e9);
-	double bulk = S <= 8 << 20 ? 14 * 5660 + ceil(bus / 281.25e9 * 1e9)
-				   : 14 * 9400 + ceil(bus / 222e9 * 1e9);
+	double ll = 14 * 633 + ceil(bus / 20e9 * 1e9);
+	double bulk = S <= 8 << 20 ? 14 * 4100 + ceil(bus / 281.25e9 * 1e9)
+				   : 14 * 10800 + ceil(bus / 234e9 * 1e9);
 
-	return 6000 + (int64_t)(ll < bulk ? ll : bulk);
+	return 8100 + (int64_t)(ll < bulk ? ll : bulk);
 }
 
 static void test_calibrated_collectives(void **state)
@@ -208,27 +208,36 @@ static void test_calibrated_collectives(void **state)
 	(void)state;
 	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
 	assert_int_equal(p.t[3][0], protocols_by_hand(8));
-	assert_int_equal(p.t[3][0], 39600 + 1); /* 40 us: nccl-tests' 8-GPU small message */
+	assert_int_equal(p.t[3][0], 16962 + 1); /* 17 us: NCCL's 8-GPU latency under MPI */
 	assert_int_equal(p.t[3][1], protocols_by_hand(1048576));
 	assert_int_equal(p.t[3][2], protocols_by_hand(8 << 20));
 	assert_int_equal(p.t[3][3], protocols_by_hand((8 << 20) + 4));
-	assert_true(p.t[3][3] > p.t[3][2] + 60000); /* NCCL's switch to Simple: 137 -> 204 us */
+	assert_true(p.t[3][3] > p.t[3][2] + 100000); /* NCCL's switch to Simple: 118 -> 223 us */
 	assert_int_equal(p.t[3][4], protocols_by_hand(1073741824.0));
 	emu_cluster_free(c);
 
-	/* NVLink SHARP on a DGX H100: the ring below 2 MiB (Simple, 2.3 us a step at 0.82 of
+	/* NVLink SHARP on a DGX H100: the ring below 2 MiB (Simple, 1 us a step at 0.78 of
 	 * 450 GB/s), the switch from 2 MiB up, for 8 GPUs as for 4 */
 	for (int n = 4; n <= 8; n += 4) {
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
 		assert_int_equal(p.t[1][1],
-				 6000 + 2 * (n - 1) * 2300 +
-					 (int64_t)ceil(2.0 * (n - 1) / n * 1048576 / 369e9 * 1e9));
-		assert_int_equal(p.t[1][2], 6000 + 48500 + (int64_t)ceil(8388608 / 248.85e9 * 1e9));
+				 8100 + 2 * (n - 1) * 1000 +
+					 (int64_t)ceil(2.0 * (n - 1) / n * 1048576 / 351e9 * 1e9));
+		assert_int_equal(p.t[1][2], 8100 + 55000 + (int64_t)ceil(8388608 / 269.1e9 * 1e9));
 		assert_int_equal(p.t[1][4],
-				 6000 + 48500 + (int64_t)ceil(1073741824.0 / 248.85e9 * 1e9));
+				 8100 + 55000 + (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9));
 		emu_cluster_free(c);
 	}
+
+	/* 2 nodes of 8: NCCL's tree latency, 2 x 7 NVLink steps and 2 InfiniBand ones, 7.5 us
+	 * of PXN, and the bus bytes 2 x 15/16 S at the node's 8 NICs (8 x 0.89 x 25 GB/s,
+	 * slower than NVLink's 234); 1 member a node: 1 NIC, no PXN */
+	c = calibrated(2, 16);
+	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
+	assert_int_equal(p.t[9][4], 8100 + 14 * 10800 + 2 * 6800 + 7500 +
+					    (int64_t)ceil(30 / 16.0 * 1073741824.0 / 178e9 * 1e9));
+	emu_cluster_free(c);
 }
 
 /* Two posted all-reduces run back to back on the comm stream; an event recorded after
