@@ -299,9 +299,26 @@ void fiber_park_locked(struct emu_dev *d);
 void fiber_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by);
 int fiber_workers(const struct emu_cluster *c);
 
-/* coll.c: what the last arrival does (nonzero: the members' calls do not fit together),
- * the data tasks, and reading a finished op's times into a stream. */
+/* Elements per data task: big enough that handing out a task costs nothing, small enough
+ * that two cores share a 64 MiB all-reduce evenly. */
+#define TASK_ELEMS (1u << 16)
+
+static inline size_t coll_sum_counts(const size_t *v, int n)
+{
+	size_t s = 0;
+
+	for (int i = 0; i < n; i++)
+		s += v[i];
+	return s;
+}
+
+/* coll_time.c: what the last arrival does (nonzero: the members' calls do not fit
+ * together), and a send's time, its fixed cost and slowdown included. */
 int coll_op_resolve(struct emu_cluster *c, struct op *op);
+int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S);
+/* Bytes member m of an all-to-all-v sends to (recv: receives from) the other members. */
+uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
+/* coll.c: the data tasks, and reading a finished op's times into a stream. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a
  * use after free). */

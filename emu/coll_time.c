@@ -1,0 +1,275 @@
+/* coll_time: when a collective ends, under the run's cost model (emu/clock.h): the
+ * roofline's ring formulas on the data sheets' links, or the calibrated model's NCCL-like
+ * protocols, NVLink SHARP and rings over nodes (constants and their sources in topo.c,
+ * the formulas in docs/formulas.md). The last member to arrive calls coll_op_resolve. */
+#include <stdint.h>
+
+#include "clock.h"
+#include "internal.h"
+#include "util.h"
+
+/* ceil(num * S / (den * beta)) seconds, in ns. */
+static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
+{
+	uint64_t t = emu_muldiv_ceil(num * S, 1000000000ULL, den * beta);
+
+	return t > (uint64_t)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
+}
+
+/* A link under the run's cost model (clock.h): a collective's fixed cost, and its
+ * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta for each, or
+ * the calibrated base and NCCL-like LL, LL128 up to ll128_max and bulk protocols, and
+ * NVLink SHARP (topo.h; nvls_bw 0: none). */
+struct wire {
+	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn;
+	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_min;
+};
+
+/* beta x eff in bytes a second, beta where that is not a rate */
+static uint64_t eff_bw(const struct topo_link *l, double eff)
+{
+	double bw = (double)l->bw_bytes * eff;
+
+	return bw >= 1 && bw < 1.8e19 ? (uint64_t)bw : l->bw_bytes;
+}
+
+static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
+{
+	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
+
+	if (c->cfg.cost != EMU_COST_CALIBRATED)
+		return w;
+	w.base = l->base_ns;
+	w.ll_hop = l->ll_hop_ns;
+	w.hop = l->hop_ns;
+	w.bw = eff_bw(l, l->bus_eff);
+	w.pxn = l->pxn_ns;
+	/* (the low-latency protocol never beats the link: a lower --*-bw bounds it too) */
+	w.ll_bw = l->ll_bw < w.bw ? l->ll_bw : w.bw;
+	if (l->ll128_max) {
+		w.ll128_hop = l->ll128_hop_ns;
+		w.ll128_bw = eff_bw(l, l->ll128_eff);
+		w.ll128_max = l->ll128_max;
+	}
+	if (l->nvls_eff > 0) {
+		w.nvls = l->nvls_ns;
+		w.nvls_bw = eff_bw(l, l->nvls_eff);
+		w.nvls_min = l->nvls_min;
+	}
+	return w;
+}
+
+/* steps steps and num S / den bytes over the wire, by the fastest protocol NCCL would
+ * send a message of S bytes with: LL, and LL128 up to its largest message or else the
+ * bulk protocol. */
+static int64_t proto_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
+			uint64_t den)
+{
+	int64_t ll = emu_time_add((int64_t)steps * l->ll_hop, bw_ns(num, S, den, l->ll_bw));
+	int64_t bulk = l->ll128_bw && S <= l->ll128_max
+			       ? emu_time_add((int64_t)steps * l->ll128_hop,
+					      bw_ns(num, S, den, l->ll128_bw))
+			       : emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
+
+	return ll < bulk ? ll : bulk;
+}
+
+/* The ring collectives' (n-1) alpha + (n-1)/n S / beta, doubled for all-reduce. */
+static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice)
+{
+	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
+
+	return proto_ns(l, steps, steps, S, (uint64_t)n);
+}
+
+/* Bytes member m of an all-to-all-v sends to (recv from) the other members. */
+uint64_t coll_a2av_cross(const struct op *op, int m, int recv)
+{
+	const struct op_arg *a = &op->arg[m];
+	const size_t *v = recv ? a->recv_counts : a->send_counts;
+
+	return (uint64_t)(coll_sum_counts(v, op->ch->n) - v[m]) * (uint64_t)a->wire_bytes;
+}
+
+static int a2av_consistent(const struct op *op)
+{
+	for (int i = 0; i < op->ch->n; i++)
+		for (int j = 0; j < op->ch->n; j++)
+			if (op->arg[i].send_counts[j] != op->arg[j].recv_counts[i])
+				return 0;
+	return 1;
+}
+
+static uint64_t task_count(uint64_t elems)
+{
+	return (elems + TASK_ELEMS - 1) / TASK_ELEMS;
+}
+
+/* A message of S bytes on link l. */
+static int64_t p2p_ns(const struct wire *l, uint64_t S)
+{
+	return proto_ns(l, 1, 1, S, 1);
+}
+
+/* The injected slowdown of the links of ch's members' nodes: the largest. */
+static double links_slow(const struct emu_cluster *c, const struct emu_group *ch)
+{
+	double x = 1;
+
+	for (int i = 0; c->cfg.nslow && i < ch->n; i++) {
+		double y = c->node_slow[topo_node(&c->cfg.topo, ch->devs[i])];
+
+		x = y > x ? y : x;
+	}
+	return x;
+}
+
+/* A send of S bytes over ch, its fixed cost and slowdown included (as coll_op_resolve
+ * times it). */
+int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S)
+{
+	struct wire w = wire_of(c, &c->cfg.topo.link[ch->link]);
+
+	return emu_time_scale(emu_time_add(w.base, p2p_ns(&w, S)), links_slow(c, ch));
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* A ring collective (all-reduce twice = 1, else reduce-scatter or all-gather) of S bytes
+ * in all over n members on k nodes, L on each, under the calibrated model, as NCCL runs it
+ * (its tuning.cc's structure, the constants measured: emu/topo.c): the bus bytes at the
+ * slower of the NVLink ring and the L NICs of a node side by side (one ring a NIC); the
+ * latency of the hops a chunk takes, the node's at the intra link's step and the network's
+ * at the inter link's: an all-reduce by NCCL's tree, 2 (L - 1) + 2 ceil(log2 k) hops, the
+ * others by the ring, n - k and k - 1; plus the network's fixed cost when L > 1 (pxn).
+ * The faster of the two protocols, LL and the bulk one. */
+static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int n, int k, int L,
+			     uint64_t S, int twice)
+{
+	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), hi, hx, lg = 0;
+	int64_t ll, bulk;
+
+	while ((1 << lg) < k)
+		lg++;
+	hi = twice ? 2 * (uint64_t)(L - 1) : (uint64_t)(n - k);
+	hx = twice ? 2 * lg : (uint64_t)(k - 1);
+	ll = emu_time_add(
+		(int64_t)(hi * in->ll_hop + hx * net->ll_hop),
+		bw_ns(steps, S, (uint64_t)n, min_u64(in->ll_bw, (uint64_t)L * net->ll_bw)));
+	bulk = emu_time_add((int64_t)(hi * in->hop + hx * net->hop),
+			    bw_ns(steps, S, (uint64_t)n, min_u64(in->bw, (uint64_t)L * net->bw)));
+	return emu_time_add(ll < bulk ? ll : bulk, L > 1 ? net->pxn : 0);
+}
+
+/* A ring collective over nodes: evenly spread (chan.c found its nodes), or else taken as
+ * one member a node, the slower case. */
+static int64_t calibrated_across(const struct emu_cluster *c, const struct emu_group *ch,
+				 const struct wire *net, uint64_t S, int twice)
+{
+	const struct wire in = wire_of(c, &c->cfg.topo.link[TOPO_LINK_INTRA]);
+	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n;
+
+	return multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice);
+}
+
+int coll_op_resolve(struct emu_cluster *c, struct op *op)
+{
+	const struct topo *t = &c->cfg.topo;
+	const struct op_arg *a = &op->arg[0];
+	const struct wire w = wire_of(c, &t->link[op->ch->link]), *l = &w;
+	int n = op->ch->n;
+	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes, work = 0;
+	int64_t dur = 0;
+
+	op->t_start = 0;
+	for (int i = 0; i < n; i++)
+		if (op->arg[i].t_issue > op->t_start)
+			op->t_start = op->arg[i].t_issue;
+	if (a->kind == OP_SEND || a->kind == OP_RECV) /* eager: the sender (member 0) alone */
+		op->t_start = op->arg[0].t_issue;
+	op->link = op->ch->link;
+	switch (a->kind) {
+	case OP_BARRIER:
+		break;
+	case OP_SEND:
+	case OP_RECV:
+		dur = p2p_ns(l, S);
+		work = a->count;
+		break;
+	case OP_BROADCAST:
+	case OP_REDUCE:
+		dur = proto_ns(l, (uint64_t)(n - 1), 1, S, 1);
+		work = a->count;
+		break;
+	case OP_ALL_REDUCE:
+		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER) {
+			dur = calibrated_across(c, op->ch, l, S, 1);
+		} else if (op->ch->hier_nodes > 1) {
+			int k = op->ch->hier_nodes, L = op->ch->hier_local;
+			const struct wire wi = wire_of(c, &t->link[TOPO_LINK_INTRA]), *li = &wi;
+
+			op->hier = 1;
+			dur = emu_time_add(emu_time_add(ring_ns(li, L, S, 0), ring_ns(li, L, S, 0)),
+					   proto_ns(l, 2 * (uint64_t)(k - 1), 2 * (uint64_t)(k - 1),
+						    S, (uint64_t)k * (uint64_t)L));
+		} else {
+			dur = ring_ns(l, n, S, 1);
+			/* NVLink SHARP: the switch reduces, in one pass whatever n */
+			if (l->nvls_bw && S >= l->nvls_min && op->ch->link == TOPO_LINK_INTRA)
+				dur = emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
+		}
+		work = a->count;
+		break;
+	case OP_REDUCE_SCATTER:
+	case OP_ALL_GATHER:
+	case OP_ALL_TO_ALL:
+		S *= (uint64_t)n;
+		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER &&
+		    a->kind != OP_ALL_TO_ALL)
+			dur = calibrated_across(c, op->ch, l, S, 0);
+		else
+			dur = ring_ns(l, n, S, 0);
+		work = (uint64_t)a->count * (uint64_t)n *
+		       (a->kind == OP_ALL_TO_ALL ? (uint64_t)n : 1);
+		break;
+	case OP_ALL_TO_ALL_V: {
+		uint64_t worst = 0;
+
+		if (!a2av_consistent(op))
+			return 1;
+		/* S: what the member with the most to send sends in all. The time is set by
+		 * the member that moves the most across links, sending or receiving. */
+		S = 0;
+		for (int i = 0; i < n; i++) {
+			uint64_t all = (uint64_t)coll_sum_counts(op->arg[i].send_counts, n) *
+				       (uint64_t)a->wire_bytes;
+			uint64_t sent = coll_a2av_cross(op, i, 0), got = coll_a2av_cross(op, i, 1);
+
+			S = all > S ? all : S;
+			worst = sent > worst ? sent : worst;
+			worst = got > worst ? got : worst;
+		}
+		dur = proto_ns(l, (uint64_t)(n - 1), 1, worst, 1);
+		break;
+	}
+	default:
+		EMU_ASSERT(0);
+	}
+	if (n == 1)
+		dur = 0; /* nothing crosses a link */
+	else if (a->kind != OP_BARRIER)
+		dur = emu_time_scale(emu_time_add(dur, l->base), /* (the roofline's base 0) */
+				     links_slow(c, op->ch));
+	op->bytes = S;
+	op->t_end = emu_time_add(op->t_start, dur);
+	if (c->cfg.dry_run)
+		op->ntasks = 0;
+	else if (a->kind == OP_ALL_TO_ALL_V)
+		op->ntasks = n;
+	else
+		op->ntasks = (int)task_count(work);
+	return 0;
+}
