@@ -479,6 +479,11 @@ static void test_verify(void **state)
 			     0, out, sizeof out),
 			 0);
 	assert_non_null(strstr(out, " 356.69 "));
+	assert_int_equal(run("run --model tiny --cluster dgx-h100 --dp 2 --steps 1 --cost-model "
+			     "calibrated --no-nvls --json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"cost_model\":\"calibrated\",\"nvls\":false}"));
 	/* a slowed device in verify: the serial reference runs without the faults */
 	assert_int_equal(run("verify --model tiny --dp 2 --steps 2 --inject-fault slow:1:2", 0, out,
 			     sizeof out),

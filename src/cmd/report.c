@@ -29,7 +29,8 @@ void report_cluster_line(FILE *f, const struct emu_config *cfg)
 		t->gpu.peak_flops / 1e12, cap, t->link[TOPO_LINK_INTRA].name, ib, il,
 		t->link[TOPO_LINK_INTER].name, eb, el);
 	if (cfg->cost == EMU_COST_CALIBRATED)
-		fprintf(f, "; calibrated cost model");
+		fprintf(f, "; calibrated cost model%s",
+			t->link[TOPO_LINK_INTRA].nvls_eff > 0 ? ", NVLink SHARP" : "");
 }
 
 static void json_link(FILE *f, const char *key, const struct topo_link *l)
@@ -51,9 +52,13 @@ void report_cluster_json(FILE *f, const struct emu_config *cfg)
 	json_link(f, "intra", &t->link[TOPO_LINK_INTRA]);
 	fputc(',', f);
 	json_link(f, "inter", &t->link[TOPO_LINK_INTER]);
-	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g,\"cost_model\":\"%s\"}",
+	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g,\"cost_model\":\"%s\"",
 		t->nodes_per_dc, cfg->dry_run ? "true" : "false", cfg->pace,
 		cfg->cost == EMU_COST_CALIBRATED ? "calibrated" : "roofline");
+	if (cfg->cost == EMU_COST_CALIBRATED) /* NVLink SHARP in a node (--no-nvls: off) */
+		fprintf(f, ",\"nvls\":%s",
+			t->link[TOPO_LINK_INTRA].nvls_eff > 0 ? "true" : "false");
+	fputc('}', f);
 }
 
 void report_vocab_padding(FILE *f, const struct run_cfg *cfg)
