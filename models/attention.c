@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <string.h>
 
 #include "clock.h"
 #include "util.h"
@@ -38,6 +39,27 @@ static int last_key(const struct attn_view *a, int i)
  * cost model Megatron's unfused path, the scores' batched GEMM (b a, Tq, Tk, hs), the fused
  * scale-mask-softmax over the scores, and the context's batched GEMM (b a, Tq, hs, Tk);
  * backward the gradients' four batched GEMMs around the softmax's backward. */
+/* Dropout on the view's probabilities. */
+static int dropping(const struct attn_view *a)
+{
+	return a->drop && a->drop->p > 0;
+}
+
+/* The dropout's kernel over the (b a, Tq, Tk) probabilities, memory-bound as the hidden
+ * dropout's: forward reads P, writes P' and the mask's byte (a multiply and a compare a
+ * score); backward reads dP' and the mask, writes dP. Under either cost model. */
+static void charge_dropout(const struct kctx *k, const struct attn_view *a, int bwd)
+{
+	double n = (double)a->B * (a->h1 - a->h0) * a->Tq * a->Tk;
+
+	if (!dropping(a))
+		return;
+	if (bwd)
+		emu_compute(k->d, "attention.dropout.bwd", n, (2.0 * k->ab + 1) * n);
+	else
+		emu_compute(k->d, "attention.dropout", 2 * n, (2.0 * k->ab + 1) * n);
+}
+
 static void charge_fwd(const struct kctx *k, const struct attn_view *a)
 {
 	double heads = (double)a->B * (a->h1 - a->h0), qk = (double)a->Tq * a->Tk;
@@ -46,11 +68,13 @@ static void charge_fwd(const struct kctx *k, const struct attn_view *a)
 	if (!emu_cost_calibrated(k->d)) {
 		emu_compute(k->d, "attention", heads * (4 * qk * hs + 5 * qk),
 			    heads * ((2 * Tq + 2 * Tk) * hs + 2 * qk) * ab);
+		charge_dropout(k, a, 0);
 		return;
 	}
 	emu_gemm(k->d, "attention.scores", heads, Tq, Tk, hs, 0,
 		 heads * ((Tq + Tk) * hs + qk) * ab);
 	emu_compute(k->d, "attention.softmax", heads * 5 * qk, heads * 2 * qk * ab);
+	charge_dropout(k, a, 0);
 	emu_gemm(k->d, "attention.context", heads, Tq, hs, Tk, 0,
 		 heads * (qk + (Tq + Tk) * hs) * ab);
 }
@@ -64,10 +88,12 @@ static void charge_bwd(const struct kctx *k, const struct attn_view *a)
 	if (!emu_cost_calibrated(k->d)) {
 		emu_compute(k->d, "attention.bwd", heads * (8 * qk * hs + 4 * qk),
 			    heads * ((4 * Tq + 4 * Tk) * hs + 3 * qk) * ab);
+		charge_dropout(k, a, 1);
 		return;
 	}
 	emu_gemm(k->d, "attention.bwd.dscores", heads, Tq, Tk, hs, 0, io); /* dO V^T */
-	emu_gemm(k->d, "attention.bwd.dv", heads, Tk, hs, Tq, 0, io);      /* P^T dO */
+	emu_gemm(k->d, "attention.bwd.dv", heads, Tk, hs, Tq, 0, io);      /* P'^T dO */
+	charge_dropout(k, a, 1);
 	emu_compute(k->d, "attention.bwd.softmax", heads * 4 * qk, heads * 3 * qk * ab);
 	emu_gemm(k->d, "attention.bwd.dq", heads, Tq, hs, Tk, 0, io); /* dS K */
 	emu_gemm(k->d, "attention.bwd.dk", heads, Tk, hs, Tq, 0, io); /* dS^T Q */
@@ -86,7 +112,9 @@ void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
 			const float *q = a->q + (size_t)b * Tq * a->ldq + (size_t)h * hs;
 			const float *kk = a->k + (size_t)b * Tk * a->ldk + (size_t)h * hs;
 			const float *v = a->v + (size_t)b * Tk * a->ldv + (size_t)h * hs;
-			float *s = a->att + ((size_t)b * nh + (h - a->h0)) * Tq * Tk;
+			size_t o = ((size_t)b * nh + (h - a->h0)) * Tq * Tk;
+			float *s = a->att + o, *pd = dropping(a) ? a->attd + o : s;
+			uint64_t key = dropping(a) ? attn_drop_key(a->drop, b, h) : 0;
 
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hs, scale, q,
 				    a->ldq, kk, a->ldk, 0.0f, s, Tk);
@@ -101,7 +129,14 @@ void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
 				}
 				causal_softmax_row(row, last, Tk);
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, Tk, 1.0f, s,
+			if (pd != s) /* P' = mask (x) P / (1 - p), the mask kept */
+				for (int i = 0; i < Tq; i++) {
+					size_t r = (size_t)i * Tk;
+
+					memcpy(pd + r, s + r, (size_t)Tk * sizeof *pd);
+					attn_drop_row(a->drop, key, i, pd + r, a->mask + o + r, Tk);
+				}
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, Tk, 1.0f, pd,
 				    Tk, v, a->ldv, 0.0f,
 				    a->out + (size_t)b * Tq * a->ldo + (size_t)h * hs, a->ldo);
 		}
@@ -122,15 +157,23 @@ void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *
 			size_t oq = (size_t)b * Tq * a->ldq + (size_t)h * hs;
 			size_t ok = (size_t)b * Tk * a->ldk + (size_t)h * hs;
 			size_t ov = (size_t)b * Tk * a->ldv + (size_t)h * hs;
-			const float *s = a->att + ((size_t)b * nh + (h - a->h0)) * Tq * Tk;
+			size_t o = ((size_t)b * nh + (h - a->h0)) * Tq * Tk;
+			const float *s = a->att + o, *pd = dropping(a) ? a->attd + o : s;
 			const float *dy = dout + (size_t)b * Tq * a->ldo + (size_t)h * hs;
 			float *ds = scratch;
 
-			/* d att = dout V^T; dV += att^T dout */
+			/* d att' = dout V^T; dV += att'^T dout */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hs, 1.0f, dy,
 				    a->ldo, a->v + ov, a->ldv, 0.0f, ds, Tk);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, hs, Tq, 1.0f, s,
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, hs, Tq, 1.0f, pd,
 				    Tk, dy, a->ldo, 1.0f, dv + ov, a->ldv);
+			if (pd != s) { /* d att = mask (x) d att' / (1 - p) */
+				float sc = 1.0f / (1.0f - a->drop->p);
+				const unsigned char *mk = a->mask + o;
+
+				for (size_t e = 0; e < (size_t)Tq * Tk; e++)
+					ds[e] = mk[e] ? ds[e] * sc : 0.0f;
+			}
 			/* softmax backward over each row's visible keys */
 			for (int i = 0; i < Tq; i++) {
 				const float *sr = s + (size_t)i * Tk;
@@ -154,8 +197,8 @@ void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *
 }
 
 /* The whole-sequence view of a qkv buffer. */
-static struct attn_view qkv_view(float *out, float *att, const float *qkv, int B, int T, int NH,
-				 int h0, int h1, int hs)
+struct attn_view attention_qkv_view(float *out, float *att, const float *qkv, int B, int T, int NH,
+				    int h0, int h1, int hs)
 {
 	int C = NH * hs;
 	struct attn_view a = {.B = B, .Tq = T, .Tk = T, .h0 = h0, .h1 = h1, .hs = hs};
@@ -174,7 +217,7 @@ static struct attn_view qkv_view(float *out, float *att, const float *qkv, int B
 void attention_fwd(const struct kctx *k, float *out, float *att, const float *qkv, int B, int T,
 		   int NH, int h0, int h1, int hs)
 {
-	struct attn_view a = qkv_view(out, att, qkv, B, T, NH, h0, h1, hs);
+	struct attn_view a = attention_qkv_view(out, att, qkv, B, T, NH, h0, h1, hs);
 
 	attention_fwd_view(k, &a);
 }
@@ -182,7 +225,7 @@ void attention_fwd(const struct kctx *k, float *out, float *att, const float *qk
 void attention_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
 		   const float *att, const float *qkv, int B, int T, int NH, int h0, int h1, int hs)
 {
-	struct attn_view a = qkv_view(NULL, (float *)att, qkv, B, T, NH, h0, h1, hs);
+	struct attn_view a = attention_qkv_view(NULL, (float *)att, qkv, B, T, NH, h0, h1, hs);
 	int C = NH * hs;
 
 	attention_bwd_view(k, &a, dqkv, dqkv ? dqkv + C : NULL, dqkv ? dqkv + 2 * C : NULL, scratch,
@@ -250,6 +293,7 @@ void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, f
 			const float *v = a->v + b * stride_k(a, a->ldv) + (size_t)h * hs;
 			float *o = a->out + b * stride_o(a) + (size_t)h * hs;
 			float *l = lse + ((size_t)b * nh + (h - a->h0)) * ldl;
+			uint64_t key = dropping(a) ? attn_drop_key(a->drop, b, h) : 0;
 
 			for (int r0 = 0; r0 < Tq; r0 += FLASH_ROWS) {
 				int nr = Tq - r0 < FLASH_ROWS ? Tq - r0 : FLASH_ROWS;
@@ -258,9 +302,14 @@ void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, f
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
 					    scale, q + (size_t)r0 * a->ldq, a->ldq, kk, a->ldk,
 					    0.0f, scratch, nk);
-				for (int i = 0; i < nr; i++)
-					l[r0 + i] = causal_softmax_row(scratch + (size_t)i * nk,
-								       last_key(a, r0 + i), nk);
+				for (int i = 0; i < nr; i++) {
+					float *row = scratch + (size_t)i * nk;
+
+					l[r0 + i] =
+						causal_softmax_row(row, last_key(a, r0 + i), nk);
+					if (dropping(a)) /* the mask drawn, not kept */
+						attn_drop_row(a->drop, key, r0 + i, row, NULL, nk);
+				}
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
 					    1.0f, scratch, nk, v, a->ldv, 0.0f,
 					    o + (size_t)r0 * a->ldo, a->ldo);
@@ -291,6 +340,8 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 			const float *q = a->q + oq, *kk = a->k + ok, *v = a->v + ov;
 			const float *dy = dout + oo, *o = a->out + oo;
 			const float *l = lse + ((size_t)b * nh + (h - a->h0)) * ldl;
+			uint64_t key = dropping(a) ? attn_drop_key(a->drop, b, h) : 0;
+			float dsc = dropping(a) ? 1.0f / (1.0f - a->drop->p) : 1.0f;
 
 			for (int r0 = 0; r0 < Tq; r0 += FLASH_ROWS) {
 				int nr = Tq - r0 < FLASH_ROWS ? Tq - r0 : FLASH_ROWS;
@@ -313,9 +364,18 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 
 					for (int e = 0; e < hs; e++) /* D = rowsum(dout * out) */
 						dot += yi[e] * oi[e];
-					for (int j = 0; j <= last; j++) {
+					for (int j = 0; j <= last && !dropping(a); j++) {
 						pr[j] = vm_expf(pr[j] - l[r0 + i]);
 						dr[j] = pr[j] * (dr[j] - dot);
+					}
+					/* with dropout the mask drawn again: dP = mask dP' / (1 -
+					 * p) into dS, and P' in place of P for dV */
+					for (int j = 0; j <= last && dropping(a); j++) {
+						int kept = attn_drop_keep(a->drop, key, r0 + i, j);
+						float pj = vm_expf(pr[j] - l[r0 + i]);
+
+						dr[j] = pj * ((kept ? dr[j] * dsc : 0.0f) - dot);
+						pr[j] = kept ? pj * dsc : 0.0f;
 					}
 					for (int j = last + 1; j < nk; j++)
 						pr[j] = dr[j] = 0.0f;
@@ -367,7 +427,7 @@ void attention_lse_merge(const struct kctx *k, const struct attn_view *a, float 
 void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const float *qkv, int B,
 			 int T, int NH, int h0, int h1, int hs, float *scratch)
 {
-	struct attn_view a = qkv_view(out, NULL, qkv, B, T, NH, h0, h1, hs);
+	struct attn_view a = attention_qkv_view(out, NULL, qkv, B, T, NH, h0, h1, hs);
 
 	attention_flash_fwd_view(k, &a, lse, 0, scratch);
 }
@@ -376,7 +436,7 @@ void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, cons
 			 const float *out, const float *lse, const float *qkv, int B, int T, int NH,
 			 int h0, int h1, int hs)
 {
-	struct attn_view a = qkv_view((float *)out, NULL, qkv, B, T, NH, h0, h1, hs);
+	struct attn_view a = attention_qkv_view((float *)out, NULL, qkv, B, T, NH, h0, h1, hs);
 	int C = NH * hs;
 
 	attention_flash_bwd_view(k, &a, lse, 0, dqkv, dqkv ? dqkv + C : NULL,

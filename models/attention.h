@@ -14,6 +14,7 @@
 #ifndef MODELS_ATTENTION_H
 #define MODELS_ATTENTION_H
 
+#include "dropout.h"
 #include "tensor.h"
 
 struct attn_view {
@@ -28,7 +29,20 @@ struct attn_view {
 	/* The memory-efficient kernels' batch strides, in floats, of q, of k and v, and of
 	 * out (0: rows x ld), so that a view may be a chunk of each sequence. */
 	size_t bsq, bsk, bso;
+	/* Attention dropout (dropout.h): the view's keys, or NULL (or p 0) for none. The
+	 * standard kernels keep, as Megatron's unfused path does, the mask (B, h1-h0, Tq,
+	 * Tk) bytes and the dropped probabilities P' (the same shape) for backward; the
+	 * memory-efficient ones keep nothing and draw the mask again. */
+	const struct attn_drop *drop;
+	unsigned char *mask;
+	float *attd;
 };
+
+/* With dropout the standard forward computes att = P, attd = P' = mask (x) P / (1 - p),
+ * out = P' V; backward dP' = dout V^T, dV += P'^T dout, dP = mask (x) dP' / (1 - p), and
+ * the softmax's backward from the undropped P. Its charge adds the dropout's kernels
+ * (memory-bound: forward reads P, writes P' and the mask; backward reads dP' and the
+ * mask, writes dP). */
 
 void attention_fwd_view(const struct kctx *k, const struct attn_view *a);
 void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *dq, float *dk,
@@ -50,7 +64,14 @@ void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *
  * may be one block of keys: so the blocks of a ring (context parallelism) each add their
  * part of dq, dk, dv. attention_lse_merge folds a block's normalised output and lse
  * (bout, blse: out's and lse's layouts) into the running ones, in place:
- * out = (out e^lse + bout e^blse) / (e^lse + e^blse), lse = log(e^lse + e^blse). */
+ * out = (out e^lse + bout e^blse) / (e^lse + e^blse), lse = log(e^lse + e^blse).
+ *
+ * With a view's dropout (attn_drop), each block of rows draws its mask again from the
+ * keys (as FlashAttention does from its Philox state), forward and backward, and stores
+ * none: forward out = P' V with the lse of the undropped P (so blocks of keys still
+ * merge: each P' is P's rows scaled); backward dV += P'^T dout, dS = P (x) (mask dP' /
+ * (1 - p) - D) with D = rowsum(dout (x) out) as before, since rowsum(P (x) dP) =
+ * rowsum(P' (x) dP') = rowsum(dout (x) out). */
 #define FLASH_ROWS 64
 void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
 			      float *scratch);
@@ -65,6 +86,10 @@ void attention_flash_fwd(const struct kctx *k, float *out, float *lse, const flo
 void attention_flash_bwd(const struct kctx *k, float *dqkv, float *scratch, const float *dout,
 			 const float *out, const float *lse, const float *qkv, int B, int T, int NH,
 			 int h0, int h1, int hs);
+
+/* The whole-sequence view of a qkv buffer (below): for a caller that adds dropout. */
+struct attn_view attention_qkv_view(float *out, float *att, const float *qkv, int B, int T, int NH,
+				    int h0, int h1, int hs);
 
 /* The common case: self-attention of a whole sequence held as qkv (B, T, 3, NH, hs), each
  * token's queries of the NH heads, then keys, then values; out (B, T, NH, hs). */

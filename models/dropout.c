@@ -2,6 +2,7 @@
 
 #include "clock.h"
 #include "rng.h"
+#include "util.h"
 
 /* The generator's streams for dropout, apart from the initialisation's (small integers). */
 #define DROP_STREAM (0x64726f70ULL << 24)
@@ -83,4 +84,52 @@ void dropout_bwd(const struct kctx *k, float *dx, const float *dy, const unsigne
 		return;
 	for (size_t i = 0; i < n; i++)
 		dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Attention dropout                                                                    */
+
+/* The probabilities' streams: tag, then the site (layer, DROP_PROBS) and the global head
+ * in the low 32 bits, 10 of them the head's (heads < 2^10), 22 the site's (layers < 2^20).
+ * No counter holds the sequence, which would overflow: with S up to 2^20 positions,
+ * (n S + q) S + k passes 2^64 at n = 2^24 sequences. So two rounds: the first hashes
+ * (stream, n) into a key, a whole 64 bits of sequence index; the second draws
+ * position pair q S + k (< S^2 <= 2^40, no overflow) under that key as its seed. Two
+ * (sequence, head) keys collide with probability about 2^-64 a pair. */
+#define PROBS_STREAM (0x61747470ULL << 32) /* "attp" */
+
+uint64_t attn_drop_key(const struct attn_drop *d, int b, int h)
+{
+	uint64_t site = dropout_site(d->layer, DROP_PROBS);
+
+	EMU_ASSERT(d->head0 + h < 1024 && site < (1ULL << 22));
+	return rng_u64(d->seed, PROBS_STREAM | site << 10 | (uint64_t)(d->head0 + h),
+		       d->seq0 + (uint64_t)b);
+}
+
+static uint64_t pair(const struct attn_drop *d, int i, int j)
+{
+	uint64_t q = (uint64_t)(d->qpos ? d->qpos[i] : i), k = (uint64_t)(d->kpos ? d->kpos[j] : j);
+
+	return q * (uint64_t)d->S + k;
+}
+
+int attn_drop_keep(const struct attn_drop *d, uint64_t key, int i, int j)
+{
+	return (rng_u64(key, PROBS_STREAM, pair(d, i, j)) >> 40) >= threshold(d->p);
+}
+
+void attn_drop_row(const struct attn_drop *d, uint64_t key, int i, float *row, unsigned char *mask,
+		   int n)
+{
+	uint64_t thr = threshold(d->p);
+	float scale = 1.0f / (1.0f - d->p);
+
+	for (int j = 0; j < n; j++) {
+		int kept = (rng_u64(key, PROBS_STREAM, pair(d, i, j)) >> 40) >= thr;
+
+		row[j] = kept ? row[j] * scale : 0.0f;
+		if (mask)
+			mask[j] = (unsigned char)kept;
+	}
 }

@@ -22,7 +22,8 @@
 
 #include "tensor.h"
 
-enum drop_site { DROP_EMBED, DROP_ATTN, DROP_MLP }; /* after the embeddings; each branch */
+/* after the embeddings; each branch; the attention probabilities (attention dropout) */
+enum drop_site { DROP_EMBED, DROP_ATTN, DROP_MLP, DROP_PROBS };
 
 /* Which tokens M rows are: row i is local row row0 + i of B sequences of T positions each,
  * the first sequence the run's seq0-th; position t of a sequence is pos[t] of the whole
@@ -58,5 +59,35 @@ void dropout_bwd(const struct kctx *k, float *dx, const float *dy, const unsigne
 
 /* 1 if element j of row i is kept (the generator itself, for tests). */
 int dropout_keep(const struct dropout *d, const struct drop_rows *r, int i, int C, int j);
+
+/* Attention dropout (Megatron's --attention-dropout): after the causal softmax P (B,
+ * heads, Tq, Tk), P' = mask (x) P / (1 - p), and the attention's output is P' V. Whether
+ * the probability of query q for key k of head h of sequence n in layer l is kept is a
+ * pure function of (seed, l, n, the GLOBAL h, the global positions of q and of k), so
+ * that a tensor-parallel rank's heads, a context-parallel rank's queries and each block
+ * of keys of its ring, a Ulysses rank's head group, a pipeline stage's layers and a
+ * recomputed attention all draw the serial model's masks. A view of attention
+ * (attention.h) says where its rows and heads are in the whole through attn_drop. */
+struct attn_drop {
+	float p;         /* the probability of dropping; 0: no dropout */
+	uint64_t seed;   /* the run's */
+	int layer;       /* the global layer */
+	uint64_t seq0;   /* the view's first sequence in the run's stream of sequences */
+	int S;           /* the whole sequence: positions are in [0, S) */
+	int head0;       /* the global index of the view's head 0 (head h is head0 + h) */
+	const int *qpos; /* [Tq]: the global positions of the view's queries; NULL: i */
+	const int *kpos; /* [Tk]: those of its keys; NULL: j */
+};
+
+/* Sequence b's, head h's key: every probability of that (sequence, head) is drawn from
+ * it (attn_drop_keep). */
+uint64_t attn_drop_key(const struct attn_drop *d, int b, int h);
+/* 1 if the probability of the view's query i for its key j is kept. */
+int attn_drop_keep(const struct attn_drop *d, uint64_t key, int i, int j);
+/* Row i of n probabilities (keys [0, n)) through the mask in place: kept ones scaled by
+ * 1 / (1 - p), dropped ones 0; mask (n bytes, or NULL) records it. The flash kernels
+ * call it on the rows they hold, forward and backward, and keep no mask. */
+void attn_drop_row(const struct attn_drop *d, uint64_t key, int i, float *row, unsigned char *mask,
+		   int n);
 
 #endif

@@ -89,6 +89,18 @@ int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
 			 (double)c->hidden_dropout);
 		return -1;
 	}
+	if (!(c->attention_dropout >= 0 && c->attention_dropout < 1)) {
+		snprintf(err, n, "--attention-dropout %g: a probability in [0, 1)",
+			 (double)c->attention_dropout);
+		return -1;
+	}
+	if (c->attention_dropout > 0 && c->heads > 1024) {
+		snprintf(err, n,
+			 "--attention-dropout with %d heads: its masks are keyed by up to 1024 "
+			 "heads (models/dropout.c)",
+			 c->heads);
+		return -1;
+	}
 	if (c->num_experts > 0 && (c->moe_top_k < 1 || c->moe_top_k > 2)) {
 		snprintf(err, n, "--moe-top-k %d: the router picks 1 or 2 experts a token",
 			 c->moe_top_k);
@@ -225,6 +237,12 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 		A(&a->qkv, 3 * bt * (size_t)hl, "qkv");
 	if (parts & GPT_ACTS_ATTN)
 		A(&a->att, att, flash ? "attention lse" : "attention scores");
+	if ((parts & GPT_ACTS_ATTN) && (parts & GPT_ACTS_ATTN_DROPOUT) && !flash) {
+		A(&a->attd, att, "attention probabilities dropped");
+		if (!rc && !a->amask.mb)
+			rc = tensor_alloc_bytes(k, &a->amask, MEM_ACT, att,
+						"attention dropout mask");
+	}
 	if (parts & (GPT_ACTS_ATTN | GPT_ACTS_POST))
 		A(&a->atty, bt * (size_t)hl, "attention out");
 	if (!(parts & GPT_ACTS_POST))
@@ -254,7 +272,8 @@ void gpt_layer_acts_free(const struct kctx *k, struct gpt_layer_acts *a)
 	struct tensor *t[] = {&a->ln1,     &a->ln1_mean, &a->ln1_rstd, &a->qkv,       &a->att,
 			      &a->atty,    &a->res2,     &a->ln2,      &a->ln2_mean,  &a->ln2_rstd,
 			      &a->fch,     &a->fch_gelu, &a->res3,     &a->moe.probs, &a->moe.x,
-			      &a->moe.pre, &a->moe.h,    &a->moe.y,    &a->mask2,     &a->mask3};
+			      &a->moe.pre, &a->moe.h,    &a->moe.y,    &a->mask2,     &a->mask3,
+			      &a->amask,   &a->attd};
 
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
 		tensor_free(k, t[i]);
@@ -266,6 +285,7 @@ static int alloc_acts(struct gpt *m)
 	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, f = (size_t)m->cfg.ffn;
 	size_t v = (size_t)m->cfg.vocab;
 	int rc = 0, drop = m->cfg.hidden_dropout > 0;
+	unsigned adrop = m->cfg.attention_dropout > 0 ? GPT_ACTS_ATTN_DROPOUT : 0;
 
 	m->la = emu_xcalloc((size_t)m->cfg.num_layers, sizeof *m->la);
 #define A(t, cat, n, name)                                                                         \
@@ -278,7 +298,7 @@ static int alloc_acts(struct gpt *m)
 		rc = gpt_layer_acts_alloc(k, &m->la[l], m->B, m->T, m->B * m->T, m->cfg.hidden,
 					  m->cfg.hidden, m->cfg.heads, m->cfg.ffn,
 					  gpt_layer_is_moe(&m->cfg, l) ? &m->moe : NULL,
-					  GPT_ACTS_ALL | (drop ? GPT_ACTS_DROPOUT : 0));
+					  GPT_ACTS_ALL | (drop ? GPT_ACTS_DROPOUT : 0) | adrop);
 	A(&m->lnf, MEM_ACT, bt * h, "lnf");
 	A(&m->lnf_mean, MEM_ACT, bt, "lnf.mean");
 	A(&m->lnf_rstd, MEM_ACT, bt, "lnf.rstd");
@@ -389,6 +409,27 @@ static void branch_add(struct gpt *m, int l, enum drop_site s, float *out, struc
 		residual_fwd(&m->k, out, res, branch, (size_t)BT * C);
 }
 
+/* Layer l's attention over the whole sequences, its probabilities through attention
+ * dropout while training with p > 0 (the mask and P' kept in a). */
+static struct attn_view attn_of(struct gpt *m, int l, struct gpt_layer_acts *a, struct attn_drop *d)
+{
+	int C = m->cfg.hidden, NH = m->cfg.heads;
+	struct attn_view v =
+		attention_qkv_view(D(a->atty), D(a->att), D(a->qkv), m->B, m->T, NH, 0, NH, C / NH);
+
+	*d = (struct attn_drop){.p = m->cfg.attention_dropout,
+				.seed = m->seed,
+				.layer = l,
+				.seq0 = m->seq0,
+				.S = m->cfg.seq_len};
+	if (m->train && d->p > 0) {
+		v.drop = d;
+		v.mask = (unsigned char *)D(a->amask);
+		v.attd = D(a->attd);
+	}
+	return v;
+}
+
 /* The branch's output gradient: dres, or its masked copy in m->ddrop. */
 static const float *branch_grad(struct gpt *m, const struct tensor *mask)
 {
@@ -402,7 +443,7 @@ static const float *branch_grad(struct gpt *m, const struct tensor *mask)
 float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 {
 	const struct kctx *k = &m->k;
-	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, F = m->cfg.ffn, NH = m->cfg.heads;
+	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, F = m->cfg.ffn;
 	int V = m->cfg.vocab, L = m->cfg.num_layers;
 	const float *x;
 	float loss = 0;
@@ -417,12 +458,15 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 	x = D(m->enc);
 	for (int l = 0; l < L; l++) {
 		struct gpt_layer_acts *a = &m->la[l];
+		struct attn_drop ad;
+		struct attn_view av;
 
 		layernorm_fwd(k, D(a->ln1), D(a->ln1_mean), D(a->ln1_rstd), x, W(m, l, LP_LN1W),
 			      W(m, l, LP_LN1B), BT, C);
 		linear_fwd(k, D(a->qkv), D(a->ln1), W(m, l, LP_QKVW), W(m, l, LP_QKVB), 1, BT, C,
 			   3 * C);
-		attention_fwd(k, D(a->atty), D(a->att), D(a->qkv), B, T, NH, 0, NH, C / NH);
+		av = attn_of(m, l, a, &ad);
+		attention_fwd_view(k, &av);
 		linear_fwd(k, D(m->tmp), D(a->atty), W(m, l, LP_PROJW), W(m, l, LP_PROJB), 1, BT, C,
 			   C);
 		branch_add(m, l, DROP_ATTN, D(a->res2), &a->mask2, x, D(m->tmp));
@@ -468,7 +512,7 @@ void gpt_zero_grad(struct gpt *m)
 void gpt_backward(struct gpt *m, float scale)
 {
 	const struct kctx *k = &m->k;
-	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, F = m->cfg.ffn, NH = m->cfg.heads;
+	int B = m->B, T = m->T, BT = B * T, C = m->cfg.hidden, F = m->cfg.ffn;
 	int V = m->cfg.vocab, L = m->cfg.num_layers;
 	const float *x_last = L ? D(m->la[L - 1].res3) : D(m->enc);
 
@@ -484,6 +528,8 @@ void gpt_backward(struct gpt *m, float scale)
 	for (int l = L - 1; l >= 0; l--) {
 		struct gpt_layer_acts *a = &m->la[l];
 		const float *x = l ? D(m->la[l - 1].res3) : D(m->enc);
+		struct attn_drop ad;
+		struct attn_view av;
 
 		/* res3 = res2 + fc2(gelu(fc(ln2(res2)))), or res2 + moe(ln2(res2)), the branch
 		 * through its dropout */
@@ -517,8 +563,10 @@ void gpt_backward(struct gpt *m, float scale)
 		linear_bwd_weight(k, G(m, l, LP_PROJW), G(m, l, LP_PROJB), 1, g, D(a->atty), BT, C,
 				  C);
 		zero(&m->dqkv);
-		attention_bwd(k, D(m->dqkv), D(m->att_scratch), D(m->datty), D(a->att), D(a->qkv),
-			      B, T, NH, 0, NH, C / NH);
+		av = attn_of(m, l, a, &ad);
+		attention_bwd_view(k, &av, D(m->dqkv), m->dqkv.data ? D(m->dqkv) + C : NULL,
+				   m->dqkv.data ? D(m->dqkv) + 2 * C : NULL, D(m->att_scratch),
+				   D(m->datty));
 		zero(&m->dln);
 		linear_bwd_input(k, D(m->dln), D(m->dqkv), W(m, l, LP_QKVW), BT, C, 3 * C);
 		linear_bwd_weight(k, G(m, l, LP_QKVW), G(m, l, LP_QKVB), 1, D(m->dqkv), D(a->ln1),

@@ -34,6 +34,7 @@ struct gpt_config {
 	float capacity_factor; /* slots per expert = floor(cf * tokens * k / E); 0: dropless */
 	float aux_coeff;       /* weight of the load-balancing loss */
 	float hidden_dropout;  /* Megatron's --hidden-dropout (models/dropout.h); 0: none */
+	float attention_dropout; /* --attention-dropout: on the attention probabilities */
 };
 
 /* A layer's parameters, in this order; gpt_param(m, l, i) finds one. */
@@ -77,6 +78,8 @@ struct gpt_layer_acts {
 	struct moe_acts moe;                   /* the MoE block's (MoE layers) */
 	struct tensor res3;                    /* (B, T, h): the block's output */
 	struct tensor mask2, mask3; /* (B, T, h) bytes: hidden dropout's masks of the branches */
+	struct tensor amask;        /* (B, a, T, T) bytes: attention dropout's mask (standard) */
+	struct tensor attd;         /* (B, a, T, T): the probabilities dropped, P' (standard) */
 };
 
 struct gpt {
@@ -147,13 +150,14 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
  * head size, the heads this device computes), the MLP ffn wide, or a MoE block of shape
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
 enum {
-	GPT_ACTS_PRE = 1,      /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
-	GPT_ACTS_ATTN = 2,     /* qkv, the scores (or lse), the attention output */
-	GPT_ACTS_POST = 4,     /* the attention output, the rest of the layer to its output */
-	GPT_ACTS_ALL = 7,      /* the whole layer */
-	GPT_ACTS_FLASH = 8,    /* with memory-efficient attention */
-	GPT_ACTS_NO_MLP = 16,  /* without the dense MLP's intermediates (chunked MLP) */
-	GPT_ACTS_DROPOUT = 32, /* with the hidden dropout's masks (rows, h bytes) */
+	GPT_ACTS_PRE = 1,           /* ln1 and its statistics, qkv: LayerNorm and QKV projection */
+	GPT_ACTS_ATTN = 2,          /* qkv, the scores (or lse), the attention output */
+	GPT_ACTS_POST = 4,          /* the attention output, the rest of the layer to its output */
+	GPT_ACTS_ALL = 7,           /* the whole layer */
+	GPT_ACTS_FLASH = 8,         /* with memory-efficient attention */
+	GPT_ACTS_NO_MLP = 16,       /* without the dense MLP's intermediates (chunked MLP) */
+	GPT_ACTS_DROPOUT = 32,      /* with the hidden dropout's masks (rows, h bytes) */
+	GPT_ACTS_ATTN_DROPOUT = 64, /* with attention dropout's mask and P' (not with FLASH) */
 };
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
 			 int h, int hl, int heads, int ffn, const struct moe_shape *moe,

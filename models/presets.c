@@ -4,13 +4,13 @@
 
 #define DENSE(L, h, a, V, s, f)                                                                    \
 	{                                                                                          \
-		L, h, a, V, s, f, 0, 0, 0, 0.0f, 0.0f, 0.0f                                        \
+		L, h, a, V, s, f, 0, 0, 0, 0.0f, 0.0f, 0.0f, 0.0f                                  \
 	}
 /* E experts, top-k, every Nth layer; capacity factor 1.25 and aux coefficient 0.01 (the
  * Switch Transformer's defaults). */
 #define MOE(L, h, a, V, s, f, E, k, every)                                                         \
 	{                                                                                          \
-		L, h, a, V, s, f, E, k, every, 1.25f, 0.01f, 0.0f                                  \
+		L, h, a, V, s, f, E, k, every, 1.25f, 0.01f, 0.0f, 0.0f                            \
 	}
 
 /* layers, hidden, heads, vocab, seq_len, ffn [, experts, top-k, every] */

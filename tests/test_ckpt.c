@@ -76,7 +76,8 @@ static const struct layout {
 	const char *name;
 	int dp, tp, pp, cp, ep, zero, sp;
 	int moe;
-	float dropout; /* --hidden-dropout: the resumed run's masks are the uninterrupted one's */
+	float dropout; /* --hidden-dropout and --attention-dropout: the resumed run's masks are
+			* the uninterrupted one's */
 } layouts[] = {
 	{"serial", 1, 1, 1, 1, 1, 0, 0, 0, 0},
 	{"tp2-pp2-dp2-zero1", 2, 2, 2, 1, 1, 1, 0, 0, 0.1f},
@@ -111,6 +112,7 @@ static void layout_cfg(struct run_cfg *cfg, const struct layout *l)
 	cfg->flash = l->cp > 1;
 	cfg->opt.decay_steps = 4;
 	cfg->model.hidden_dropout = l->dropout;
+	cfg->model.attention_dropout = l->dropout;
 }
 
 /* Runs cfg (steps from cfg->step0, resumed from cfg->resume if set) on its mesh, or as
@@ -541,6 +543,10 @@ static void test_command_line(void **state)
 	snprintf(args, sizeof args, "run %s --steps 4 --hidden-dropout 0.1 --load %s", common, dir);
 	assert_int_equal(pemu(args, 1, out, sizeof out), 0); /* a training setting: named */
 	assert_non_null(strstr(out, "--hidden-dropout 0.1 (saved 0)"));
+	snprintf(args, sizeof args, "run %s --steps 4 --attention-dropout 0.1 --load %s", common,
+		 dir);
+	assert_int_equal(pemu(args, 1, out, sizeof out), 0);
+	assert_non_null(strstr(out, "--attention-dropout 0.1 (saved 0)"));
 	snprintf(args, sizeof args,
 		 "run %s --steps 6 --lr-decay-iters 6 --save %s --load %s --json", common, dir,
 		 dir);

@@ -31,8 +31,10 @@ const struct cli_opt cli_model_opts[] = {
 	{"hidden-dropout", 0, 1, CLI_MODEL_HIDDEN_DROPOUT, "P",
 	 "dropout on the embeddings and on each branch before its residual add (default 0); "
 	 "every layout draws the serial model's masks"},
-	{"attention-dropout", 0, 1, CLI_MODEL_ATTN_DROPOUT, "0",
-	 "Megatron's dropout on the attention probabilities: only 0 (not built yet)"},
+	{"attention-dropout", 0, 1, CLI_MODEL_ATTN_DROPOUT, "P",
+	 "dropout on the attention probabilities after the softmax (default 0); every layout "
+	 "draws the serial model's masks, the memory-efficient path drawing them again in "
+	 "backward"},
 	{"make-vocab-size-divisible-by", 0, 1, CLI_MODEL_VOCAB_DIV, "N",
 	 "pad the vocabulary to a multiple of N x tp, as Megatron does (default 128)"},
 	{"micro-batch-size", 0, 1, CLI_MODEL_MBS, "N", "sequences per forward pass"},
@@ -253,12 +255,16 @@ static void apply_sizes(const struct cli_model *m, struct gpt_config *g, const s
 				 p);
 		g->hidden_dropout = (float)p;
 	}
-	if (ov[CLI_MODEL_ATTN_DROPOUT] &&
-	    cli_double(c, "--attention-dropout", ov[CLI_MODEL_ATTN_DROPOUT], 0, 1) > 0)
-		cli_fail(c,
-			 "--attention-dropout %s: dropout on the attention probabilities is not "
-			 "built yet (0 only; --hidden-dropout is)",
-			 ov[CLI_MODEL_ATTN_DROPOUT]);
+	if (ov[CLI_MODEL_ATTN_DROPOUT]) {
+		double p = cli_double(c, "--attention-dropout", ov[CLI_MODEL_ATTN_DROPOUT], 0, 1);
+
+		if (p >= 1)
+			cli_fail(c,
+				 "--attention-dropout %g: a probability under 1 (1 drops "
+				 "everything)",
+				 p);
+		g->attention_dropout = (float)p;
+	}
 }
 
 void cli_model_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c, int dry_run)

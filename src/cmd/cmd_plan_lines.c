@@ -152,9 +152,9 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		"--make-vocab-size-divisible-by %d --micro-batch-size %d --global-batch-size %d",
 		g->num_layers, g->hidden, g->heads, g->ffn, g->seq_len, g->seq_len, cfg->vocab_orig,
 		cfg->vocab_div, cfg->mbs, cfg->gbs);
-	/* Megatron's dropouts default to 0.1: the model pemu ranked has these (and no
-	 * attention dropout, which pemu does not model yet) */
-	fprintf(f, " --hidden-dropout %g --attention-dropout 0", (double)g->hidden_dropout);
+	/* Megatron's dropouts default to 0.1: the model pemu ranked has these */
+	fprintf(f, " --hidden-dropout %g --attention-dropout %g", (double)g->hidden_dropout,
+		(double)g->attention_dropout);
 	fprintf(f, " --tensor-model-parallel-size %d --pipeline-model-parallel-size %d", m[MESH_TP],
 		m[MESH_PP]);
 	if (cfg->vpp > 1)

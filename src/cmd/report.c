@@ -96,6 +96,13 @@ void report_dropout_line(FILE *f, const struct run_cfg *cfg)
 			"same in "
 			"every layout\n",
 			(double)cfg->model.hidden_dropout);
+	if (cfg->model.attention_dropout > 0)
+		fprintf(f,
+			"# attention dropout %g on the attention probabilities; every "
+			"probability's mask from (seed, layer, sequence, global head, query and "
+			"key "
+			"positions), the same in every layout\n",
+			(double)cfg->model.attention_dropout);
 }
 
 /* The checkpoints' and the dropout's fields of "config", only when used. */
@@ -112,6 +119,8 @@ static void checkpoint_json(FILE *f, const struct run_cfg *cfg)
 	}
 	if (cfg->model.hidden_dropout > 0)
 		fprintf(f, ",\"hidden_dropout\":%g", (double)cfg->model.hidden_dropout);
+	if (cfg->model.attention_dropout > 0)
+		fprintf(f, ",\"attention_dropout\":%g", (double)cfg->model.attention_dropout);
 }
 
 static const char *model_name(const struct run_cfg *cfg)

@@ -1,7 +1,13 @@
 /* par/cp: context parallelism's attention, by comm type; see par/cp.h. Shapes per rank,
  * for one (micro-)batch of B sequences: T = s / cp rows a sequence in two chunks of
  * ch = T / 2 rows, C = h / t the columns of this rank's nh = a / t heads of hs each;
- * qkv (B, T, 3C), atty (B, T, C), lse (B, nh, T) in la->att. */
+ * qkv (B, T, 3C), atty (B, T, C), lse (B, nh, T) in la->att.
+ *
+ * Attention dropout (models/dropout.h) keys each probability by its query's and key's
+ * global positions: a view's queries are rows of this rank's (m->pos), its keys rows of
+ * the rank that sent them (the ring: m->pos_all of the sender, in the balanced chunk
+ * order), or of the sequence in position order (all-gather, Ulysses); Ulysses's heads
+ * are this rank's head group of the tp rank's. */
 #include "par/cp.h"
 
 #include "attention.h"
@@ -33,9 +39,14 @@ struct cp {
 	int B, T, ch, s;      /* sequences, rows a sequence, rows a chunk, the whole sequence */
 	int C, nh, hs;        /* local columns, heads, head size */
 	float *scratch;
+	const int *pos, *pos_all;  /* my rows' positions, every rank's (par_model) */
+	const struct attn_drop *d; /* the layer's attention dropout (p 0: none) */
+	struct attn_drop dd[2];    /* its keys placed for the views in use */
+	int local;                 /* PAR_BUG_ATTN_DROPOUT_LOCAL: keyed by local positions */
 };
 
-static struct cp cp_of(struct par_model *m, const struct par_tp *c, struct par_work *w)
+static struct cp cp_of(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		       const struct attn_drop *d)
 {
 	struct cp g = {.k = &m->k, .g = m->cpg, .n = m->cp, .r = m->cpr};
 
@@ -50,7 +61,23 @@ static struct cp cp_of(struct par_model *m, const struct par_tp *c, struct par_w
 	g.nh = c->NHl;
 	g.hs = m->cfg.hidden / m->cfg.heads;
 	g.scratch = D(w->att_scratch);
+	g.pos = m->pos;
+	g.pos_all = m->pos_all;
+	g.d = d;
+	g.local = m->pc.bug == PAR_BUG_ATTN_DROPOUT_LOCAL;
 	return g;
+}
+
+/* View a's dropout, in slot of g: its queries at rows [q, ...) of mine, its keys at
+ * positions kpos (NULL: their index, the sequence in position order). */
+static void drop_at(struct cp *g, struct attn_view *a, int slot, int q, const int *kpos)
+{
+	if (g->d->p <= 0)
+		return;
+	g->dd[slot] = *g->d;
+	g->dd[slot].qpos = g->local ? NULL : g->pos + q;
+	g->dd[slot].kpos = g->local ? NULL : kpos;
+	a->drop = &g->dd[slot];
 }
 
 /* Rows [q, q + nq) of each local sequence's queries (in qkv, ld 3C) against key rows
@@ -139,18 +166,22 @@ static int wait2(const struct kctx *k, struct coll_req **rq)
 
 /* Step i's block (i > 0): which query rows see which rows of the KV in hand, and how;
  * Tq 0 if none (the contiguous layout, a sender after me). */
-static struct attn_view ring_block(const struct cp *g, const float *qkv, float *out,
-				   const float *kv, int i)
+static struct attn_view ring_block(struct cp *g, const float *qkv, float *out, const float *kv,
+				   int i)
 {
-	struct attn_view none = {.Tq = 0};
+	struct attn_view none = {.Tq = 0}, a;
+	const int *kpos = g->pos_all + (size_t)((g->r + g->n - i) % g->n) * (size_t)g->T;
 
 	if (g->contiguous) /* the sender's chunk is before mine, or after it: seen whole, or not */
-		return i <= g->r ? view(g, qkv, out, kv, 2 * g->C, g->T, 0, g->T, 0, g->T, g->T)
-				 : none;
-	if (i <= g->r) /* the sender's first chunk is before both of mine */
-		return view(g, qkv, out, kv, 2 * g->C, g->T, 0, g->T, 0, g->ch, g->ch);
-	/* the sender's chunks are both after my first and before my second */
-	return view(g, qkv, out, kv, 2 * g->C, g->T, g->ch, g->ch, 0, g->T, g->T);
+		a = i <= g->r ? view(g, qkv, out, kv, 2 * g->C, g->T, 0, g->T, 0, g->T, g->T)
+			      : none;
+	else if (i <= g->r) /* the sender's first chunk is before both of mine */
+		a = view(g, qkv, out, kv, 2 * g->C, g->T, 0, g->T, 0, g->ch, g->ch);
+	else /* the sender's chunks are both after my first and before my second */
+		a = view(g, qkv, out, kv, 2 * g->C, g->T, g->ch, g->ch, 0, g->T, g->T);
+	if (a.Tq)
+		drop_at(g, &a, 0, !g->contiguous && i > g->r ? g->ch : 0, kpos);
+	return a;
 }
 
 /* The first query row of step i's block. */
@@ -161,7 +192,7 @@ static size_t block_row(const struct cp *g, int i)
 
 /* My own block (step 0): the causal diagonal of each of my chunks, and in the balanced
  * layout my second chunk against my first: views lo and hi (hi.Tq 0 if contiguous). */
-static void ring_own(const struct cp *g, const float *qkv, float *out, struct attn_view *lo,
+static void ring_own(struct cp *g, const float *qkv, float *out, struct attn_view *lo,
 		     struct attn_view *hi)
 {
 	const float *kv = at((float *)qkv, (size_t)g->C);
@@ -169,16 +200,19 @@ static void ring_own(const struct cp *g, const float *qkv, float *out, struct at
 	if (g->contiguous) {
 		*lo = view(g, qkv, out, kv, 3 * g->C, g->T, 0, g->T, 0, g->T, 0);
 		*hi = (struct attn_view){.Tq = 0};
+		drop_at(g, lo, 0, 0, g->pos);
 		return;
 	}
 	*lo = view(g, qkv, out, kv, 3 * g->C, g->T, 0, g->ch, 0, g->ch, 0);
 	*hi = view(g, qkv, out, kv, 3 * g->C, g->T, g->ch, g->ch, 0, g->T, g->ch);
+	drop_at(g, lo, 0, 0, g->pos);
+	drop_at(g, hi, 1, g->ch, g->pos);
 }
 
 static int ring_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		    struct gpt_layer_acts *la)
+		    struct gpt_layer_acts *la, const struct attn_drop *d)
 {
-	struct cp g = cp_of(m, c, w);
+	struct cp g = cp_of(m, c, w, d);
 	float *qkv = D(la->qkv), *out = D(la->atty), *lse = D(la->att);
 	struct coll_req *rq[2] = {NULL, NULL};
 	int rc = 0;
@@ -230,9 +264,9 @@ static int wait_one(const struct kctx *k, struct coll_req **r)
  * TransformerEngine orders it) and sends the sum on. After step cp - 1 the partial of my
  * own block arrives, and joins my own dK, dV. */
 static int ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		    struct gpt_layer_acts *la)
+		    struct gpt_layer_acts *la, const struct attn_drop *d)
 {
-	struct cp g = cp_of(m, c, w);
+	struct cp g = cp_of(m, c, w, d);
 	float *qkv = D(la->qkv), *out = D(la->atty), *lse = D(la->att), *dq = D(w->dqkv);
 	float *R = D(w->dkv[2]);
 	const float *dy = D(w->datty);
@@ -328,18 +362,21 @@ static int gather_kv(const struct cp *g, struct par_work *w, const float *qkv)
 }
 
 /* Chunk h of my queries against every key before it (in w->dkv[0], position order). */
-static struct attn_view gather_view(const struct cp *g, const float *qkv, float *out,
-				    const float *kvpos, int h)
+static struct attn_view gather_view(struct cp *g, const float *qkv, float *out, const float *kvpos,
+				    int h)
 {
 	int p = par_cp_position(g->s, g->n, g->r, h * g->ch, 0);
+	struct attn_view a =
+		view(g, qkv, out, kvpos, 2 * g->C, g->s, h * g->ch, g->ch, 0, p + g->ch, p);
 
-	return view(g, qkv, out, kvpos, 2 * g->C, g->s, h * g->ch, g->ch, 0, p + g->ch, p);
+	drop_at(g, &a, 0, h * g->ch, NULL);
+	return a;
 }
 
 static int gather_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la)
+		      struct gpt_layer_acts *la, const struct attn_drop *d)
 {
-	struct cp g = cp_of(m, c, w);
+	struct cp g = cp_of(m, c, w, d);
 	int rc = gather_kv(&g, w, D(la->qkv));
 
 	for (int h = 0; h < 2 && !rc; h++) {
@@ -352,9 +389,9 @@ static int gather_fwd(struct par_model *m, const struct par_tp *c, struct par_wo
 }
 
 static int gather_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		      struct gpt_layer_acts *la)
+		      struct gpt_layer_acts *la, const struct attn_drop *d)
 {
-	struct cp g = cp_of(m, c, w);
+	struct cp g = cp_of(m, c, w, d);
 	size_t C = (size_t)g.C, n = (size_t)g.B * g.T * 2 * C;
 	float *dq = D(w->dqkv), *dkv = D(w->dkv[1]);
 	int rc;
@@ -452,48 +489,67 @@ static int ulysses_a2a(const struct cp *g, float *seq, float *heads, float *send
 	return 0;
 }
 
-static int ulysses_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		       struct gpt_layer_acts *la)
+/* My head group's nh heads of whole sequences (qkv (B, s, 3 nh hs), out (B, s, nh hs)):
+ * the tp rank's heads from the group's first, nh a cp rank; positions are indices. */
+static struct attn_view ulysses_view(struct cp *g, float *out, const float *qkv, int nh)
 {
-	struct cp g = cp_of(m, c, w);
+	struct attn_view a = attention_qkv_view(out, NULL, qkv, g->B, g->s, nh, 0, nh, g->hs);
+
+	if (g->d->p > 0) {
+		g->dd[0] = *g->d;
+		if (!g->local)
+			g->dd[0].head0 += g->r * nh;
+		a.drop = &g->dd[0];
+	}
+	return a;
+}
+
+static int ulysses_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		       struct gpt_layer_acts *la, const struct attn_drop *d)
+{
+	struct cp g = cp_of(m, c, w, d);
 	int nh = g.nh / g.n, rc;
+	struct attn_view a;
 
 	/* q, k, v of my head group, whole sequences, in place of my rows in la->qkv (they
 	 * are packed to send before it is written) */
 	if ((rc = ulysses_a2a(&g, D(la->qkv), D(la->qkv), D(w->kv[0]), D(w->kv[1]), 3, 1)))
 		return rc;
-	attention_flash_fwd(&m->k, D(w->dkv[1]), D(la->att), D(la->qkv), g.B, g.s, nh, 0, nh, g.hs,
-			    g.scratch);
+	a = ulysses_view(&g, D(w->dkv[1]), D(la->qkv), nh);
+	attention_flash_fwd_view(&m->k, &a, D(la->att), 0, g.scratch);
 	return ulysses_a2a(&g, D(la->atty), D(w->dkv[1]), D(w->kv[0]), D(w->kv[1]), 1, 0);
 }
 
 static int ulysses_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		       struct gpt_layer_acts *la)
+		       struct gpt_layer_acts *la, const struct attn_drop *d)
 {
-	struct cp g = cp_of(m, c, w);
+	struct cp g = cp_of(m, c, w, d);
 	int nh = g.nh / g.n, rc;
-	size_t half = w->dkv[1].n / 2; /* (B, s, C / n) twice: out and d out */
+	size_t half = w->dkv[1].n / 2, Ch = (size_t)nh * g.hs; /* (B, s, C / n) twice: out, d out */
+	float *dq = D(w->dkv[0]);
+	struct attn_view a;
 	float *outh = D(w->dkv[1]), *douth = at(D(w->dkv[1]), half);
 
 	if ((rc = ulysses_a2a(&g, D(la->atty), outh, D(w->kv[0]), D(w->kv[1]), 1, 1)) ||
 	    (rc = ulysses_a2a(&g, D(w->datty), douth, D(w->kv[0]), D(w->kv[1]), 1, 1)))
 		return rc;
 	par_zero(&w->dkv[0]);
-	attention_flash_bwd(&m->k, D(w->dkv[0]), g.scratch, douth, outh, D(la->att), D(la->qkv),
-			    g.B, g.s, nh, 0, nh, g.hs);
+	a = ulysses_view(&g, outh, D(la->qkv), nh);
+	attention_flash_bwd_view(&m->k, &a, D(la->att), 0, dq, at(dq, Ch), at(dq, 2 * Ch),
+				 g.scratch, douth);
 	return ulysses_a2a(&g, D(w->dqkv), D(w->dkv[0]), D(w->kv[0]), D(w->kv[1]), 3, 0);
 }
 
 /* ------------------------------------------------------------------------------------ */
 
 typedef int (*attn_fn)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		       struct gpt_layer_acts *la);
+		       struct gpt_layer_acts *la, const struct attn_drop *d);
 
 /* f, its collectives tagged as context parallelism's (the report's by-strategy bytes). */
 static int tagged(attn_fn f, struct par_model *m, const struct par_tp *c, struct par_work *w,
-		  struct gpt_layer_acts *la)
+		  struct gpt_layer_acts *la, const struct attn_drop *d)
 {
-	int old = coll_set_tag(m->k.d, PAR_TRAFFIC_CP), rc = f(m, c, w, la);
+	int old = coll_set_tag(m->k.d, PAR_TRAFFIC_CP), rc = f(m, c, w, la, d);
 
 	coll_set_tag(m->k.d, old);
 	return rc;
@@ -501,9 +557,9 @@ static int tagged(attn_fn f, struct par_model *m, const struct par_tp *c, struct
 
 #define TAGGED(f)                                                                                  \
 	static int f##_tagged(struct par_model *m, const struct par_tp *c, struct par_work *w,     \
-			      struct gpt_layer_acts *la)                                           \
+			      struct gpt_layer_acts *la, const struct attn_drop *d)                \
 	{                                                                                          \
-		return tagged(f, m, c, w, la);                                                     \
+		return tagged(f, m, c, w, la, d);                                                  \
 	}
 TAGGED(ring_fwd)
 TAGGED(ring_bwd)

@@ -56,6 +56,11 @@ void par_drop_add(struct par_model *m, const struct par_acts *a, const struct pa
 const float *par_drop_grad(struct par_model *m, struct par_work *w, const struct par_tp *c,
 			   const struct tensor *mask);
 struct dropout par_dropout(const struct par_model *m, int l, enum drop_site s);
+/* Attention dropout's keys of layer l for a's batch on cut c: the part's sequences, this
+ * rank's first head among the layer's (c->r of c->t ranks, c->NHl heads each), the
+ * positions left to the attention (NULL: a whole sequence's). */
+struct attn_drop par_attn_drop(const struct par_model *m, const struct par_acts *a,
+			       const struct par_tp *c, int l);
 
 /* A MoE layer's routing of x (its ln2 rows) with router weights wr into a: the model's
  * own (moe_route), or where the micro-batch's tokens are spread over ranks (cp, or each

@@ -72,7 +72,7 @@ int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char 
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Hidden dropout                                                                       */
+/* Hidden and attention dropout                                                         */
 
 struct dropout par_dropout(const struct par_model *m, int l, enum drop_site s)
 {
@@ -112,6 +112,21 @@ const float *par_drop_grad(struct par_model *m, struct par_work *w, const struct
 	dropout_bwd(&m->k, D(w->ddrop), D(w->dres), (const unsigned char *)D(*mask), p,
 		    (size_t)c->Ml * m->cfg.hidden);
 	return D(w->ddrop);
+}
+
+struct attn_drop par_attn_drop(const struct par_model *m, const struct par_acts *a,
+			       const struct par_tp *c, int l)
+{
+	struct attn_drop d = {.p = m->cfg.attention_dropout,
+			      .seed = m->pc.seed,
+			      .layer = l,
+			      .seq0 = a->seq0 + (uint64_t)c->part * (uint64_t)c->B,
+			      .S = m->cfg.seq_len,
+			      .head0 = c->r * c->NHl};
+
+	if (m->pc.bug == PAR_BUG_ATTN_DROPOUT_LOCAL) /* (for tests: the rank's own heads) */
+		d.head0 = 0;
+	return d;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -168,8 +183,11 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
 			   C, C3);
 		return 0;
-	case PAR_ATTN:
-		return pl->attn->fwd(m, c, w, la);
+	case PAR_ATTN: {
+		struct attn_drop d = par_attn_drop(m, a, c, l);
+
+		return pl->attn->fwd(m, c, w, la, &d);
+	}
 	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
@@ -224,8 +242,11 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		linear_bwd_input(k, D(w->datty), w->g, PW(m, l, LP_PROJW), BT, Cl, C);
 		return par_weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
 				       PG(m, l, LP_PROJB), w->g, D(la->atty), BT, Cl, C);
-	case PAR_ATTN:
-		return pl->attn->bwd(m, c, w, la);
+	case PAR_ATTN: {
+		struct attn_drop d = par_attn_drop(m, a, c, l);
+
+		return pl->attn->bwd(m, c, w, la, &d);
+	}
 	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
 		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);

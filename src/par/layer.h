@@ -30,21 +30,25 @@
 #ifndef PEMU_PAR_LAYER_H
 #define PEMU_PAR_LAYER_H
 
+#include "dropout.h"
 #include "par/model.h"
 
 enum par_piece { PAR_PRE, PAR_QKV, PAR_ATTN, PAR_PROJ, PAR_MID, PAR_MLP, PAR_OUT, PAR_NPIECES };
 
 /* An attention, on the layer's cut c: forward qkv -> atty (and what backward keeps),
  * backward datty -> dqkv, and what selective recomputation runs again (NULL: nothing to
- * run). Each returns 0 or a negative enum emu_err (context parallelism's communicate). */
+ * run); d: the layer's attention dropout keyed for this rank's heads and sequences
+ * (par_attn_drop; p 0: none), which the attention places at its queries' and keys'
+ * global positions. Each returns 0 or a negative enum emu_err (context parallelism's
+ * communicate). */
 struct par_attn {
 	const char *name;
 	int (*fwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		   struct gpt_layer_acts *la);
+		   struct gpt_layer_acts *la, const struct attn_drop *d);
 	int (*bwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		   struct gpt_layer_acts *la);
+		   struct gpt_layer_acts *la, const struct attn_drop *d);
 	int (*refwd)(struct par_model *m, const struct par_tp *c, struct par_work *w,
-		     struct gpt_layer_acts *la);
+		     struct gpt_layer_acts *la, const struct attn_drop *d);
 };
 
 /* An MLP of layer l, on its cut c: forward la->ln2 -> w->tmp (partial sums before the region's

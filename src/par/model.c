@@ -169,7 +169,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 unsigned par_acts_flags(const struct par_model *m)
 {
 	return (m->pc.flash ? GPT_ACTS_FLASH : 0u) | (m->pc.mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u) |
-	       (m->cfg.hidden_dropout > 0 ? GPT_ACTS_DROPOUT : 0u);
+	       (m->cfg.hidden_dropout > 0 ? GPT_ACTS_DROPOUT : 0u) |
+	       (m->cfg.attention_dropout > 0 ? GPT_ACTS_ATTN_DROPOUT : 0u);
 }
 
 int par_acts_embed_mask(struct par_model *m, struct par_acts *a)
@@ -455,6 +456,11 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	}
 	for (int i = 0; i < m->Ml; i++)
 		m->pos_rows[i] = m->pos[(m->row0 + i) % m->T];
+	m->pos_all = emu_xcalloc((size_t)m->cp * (size_t)m->T, sizeof *m->pos_all);
+	for (int j = 0; j < m->cp; j++)
+		for (int i = 0; i < m->T; i++)
+			m->pos_all[(size_t)j * m->T + i] =
+				par_cp_position(c->seq_len, m->cp, j, i, m->pc.cp_contiguous);
 	m->layers = emu_xcalloc((size_t)c->num_layers + 1, 1);
 	for (int l = 0; l < c->num_layers; l++)
 		m->layers[l] = part ? part->layers[l] : PAR_PART_PRE | PAR_PART_POST;
@@ -477,6 +483,7 @@ void par_model_free(struct par_model *m)
 	free(m->layers);
 	free(m->pos);
 	free(m->pos_rows);
+	free(m->pos_all);
 	free(m->plan);
 	free(m->p);
 	free(m->order);

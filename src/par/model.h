@@ -52,13 +52,16 @@ enum par_traffic { PAR_TRAFFIC_OTHER, PAR_TRAFFIC_CP, PAR_TRAFFIC_EP, PAR_NTRAFF
  * (rows placed at the other chunk's positions), expert parallelism's dispatch split off
  * by one (a row of each rank's first expert sent as its second's), a MoE router whose
  * micro-batch is spread over ranks counting its own rank's choices alone
- * (par/moe_route.c), hidden dropout keyed by a rank's local rows (par/layer.c). */
+ * (par/moe_route.c), hidden dropout keyed by a rank's local rows (par/layer.c),
+ * attention dropout by a rank's local heads and key positions. */
 enum par_bug {
 	PAR_BUG_NONE,
 	PAR_BUG_CP_CHUNKS,
 	PAR_BUG_EP_SPLIT,
 	PAR_BUG_MOE_ROUTE,
-	PAR_BUG_DROPOUT_LOCAL /* dropout keyed by a rank's local rows, not the global tokens */
+	PAR_BUG_DROPOUT_LOCAL,     /* dropout keyed by a rank's local rows, not the global tokens */
+	PAR_BUG_ATTN_DROPOUT_LOCAL /* attention dropout keyed by a rank's local heads and key
+				    * positions (par/layer.c, par/cp.c) */
 };
 
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
@@ -348,6 +351,8 @@ struct par_model {
 	struct emu_group *epg, *edpg; /* expert parallelism's groups (par_groups), or NULL */
 	struct emu_group *cpg;        /* the context-parallel group, or NULL */
 	int *pos;            /* [T]: the position of each of this rank's rows in its sequence */
+	int *pos_all;        /* [cp T]: every cp rank's pos, rank by rank (ring attention's
+			      * keys' positions, attention dropout's keys) */
 	int *pos_rows;       /* [Ml]: the positions of the residual stream's rows */
 	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
 	int sp;              /* sequence parallelism: the residual stream split by token rows */

@@ -37,8 +37,11 @@ void par_recompute_drop(struct par_model *m, struct par_acts *a, int l)
 
 	switch (m->pc.recompute) {
 	case PAR_RECOMPUTE_SELECTIVE:
-		if (m->plan[l].attn->refwd) /* else nothing to run again: nothing to drop */
-			tensor_free(&m->k, &la->att);
+		if (m->plan[l].attn->refwd) { /* else nothing to run again: nothing to drop */
+			tensor_free(&m->k, &la->att); /* and attention dropout's, drawn again */
+			tensor_free(&m->k, &la->amask);
+			tensor_free(&m->k, &la->attd);
+		}
 		return;
 	case PAR_RECOMPUTE_FULL: {
 		struct tensor *const keep[] = {&la->res3, NULL};
@@ -82,6 +85,7 @@ static int oases_refwd(struct par_model *m, struct par_work *w, struct par_acts 
 	struct gpt_layer_acts *la = par_la(a, l);
 	int C = m->cfg.hidden, rc;
 	size_t r0 = (size_t)c->row0;
+	struct attn_drop d = par_attn_drop(m, a, c, l);
 
 	if (!c->sp) /* ln1 and ln2 from the kept input and res2: all rows, no f to run */
 		layernorm_fwd(k, par_rows_at(D(la->ln1), r0, (size_t)C), D(la->ln1_mean),
@@ -89,7 +93,7 @@ static int oases_refwd(struct par_model *m, struct par_work *w, struct par_acts 
 			      PW(m, l, LP_LN1B), c->Ml, C);
 	if ((rc = par_layer_fwd(m, w, a, l, PAR_QKV)))
 		return rc;
-	if ((rc = pl->attn->fwd(m, c, w, la)))
+	if ((rc = pl->attn->fwd(m, c, w, la, &d)))
 		return rc;
 	if (!c->sp)
 		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
@@ -111,8 +115,11 @@ int par_recompute_bwd(struct par_model *m, struct par_work *w, struct par_acts *
 		m->rerun = 0;
 		a->aux_loss = aux;
 		return rc;
-	case PAR_RECOMPUTE_SELECTIVE:
-		return at->refwd ? at->refwd(m, m->plan[l].tp, w, par_la(a, l)) : 0;
+	case PAR_RECOMPUTE_SELECTIVE: {
+		struct attn_drop d = par_attn_drop(m, a, m->plan[l].tp, l);
+
+		return at->refwd ? at->refwd(m, m->plan[l].tp, w, par_la(a, l), &d) : 0;
+	}
 	case PAR_RECOMPUTE_OASES:
 		return oases_refwd(m, w, a, l);
 	default:

@@ -347,6 +347,7 @@ void ckpt_differences(const struct ckpt *c, const struct run_cfg *cfg, char *buf
 		 cfg->model.capacity_factor},
 		{"--moe-aux-loss-coeff", c->model.aux_coeff, cfg->model.aux_coeff},
 		{"--hidden-dropout", c->model.hidden_dropout, cfg->model.hidden_dropout},
+		{"--attention-dropout", c->model.attention_dropout, cfg->model.attention_dropout},
 		/* (padded rows enter the softmax: another padding is another model's output) */
 		{"padded vocabulary", c->vocab_saved, cfg->model.vocab},
 	};

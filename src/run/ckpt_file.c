@@ -105,6 +105,7 @@ static const struct field {
 	  {"moe_capacity_factor", offsetof(struct ckpt, model.capacity_factor), 0, 1e6},
 	  {"moe_aux_loss_coeff", offsetof(struct ckpt, model.aux_coeff), 0, 1e6},
 	  {"hidden_dropout", offsetof(struct ckpt, model.hidden_dropout), 0, 0.999999},
+	  {"attention_dropout", offsetof(struct ckpt, model.attention_dropout), 0, 0.999999},
 	  {"lr", offsetof(struct ckpt, opt.lr), 0, 10},
 	  {"min_lr", offsetof(struct ckpt, opt.min_lr), 0, 10},
 	  {"weight_decay", offsetof(struct ckpt, opt.weight_decay), 0, 10},
