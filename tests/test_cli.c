@@ -213,6 +213,10 @@ static void test_bad_input(void **state)
 		 "--hidden-dropout: '-0.1' is not a number"},
 		{"run --model tiny --attention-dropout 1",
 		 "--attention-dropout 1: a probability under 1"},
+		{"run --model tiny --hidden-size 2048 --num-attention-heads 2048 "
+		 "--attention-dropout "
+		 "0.1 --dry-run",
+		 "--attention-dropout with 2048 heads: its masks are keyed by up to 1024 heads"},
 		{"run --model tiny --tp 2 --sequence-parallel --seq-length 3 --micro-batch-size 1",
 		 "--tp 2 does not divide the 3 tokens of a micro-batch"},
 		{"run --model tiny --hidden-size 100 --num-attention-heads 3 --tp 3",
