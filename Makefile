@@ -61,7 +61,7 @@ FORMAT_SRC := $(wildcard emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] test
 
 all: $(BUILD)/pemu $(TESTS) $(BENCHES)
 
-$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*/*.h)
+$(BUILD)/%.o: %.c $(wildcard emu/*.h models/*.h src/*/*.h tests/*.h bench/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@

@@ -31,6 +31,7 @@ int emu_config_default(struct emu_config *cfg, const char *topo_name)
 	if (topo_preset(topo_name, &cfg->topo))
 		return -1;
 	cfg->ndev = topo_ndev(&cfg->topo);
+	cfg->cost = EMU_COST_CALIBRATED;
 	return 0;
 }
 

@@ -53,7 +53,7 @@ enum emu_stream {
 };
 
 /* How virtual time is charged (clock.h): the roofline of the data sheets, or the model
- * calibrated against measurements. */
+ * calibrated against measurements (emu_config_default's). */
 enum emu_cost { EMU_COST_ROOFLINE, EMU_COST_CALIBRATED };
 
 /* A slowdown injected into a run (pemu's --inject-fault): device dev's kernels last x
@@ -83,8 +83,9 @@ struct emu_config {
 	int workers;
 };
 
-/* A config for preset topo_name (see topo.h) with every device of one node, execute mode,
- * the GPU's memory as cap, no pacing, no trace. -1 if the preset is unknown. */
+/* A config for preset topo_name (see topo.h) with every device of one node, the
+ * calibrated cost model, execute mode, the GPU's memory as cap, no pacing, no trace. -1
+ * if the preset is unknown. */
 int emu_config_default(struct emu_config *cfg, const char *topo_name);
 
 /* A new cluster. cfg is copied. Dies on host failure; config errors are the caller's to

@@ -419,7 +419,10 @@ void coll_op_run_task(struct op *op, int task)
 /* ------------------------------------------------------------------------------------ */
 /* Posting and waiting                                                                  */
 
-/* Bytes member m puts on each link class for op, by the algorithm's traffic. */
+/* Bytes member m puts on each link class for op, by the algorithm's traffic. On NCCL's
+ * rings over the nodes, one per NIC (op->nic_rings = L members a node), each member is a
+ * ring's way out of its node once in L rings: 1/L of its bytes go over the network, the
+ * rest over NVLink. */
 static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
 {
 	const struct op_arg *a = &op->arg[m];
@@ -429,6 +432,14 @@ static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
 
 	if (n == 1)
 		return;
+	if (op->nic_rings > 0) {
+		uint64_t all = (uint64_t)(a->kind == OP_ALL_REDUCE ? 2 : 1) * (uint64_t)(n - 1) *
+			       S / (uint64_t)n;
+
+		lb[op->link] += all / (uint64_t)op->nic_rings;
+		lb[TOPO_LINK_INTRA] += all - all / (uint64_t)op->nic_rings;
+		return;
+	}
 	switch (a->kind) {
 	case OP_SEND:
 		lb[op->link] += S;

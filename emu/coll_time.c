@@ -166,12 +166,14 @@ static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int 
 
 /* A ring collective over nodes: evenly spread (chan.c found its nodes), or else taken as
  * one member a node, the slower case. */
-static int64_t calibrated_across(const struct emu_cluster *c, const struct emu_group *ch,
-				 const struct wire *net, uint64_t S, int twice)
+static int64_t calibrated_across(const struct emu_cluster *c, struct op *op, const struct wire *net,
+				 uint64_t S, int twice)
 {
+	const struct emu_group *ch = op->ch;
 	const struct wire in = wire_of(c, &c->cfg.topo.link[TOPO_LINK_INTRA]);
 	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n;
 
+	op->nic_rings = ch->n / k;
 	return multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice);
 }
 
@@ -185,6 +187,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	int64_t dur = 0;
 
 	op->t_start = 0;
+	op->nic_rings = 0;
 	for (int i = 0; i < n; i++)
 		if (op->arg[i].t_issue > op->t_start)
 			op->t_start = op->arg[i].t_issue;
@@ -206,7 +209,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		break;
 	case OP_ALL_REDUCE:
 		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER) {
-			dur = calibrated_across(c, op->ch, l, S, 1);
+			dur = calibrated_across(c, op, l, S, 1);
 		} else if (op->ch->hier_nodes > 1) {
 			int k = op->ch->hier_nodes, L = op->ch->hier_local;
 			const struct wire wi = wire_of(c, &t->link[TOPO_LINK_INTRA]), *li = &wi;
@@ -229,7 +232,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		S *= (uint64_t)n;
 		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER &&
 		    a->kind != OP_ALL_TO_ALL)
-			dur = calibrated_across(c, op->ch, l, S, 0);
+			dur = calibrated_across(c, op, l, S, 0);
 		else
 			dur = ring_ns(l, n, S, 0);
 		work = (uint64_t)a->count * (uint64_t)n *

@@ -76,6 +76,8 @@ struct op {
 	uint64_t bytes;       /* S of docs/formulas.md: the message size the time is for */
 	int link;             /* enum topo_link_class the time was charged at */
 	int hier;             /* 1 if run as the hierarchical (node-aware) algorithm */
+	int nic_rings;        /* >0: run as NCCL's rings over the nodes, one per NIC, this
+			       * many members a node (the calibrated model's; coll_time.c) */
 	int ntasks;           /* data-movement tasks (0 in dry-run) */
 	atomic_int next_task; /* next task to hand out */
 	atomic_int tasks_done;

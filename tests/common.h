@@ -12,7 +12,9 @@
 
 #include "cluster.h"
 
-/* A cluster of nodes x 8 GPUs of preset, execute or dry-run, trace on or off. */
+/* A cluster of nodes x 8 GPUs of preset, execute or dry-run, trace on or off, under the
+ * roofline cost model: the formulas these tests hold the clock to are the roofline's
+ * (the calibrated model's are held by test_clock's calibrated tests). */
 static inline struct emu_cluster *test_cluster(const char *preset, int nodes, int ndev, int dry_run,
 					       int trace)
 {
@@ -24,6 +26,7 @@ static inline struct emu_cluster *test_cluster(const char *preset, int nodes, in
 	cfg.ndev = ndev;
 	cfg.dry_run = dry_run;
 	cfg.trace = trace;
+	cfg.cost = EMU_COST_ROOFLINE;
 	return emu_cluster_new(&cfg);
 }
 

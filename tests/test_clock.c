@@ -173,17 +173,18 @@ static void test_roofline_kinds(void **state)
  * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
  * among 8 GPUs of a DGX A100; on a DGX H100 from 2 MiB up NVLink SHARP, 55 us and
  * S / (0.598 of 450 GB/s), whatever n; across nodes NCCL's rings and tree. */
+/* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB of floats */
+static const size_t ar_count[5] = {2, 262144, 2097152, 2097153, 268435456};
+
 static int allreduce_sizes(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
-	/* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB */
-	static const size_t count[5] = {2, 262144, 2097152, 2097153, 268435456};
 	int rc;
 
 	for (int i = 0; i < 5; i++) {
 		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
 
-		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM)))
+		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, ar_count[i], COLL_SUM)))
 			return rc;
 		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
 	}
@@ -237,6 +238,20 @@ static void test_calibrated_collectives(void **state)
 	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
 	assert_int_equal(p.t[9][4], 8100 + 14 * 10800 + 2 * 6800 + 7500 +
 					    (int64_t)ceil(30 / 16.0 * 1073741824.0 / 178e9 * 1e9));
+	/* and each member is one of the 8 rings' way out of its node: 1/8 of its bus bytes
+	 * go over InfiniBand, the rest over NVLink */
+	{
+		uint64_t inter = 0, intra = 0;
+
+		for (int i = 0; i < 5; i++) {
+			uint64_t bus = 2 * 15 * (uint64_t)ar_count[i] * 4 / 16;
+
+			inter += bus / 8;
+			intra += bus - bus / 8;
+		}
+		assert_int_equal(coll_link_bytes(emu_cluster_dev(c, 9), TOPO_LINK_INTER), inter);
+		assert_int_equal(coll_link_bytes(emu_cluster_dev(c, 9), TOPO_LINK_INTRA), intra);
+	}
 	emu_cluster_free(c);
 }
 

@@ -595,6 +595,7 @@ static void test_recompute(void **state)
 		struct run_cfg cfg;
 
 		make_cfg(&cfg, "gpt2-124m", 1, 1, 0);
+		cfg.model.hidden_dropout = cfg.model.attention_dropout = 0; /* the preset's 0.1 */
 		cfg.mbs = cfg.gbs = 1;
 		cfg.steps = 1;
 		cfg.recompute = r;
@@ -906,7 +907,7 @@ static void test_buckets_overlap(void **state)
 		cfg.gbs = 16;
 		cfg.steps = 1;
 		cfg.bucket_bytes = 256 << 10; /* several buckets */
-		cfg.grad_after_bwd = !overlap;
+		cfg.overlap_grad = overlap;
 		c = dry(&cfg, &o);
 		coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
 		exposed = o.step_ns[0] - o.compute_ns[0];

@@ -266,6 +266,7 @@ static long long run_unit(const struct sched *sc, struct unit_job *j, int draw)
 
 	assert_int_equal(emu_config_default(&cfg, "dgx-a100"), 0);
 	cfg.ndev = sc->p;
+	cfg.cost = EMU_COST_ROOFLINE; /* unit costs: bytes / hbm_bw, no launch */
 	cfg.topo.gpu.hbm_bw = 1e9;
 	cfg.topo.gpu.launch_ns = 0;
 	for (int l = 0; l < TOPO_LINK_NCLASS; l++)

@@ -196,6 +196,7 @@ static void test_pacing(void **state)
 	(void)state;
 	emu_config_default(&cfg, "dgx-a100");
 	cfg.ndev = 2;
+	cfg.cost = EMU_COST_ROOFLINE; /* paced() sums roofline durations */
 	cfg.pace = 0.5;
 	c = emu_cluster_new(&cfg);
 	t0 = emu_wall_ns();

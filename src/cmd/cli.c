@@ -30,8 +30,8 @@ const struct cli_opt cli_cluster_opts[] = {
 	 "repeatable: fail:DEV@STEP (the device dies as the step begins), slow:DEV:X (its "
 	 "kernels X times slower), link:NODE:X (the node's links X times slower)"},
 	{"cost-model", 0, 1, CLI_COST_MODEL, "MODEL",
-	 "roofline (default: the data sheets, one GEMM efficiency) or calibrated (GEMM tiles "
-	 "and waves, measured ceilings, NCCL's achieved bus bandwidth and latency)"},
+	 "calibrated (default: GEMM tiles and waves, measured ceilings, NCCL's achieved bus "
+	 "bandwidth and latency) or roofline (the data sheets, one GEMM efficiency)"},
 	{"no-nvls", 0, 0, CLI_NO_NVLS, NULL,
 	 "calibrated: no NVLink SHARP (NCCL_NVLS_ENABLE=0), all-reduces in a node on the ring"},
 	{"hbm-bw", 0, 1, CLI_HBM_BW, "BW", "memory bandwidth of a GPU, e.g. 2.04TB/s"},

@@ -29,12 +29,13 @@ const struct cli_opt cli_model_opts[] = {
 	{"moe-aux-loss-coeff", 0, 1, CLI_MODEL_AUX, "X",
 	 "weight of the load-balancing loss (default 0.01)"},
 	{"hidden-dropout", 0, 1, CLI_MODEL_HIDDEN_DROPOUT, "P",
-	 "dropout on the embeddings and on each branch before its residual add (default 0); "
-	 "every layout draws the serial model's masks"},
+	 "dropout on the embeddings and on each branch before its residual add (default 0.1 "
+	 "for the GPT-2 and GPT-3 presets, Megatron's; 0 for the others); every layout draws "
+	 "the serial model's masks"},
 	{"attention-dropout", 0, 1, CLI_MODEL_ATTN_DROPOUT, "P",
-	 "dropout on the attention probabilities after the softmax (default 0); every layout "
-	 "draws the serial model's masks, the memory-efficient path drawing them again in "
-	 "backward"},
+	 "dropout on the attention probabilities after the softmax (default as "
+	 "--hidden-dropout); every layout draws the serial model's masks, the memory-efficient "
+	 "path drawing them again in backward"},
 	{"make-vocab-size-divisible-by", 0, 1, CLI_MODEL_VOCAB_DIV, "N",
 	 "pad the vocabulary to a multiple of N x tp, as Megatron does (default 128)"},
 	{"micro-batch-size", 0, 1, CLI_MODEL_MBS, "N", "sequences per forward pass"},

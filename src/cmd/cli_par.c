@@ -59,10 +59,10 @@ const struct cli_opt cli_par_opts[] = {
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
 	{"overlap-grad-reduce", 0, 0, CLI_PAR_OVERLAP_GRAD, NULL,
-	 "reduce each gradient bucket as backward finishes it (pemu's default; a pipeline's "
-	 "are reduced after its schedule)"},
+	 "reduce each gradient bucket as backward finishes it (ZeRO 0-1 without a pipeline; "
+	 "a pipeline's are reduced after its schedule; stages 2-3 always are)"},
 	{"no-overlap-grad-reduce", 0, 0, CLI_PAR_NO_OVERLAP_GRAD, NULL,
-	 "reduce the gradients after backward (Megatron-LM's default; ZeRO 0-1)"},
+	 "reduce the gradients after backward (the default, Megatron-LM's; ZeRO 0-1)"},
 	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
 	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
 	 "interleaved, each one's collectives hidden behind the other's compute)"},
@@ -187,7 +187,7 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_OVERLAP_GRAD:
 	case CLI_PAR_NO_OVERLAP_GRAD:
-		cfg->grad_after_bwd = id == CLI_PAR_NO_OVERLAP_GRAD;
+		cfg->overlap_grad = id == CLI_PAR_OVERLAP_GRAD ? 1 : -1;
 		break;
 	case CLI_PAR_BUCKET:
 		cfg->bucket_bytes = cli_size(c, "--bucket-size", v);

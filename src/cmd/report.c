@@ -31,6 +31,8 @@ void report_cluster_line(FILE *f, const struct emu_config *cfg)
 	if (cfg->cost == EMU_COST_CALIBRATED)
 		fprintf(f, "; calibrated cost model%s",
 			t->link[TOPO_LINK_INTRA].nvls_eff > 0 ? ", NVLink SHARP" : "");
+	else
+		fprintf(f, "; roofline cost model");
 }
 
 static void json_link(FILE *f, const char *key, const struct topo_link *l)

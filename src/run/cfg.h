@@ -65,9 +65,10 @@ struct run_cfg {
 	struct {                      /* step (from 1) begins */
 		int dev, step;
 	} fail[16];
-	int grad_after_bwd;      /* --no-overlap-grad-reduce (ZeRO 0-1): the gradients
-				  * reduced after backward (Megatron's default), not each
-				  * bucket as backward finishes it (pemu's) */
+	int overlap_grad;        /* ZeRO 0-1: 1 (--overlap-grad-reduce) reduces each
+				  * gradient bucket as backward finishes it; 0 (Megatron's
+				  * default) after backward; -1 as 0, asked for
+				  * (--no-overlap-grad-reduce: refused with ZeRO 2-3) */
 	const struct data *data; /* NULL in dry-run */
 	int log_every;           /* print a progress line every this many steps; 0: quiet */
 	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
@@ -114,8 +115,8 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
 
 /* Whether cfg's data-parallel gradients are reduced while backward runs: ZeRO 2-3 always
- * (each micro-batch's), stages 0-1 without a pipeline unless --no-overlap-grad-reduce
- * (a pipeline's are reduced after its schedule). */
+ * (each micro-batch's), stages 0-1 with --overlap-grad-reduce and no pipeline (a
+ * pipeline's are reduced after its schedule). */
 int run_overlaps_grads(const struct run_cfg *cfg);
 
 /* Where cfg's experts go (par/ep.h), Megatron's ETP x EP x EDP grid on the same ranks:

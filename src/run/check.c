@@ -454,7 +454,7 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	if (cfg->ep > 1 && check_ep(cfg, err, n))
 		return -1;
-	if (cfg->grad_after_bwd && cfg->zero >= 2) {
+	if (cfg->overlap_grad < 0 && cfg->zero >= 2) {
 		snprintf(
 			err, n,
 			"--no-overlap-grad-reduce with --zero-stage %d: stages 2 and 3 reduce each "

@@ -355,7 +355,7 @@ static int par_device(struct emu_dev *d, void *arg)
 			uint64_t g = rank_batch(&rk, a, 1, tok, tgt);
 			float l;
 
-			s.armed = !cfg->grad_after_bwd && a == rk.local - 1;
+			s.armed = cfg->overlap_grad == 1 && a == rk.local - 1;
 			par_acts_begin(&m, &m.own, g);
 			if ((rc = par_forward(&m, tok, tgt, &l)))
 				goto out;
