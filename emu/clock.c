@@ -41,16 +41,29 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
 	return kernel_ns(g->launch_ns, flops / (g->peak_flops * g->efficiency), bytes / g->hbm_bw);
 }
 
-/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h). */
+/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h). A tile
+ * costs GEMM_TILE_K0 more of k: its prologue (the shared-memory pipeline filling) and its
+ * epilogue (the output's store), which a wave pays whatever k is. The half tiles 128 x 64
+ * and 64 x 128 reach GEMM_HALF_TILE_EFF of an SM's rate: they load as much of A and B per
+ * FLOP as 2/3 of a 128 x 128 tile's. Both constants are fitted to bench/fidelity's GEMM
+ * rows (A100 and H100, square to skinny shapes; docs/formulas.md), the ceiling left at
+ * mamf-finder's measured maximum. */
+#define GEMM_TILE_K0       200.0
+#define GEMM_HALF_TILE_EFF 0.74
+
 static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, double n, double k)
 {
-	static const double tile[][2] = {{256, 128}, {128, 256}, {128, 128}};
+	static const double tile[][3] = {{256, 128, 1},
+					 {128, 256, 1},
+					 {128, 128, 1},
+					 {128, 64, GEMM_HALF_TILE_EFF},
+					 {64, 128, GEMM_HALF_TILE_EFF}};
 	double per_sm = g->peak_flops * g->gemm_ceiling / g->sms, best = INFINITY;
 
 	for (size_t i = 0; i < sizeof tile / sizeof *tile; i++) {
 		double tm = tile[i][0], tn = tile[i][1];
 		double waves = ceil(ceil(m / tm) * ceil(n / tn) * batch / g->sms);
-		double t = waves * 2 * tm * tn * k / per_sm;
+		double t = waves * 2 * tm * tn * (k + GEMM_TILE_K0) / (per_sm * tile[i][2]);
 
 		best = t < best ? t : best;
 	}

@@ -11,11 +11,12 @@
  *   memory-bound  kernel + max(flops / (peak * gemm_ceiling), bytes / (hbm_bw mem_eff))
  *   GEMM          kernel + max(the tiles' time, bytes / (hbm_bw mem_eff)): each of the
  *                 batch output matrices (m, n) cut into tiles Tm x Tn of cuBLAS's usual
- *                 large-GEMM sizes, 256 x 128, 128 x 256 or 128 x 128 (the fewest
- *                 waves' work), ceil(tiles / sms) waves, each as long as one tile of k
- *                 on one SM at the ceiling, 2 Tm Tn k / (peak gemm_ceiling / sms): tile
- *                 and wave quantization (NVIDIA's Matrix Multiplication Background
- *                 guide)
+ *                 sizes, 256 x 128, 128 x 256 or 128 x 128, or the half tiles
+ *                 128 x 64 and 64 x 128 at 0.74 of an SM's rate (the fewest waves'
+ *                 work), ceil(tiles / sms) waves, each as long as one tile of k + 200
+ *                 (its prologue and epilogue) on one SM at the ceiling,
+ *                 2 Tm Tn (k + 200) / (peak gemm_ceiling / sms): tile and wave
+ *                 quantization (NVIDIA's Matrix Multiplication Background guide)
  *   fused         a fused attention kernel: kernel + max(flops / (peak fused_eff),
  *                 bytes / (hbm_bw mem_eff))
  * kernel being the preset's kernel_ns.

@@ -82,16 +82,18 @@ static struct emu_cluster *calibrated(int nodes, int ndev)
 }
 
 /* The GEMM law by hand: the fewest waves' work over the tiles 256 x 128, 128 x 256 and
- * 128 x 128, a wave one tile of k on one SM at the ceiling. */
+ * 128 x 128 at an SM's rate and 128 x 64 and 64 x 128 at 0.74 of it, a wave one tile of
+ * k + 200 on one SM at the ceiling. */
 static int64_t gemm_by_hand(const struct topo_gpu *g, double batch, double m, double n, double k)
 {
-	static const double tiles[3][2] = {{256, 128}, {128, 256}, {128, 128}};
+	static const double tiles[5][3] = {
+		{256, 128, 1}, {128, 256, 1}, {128, 128, 1}, {128, 64, 0.74}, {64, 128, 0.74}};
 	double best = 1e300;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 5; i++) {
 		double c = ceil(m / tiles[i][0]) * ceil(n / tiles[i][1]) * batch;
-		double t = ceil(c / g->sms) * 2 * tiles[i][0] * tiles[i][1] * k /
-			   (g->peak_flops * g->gemm_ceiling / g->sms);
+		double t = ceil(c / g->sms) * 2 * tiles[i][0] * tiles[i][1] * (k + 200) /
+			   (g->peak_flops * g->gemm_ceiling / g->sms * tiles[i][2]);
 
 		best = t < best ? t : best;
 	}
@@ -112,6 +114,7 @@ static int gemm_device(struct emu_dev *d, void *arg)
 	p->t[0][5] = emu_gemm(d, "skinny", 1, 4096, 128, 4096, 0, 1e12); /* memory-bound */
 	p->t[0][6] = emu_compute(d, "elementwise", 1e6, 1e9);
 	p->t[0][7] = emu_fused(d, "fused", 1e12, 1e6);
+	p->t[1][0] = emu_gemm(d, "small", 1, 512, 512, 512, 0, 0);
 	return 0;
 }
 
@@ -124,17 +127,22 @@ static void test_calibrated_compute(void **state)
 	(void)state;
 	assert_int_equal(emu_cluster_run(c, gemm_device, &p), 0);
 	assert_int_equal(p.t[0][0], gemm_by_hand(g, 1, 8192, 8192, 8192));
-	/* 2048 tiles of 256 x 128 on 108 SMs: 19 waves of 2 x 256 x 128 x 8192 FLOPs at
-	 * 271.1 / 108 TFLOP/s each */
-	assert_int_equal(p.t[0][0], 2000 + (int64_t)ceil(19 * 2.0 * 256 * 128 * 8192 /
+	/* 2048 tiles of 256 x 128 on 108 SMs: 19 waves of 2 x 256 x 128 x (8192 + 200) FLOPs
+	 * at 271.1 / 108 TFLOP/s each */
+	assert_int_equal(p.t[0][0], 2000 + (int64_t)ceil(19 * 2.0 * 256 * 128 * (8192 + 200) /
 							 (312e12 * 0.869 / 108) * 1e9));
-	/* wave quantization: one more tile than SMs takes a second wave, twice the time */
+	/* wave quantization: one more tile than SMs takes a second wave, twice the time (to
+	 * the nanosecond each is rounded up to) */
 	assert_int_equal(p.t[0][1], gemm_by_hand(g, 1, 108 * 128, 128, 4096));
-	assert_int_equal(p.t[0][2] - 2000, 2 * (p.t[0][1] - 2000));
+	assert_in_range(p.t[0][2] - 2000, 2 * (p.t[0][1] - 2000) - 1, 2 * (p.t[0][1] - 2000));
 	/* tile quantization: a 1000 x 1000 output runs the tiles of a 1024 x 1024 one */
 	assert_int_equal(p.t[0][3], gemm_by_hand(g, 1, 1000, 1000, 1024));
 	assert_int_equal(p.t[0][3], gemm_by_hand(g, 1, 1024, 1024, 1024));
 	assert_int_equal(p.t[0][4], gemm_by_hand(g, 96, 2048, 2048, 128));
+	/* a small GEMM takes the half tiles: 512^3 is 16 tiles of 128 x 128 or 32 of 128 x 64,
+	 * one wave either way, the half one at 0.74 of the rate on half the work */
+	assert_int_equal(p.t[1][0], 2000 + (int64_t)ceil(2.0 * 128 * 64 * (512 + 200) /
+							 (312e12 * 0.869 / 108 * 0.74) * 1e9));
 	/* a memory-bound GEMM and kernel at 0.88 of 2.04 TB/s, the fused one at 0.6 of peak;
 	 * each kernel 2 us more */
 	assert_int_equal(p.t[0][5], 2000 + (int64_t)ceil(1e12 / (2.04e12 * 0.88) * 1e9));
