@@ -150,6 +150,7 @@ bench: $(BUILD)/pemu $(BENCHES)
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/long_context $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/moe $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/fidelity $(BUILD)/bench/out
+	PEMU=$(BUILD)/pemu $(BUILD)/bench/e2e $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/plan $(BUILD)/bench/out
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/pemu coll --op all-reduce -g 16 --nodes 2 -b 1K -e 256M -f 4 \
 	  --dry-run --csv > $(BUILD)/bench/out/coll_busbw_2nodes.csv

@@ -1,0 +1,186 @@
+/* bench/e2e: what the whole predicts. bench/fidelity holds the calibrated cost model's
+ * parts (GEMMs, memory-bound kernels, collectives) against microbenchmarks; this runs
+ * whole training steps of published large runs as pemu dry-runs, under the default
+ * (calibrated) clock, and sets pemu's throughput beside the published one. Nothing is
+ * fitted to these rows: they check the whole.
+ *
+ * The rows are Table 1 of Narayanan et al. 2021, "Efficient Large-Scale Language Model
+ * Training on GPU Clusters Using Megatron-LM" (arXiv 2104.04473): GPT models of 1.7B to
+ * 1T parameters on 32 to 3072 A100 80GB (DGX A100 nodes, eight 200 Gb/s HDR NICs each),
+ * sequence 2048, vocabulary 51200, mixed precision, full activation recomputation, the
+ * interleaved schedule where the paper's scripts give layers a virtual stage
+ * (examples/sc21/run_table_1.sh), no sequence parallelism and no distributed optimizer
+ * (neither existed yet). Throughput is the paper's own count, teraFLOP/s a GPU:
+ *
+ *     F = 96 B s l h^2 (1 + s / 6h + V / 16 l h)   FLOPs an iteration (recomputation in)
+ *
+ * over the step time and the GPUs. Each row is one `pemu run --dry-run --json` (the
+ * command is printed, so that any row can be run by hand); the table gives pemu's step
+ * time, its throughput, the published one, the error, and where pemu's step goes
+ * (the pipeline's bubble, exposed communication). Writes DIR/e2e.csv; never fails on
+ * accuracy, only if a run does not run.
+ * usage: bench/e2e [DIR]   (default build/bench/out; pemu is PEMU or build/pemu) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct row {
+	const char *params; /* the paper's parameter count, billions */
+	int heads, hidden, layers, tp, pp, gpus, gbs, mbs;
+	int layers_per_vstage; /* interleaved: layers a virtual stage; 0: 1F1B */
+	double tflops;         /* published teraFLOP/s a GPU */
+} rows[] = {
+	{"1.7", 24, 2304, 24, 1, 1, 32, 512, 16, 0, 137},
+	{"3.6", 32, 3072, 30, 2, 1, 64, 512, 16, 0, 138},
+	{"7.5", 32, 4096, 36, 4, 1, 128, 512, 16, 0, 142},
+	{"18.4", 48, 6144, 40, 8, 1, 256, 1024, 8, 0, 135},
+	{"39.1", 64, 8192, 48, 8, 2, 512, 1536, 4, 0, 138},
+	{"76.1", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, 140},
+	{"145.6", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, 148},
+	{"310.1", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, 155},
+	{"529.6", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, 163},
+	{"1008", 160, 25600, 128, 8, 64, 3072, 3072, 1, 0, 163},
+};
+#define NROWS ((int)(sizeof rows / sizeof *rows))
+enum { SEQ = 2048, VOCAB = 51200 };
+
+/* The number after "key": in s (the first), or NAN. */
+static double json_num(const char *s, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof pat, "\"%s\":", key);
+	p = strstr(s, pat);
+	return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* The largest "peak": of the report's memory (bytes). */
+static double max_peak(const char *s)
+{
+	double best = 0;
+
+	for (const char *p = strstr(s, "\"peak\":"); p; p = strstr(p + 1, "\"peak\":")) {
+		double v = strtod(p + 7, NULL);
+
+		best = v > best ? v : best;
+	}
+	return best;
+}
+
+/* Runs cmd, its stdout into a malloc'd string (NULL if it fails). */
+static char *run(const char *cmd)
+{
+	FILE *f = popen(cmd, "r");
+	size_t len = 0, cap = 1 << 16;
+	char *buf = malloc(cap);
+
+	if (!f || !buf) {
+		free(buf);
+		return NULL;
+	}
+	for (size_t n; (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
+		len += n;
+		if (len + 1 == cap) {
+			char *b = realloc(buf, cap *= 2);
+
+			if (!b) {
+				free(buf);
+				pclose(f);
+				return NULL;
+			}
+			buf = b;
+		}
+	}
+	buf[len] = 0;
+	if (pclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = argc > 1 ? argv[1] : "build/bench/out";
+	const char *pemu = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
+	double sum = 0, lo = INFINITY, hi = -INFINITY;
+	char path[4096];
+	FILE *csv;
+
+	snprintf(path, sizeof path, "%s/e2e.csv", dir);
+	if (!(csv = fopen(path, "w"))) {
+		perror(path);
+		return 1;
+	}
+	fprintf(csv, "params_b,gpus,tp,pp,dp,schedule,step_s,pemu_tflops,published_tflops,error,"
+		     "bubble,exposed_comm_s,peak_gib,wall_s\n");
+	printf("# Narayanan et al. 2021 (arXiv 2104.04473), Table 1, against pemu's dry-run "
+	       "(calibrated clock, dgx-a100): seq %d, vocab %d, bf16, full recomputation\n",
+	       SEQ, VOCAB);
+	printf("# teraFLOP/s a GPU = 96 B s l h^2 (1 + s/6h + V/16lh) / (step time x GPUs), the "
+	       "paper's count\n");
+	printf("%8s %5s %3s %3s %3s %-11s %9s %7s %9s %7s %7s %9s %8s\n", "params B", "GPUs", "tp",
+	       "pp", "dp", "schedule", "step s", "pemu TF", "published", "error", "bubble",
+	       "exposed s", "peak GiB");
+	for (int i = 0; i < NROWS; i++) {
+		const struct row *r = &rows[i];
+		int dp = r->gpus / (r->tp * r->pp);
+		char sched[96] = "", cmd[1024], name[16];
+		double b = r->gbs, h = r->hidden, l = r->layers;
+		double flops =
+			96 * b * SEQ * l * h * h * (1 + SEQ / (6 * h) + VOCAB / (16 * l * h));
+		double step, tf, err, wall;
+		char *out;
+
+		if (r->pp > 1 && r->layers_per_vstage)
+			snprintf(sched, sizeof sched,
+				 " --schedule interleaved --num-layers-per-virtual-pipeline-stage "
+				 "%d",
+				 r->layers_per_vstage);
+		else if (r->pp > 1)
+			snprintf(sched, sizeof sched, " --schedule 1f1b");
+		snprintf(cmd, sizeof cmd,
+			 "%s run --dry-run --model gpt3-175b --num-layers %d --hidden-size %d "
+			 "--num-attention-heads %d --seq-length %d --vocab-size %d --tp %d --pp %d "
+			 "--dp %d --micro-batch-size %d --global-batch-size %d --recompute full%s "
+			 "--steps 1",
+			 pemu, r->layers, r->hidden, r->heads, SEQ, VOCAB, r->tp, r->pp, dp, r->mbs,
+			 r->gbs, sched);
+		printf("# %s\n", cmd);
+		fflush(stdout);
+		strncat(cmd, " --json", sizeof cmd - strlen(cmd) - 1);
+		if (!(out = run(cmd))) {
+			fprintf(stderr, "bench/e2e: the %sB row did not run: %s\n", r->params, cmd);
+			return 1;
+		}
+		step = json_num(strstr(out, "\"time\":") ? strstr(out, "\"time\":") : out,
+				"step_time_s");
+		wall = json_num(out, "wall_s");
+		tf = flops / (step * r->gpus) / 1e12;
+		err = tf / r->tflops - 1;
+		sum += fabs(err);
+		lo = err < lo ? err : lo;
+		hi = err > hi ? err : hi;
+		snprintf(name, sizeof name, "%s",
+			 r->pp == 1             ? "-"
+			 : r->layers_per_vstage ? "interleaved"
+						: "1f1b");
+		printf("%8s %5d %3d %3d %3d %-11s %9.3f %7.1f %9.0f %+6.1f%% %6.1f%% %9.3f %8.1f\n",
+		       r->params, r->gpus, r->tp, r->pp, dp, name, step, tf, r->tflops, 100 * err,
+		       100 * json_num(out, "bubble_fraction"), json_num(out, "exposed_comm_s"),
+		       max_peak(out) / (1 << 30));
+		fprintf(csv, "%s,%d,%d,%d,%d,%s,%.6f,%.2f,%.0f,%.4f,%.4f,%.6f,%.2f,%.3f\n",
+			r->params, r->gpus, r->tp, r->pp, dp, name, step, tf, r->tflops, err,
+			json_num(out, "bubble_fraction"), json_num(out, "exposed_comm_s"),
+			max_peak(out) / (1 << 30), wall);
+		free(out);
+	}
+	fclose(csv);
+	printf("pemu against Table 1: mean error %.1f%%, from %+.1f%% to %+.1f%% over %d runs "
+	       "(nothing fitted to them)\n",
+	       100 * sum / NROWS, 100 * lo, 100 * hi, NROWS);
+	printf("wrote %s\n", path);
+	return 0;
+}
