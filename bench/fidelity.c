@@ -1,7 +1,8 @@
 /* bench/fidelity: how accurate the calibrated cost model is (emu/clock.h, emu/topo.c). Every
  * microbenchmark it was calibrated against or checked with, the measured figure with its
  * source, pemu's figure under --cost-model calibrated and the error: GEMMs (the largest
- * measured, square sizes), memory-bound kernels, and all-reduces: two whole sweeps (8 A100,
+ * measured, square sizes, transformer shapes), attention's two batched GEMMs (the scores'
+ * and the context's), memory-bound kernels, and all-reduces: two whole sweeps (8 A100,
  * nccl-tests; 8 H200 with NVLink SHARP, all_reduce_bench.py), 2 GPUs, an H200 ring and
  * between nodes. A row says whether the constants were fitted to it ("fit"), so that it
  * only shows the fit, or whether it checks the model ("check"). Writes DIR/fidelity.csv,
@@ -33,6 +34,7 @@ struct row {
 	double ceiling, hbm;
 	int no_nvls;      /* NCCL_NVLS_ENABLE=0 */
 	double offset_us; /* the source's own cost a call beside NCCL's (its launcher) */
+	double batch;     /* GEMM: a batched GEMM's count of (m, n, k) products (0: one) */
 };
 
 /* A measured sweep: sizes 2^lo, 2^(lo+1), ... bytes, the times in us. */
@@ -51,6 +53,12 @@ struct sweep {
 #define TOG  "togethercomputer/together-nccl-tests H100 20260305_220043 (-g 8, Ring)"
 #define XXR  "xxrjun/nccl-tests-cluster nccl_N1_G8_cnode3-002.log (MPI, NCCL 2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
+/* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
+ * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s) */
+#define PT83272 "pytorch/pytorch issue 83272 (torch.bmm, CUDA 11.6; GPU not named)"
+#define ELEUTHER                                                                                   \
+	"EleutherAI/cookbook benchmarks/sizing/sample_results/transformer.out @0f810f8 "           \
+	"(torch.bmm, the slowest of its iterations; GPU not named)"
 /* us of a collective of S bytes among n at bus bandwidth B GB/s (nccl-tests' factors) */
 #define AR_US(n, S, B) (2.0 * ((n)-1) / (n) * (S) / ((B)*1e3))
 #define AG_US(n, S, B) (((double)(n)-1) / (n) * (S) / ((B)*1e3))
@@ -58,59 +66,68 @@ struct sweep {
 
 static const struct row rows[] = {
 	{"GEMM 1024x10240x5120 bf16 (MAMF)", "dgx-a100", GEMM, 1024, 10240, 5120, 271.2,
-	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0},
+	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0, 0},
 	{"GEMM 2048x2048x13312 bf16 (MAMF)", "dgx-h100", GEMM, 2048, 2048, 13312, 794.5,
-	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0},
-	{"GEMM 512^3 fp16", "dgx-a100", GEMM, 512, 512, 512, 31.5, MLI, 1, A800, 0, 0},
-	{"GEMM 2048^3 fp16", "dgx-a100", GEMM, 2048, 2048, 2048, 192.5, MLI, 0, A800, 0, 0},
-	{"GEMM 8192^3 fp16", "dgx-a100", GEMM, 8192, 8192, 8192, 215.3, MLI, 0, A800, 0, 0},
-	{"GEMM 1024^3, A100 SXM", "dgx-a100", GEMM, 1024, 1024, 1024, 119.4, AZ, 1, 0, 0, 0, 0},
-	{"GEMM 2048^3, A100 SXM", "dgx-a100", GEMM, 2048, 2048, 2048, 221.8, AZ, 1, 0, 0, 0, 0},
-	{"GEMM 4096^3, A100 SXM", "dgx-a100", GEMM, 4096, 4096, 4096, 228.0, AZ, 1, 0, 0, 0, 0},
-	{"GEMM 8192^3, A100 SXM", "dgx-a100", GEMM, 8192, 8192, 8192, 253.7, AZ, 1, 0, 0, 0, 0},
-	{"GEMM 16384^3, A100 SXM", "dgx-a100", GEMM, 16384, 16384, 16384, 256.5, AZ, 1, 0, 0, 0, 0},
+	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0, 0},
+	{"GEMM 512^3 fp16", "dgx-a100", GEMM, 512, 512, 512, 31.5, MLI, 1, A800, 0, 0, 0},
+	{"GEMM 2048^3 fp16", "dgx-a100", GEMM, 2048, 2048, 2048, 192.5, MLI, 0, A800, 0, 0, 0},
+	{"GEMM 8192^3 fp16", "dgx-a100", GEMM, 8192, 8192, 8192, 215.3, MLI, 0, A800, 0, 0, 0},
+	{"GEMM 1024^3, A100 SXM", "dgx-a100", GEMM, 1024, 1024, 1024, 119.4, AZ, 1, 0, 0, 0, 0, 0},
+	{"GEMM 2048^3, A100 SXM", "dgx-a100", GEMM, 2048, 2048, 2048, 221.8, AZ, 1, 0, 0, 0, 0, 0},
+	{"GEMM 4096^3, A100 SXM", "dgx-a100", GEMM, 4096, 4096, 4096, 228.0, AZ, 1, 0, 0, 0, 0, 0},
+	{"GEMM 8192^3, A100 SXM", "dgx-a100", GEMM, 8192, 8192, 8192, 253.7, AZ, 1, 0, 0, 0, 0, 0},
+	{"GEMM 16384^3, A100 SXM", "dgx-a100", GEMM, 16384, 16384, 16384, 256.5, AZ, 1, 0, 0, 0, 0,
+	 0},
 	{"GEMM 1024x2145x1024, A100 SXM", "dgx-a100", GEMM, 1024, 2145, 1024, 132.8, AZ, 1, 0, 0, 0,
-	 0},
+	 0, 0},
 	{"GEMM 6144x12288x12288, A100 SXM", "dgx-a100", GEMM, 6144, 12288, 12288, 250.8, AZ, 1, 0,
-	 0, 0, 0},
+	 0, 0, 0, 0},
 	{"GEMM 802816x192x768, A100 SXM", "dgx-a100", GEMM, 802816, 192, 768, 157.8, AZ, 1, 0, 0, 0,
-	 0},
+	 0, 0},
+	{"BMM scores Q K^T 64 x 2048x2048x256", "dgx-a100", GEMM, 2048, 2048, 256, 130.2, ELEUTHER,
+	 0, 0, 0, 0, 0, 64},
+	{"BMM context P V 64 x 2048x256x2048", "dgx-a100", GEMM, 2048, 256, 2048, 219.0, ELEUTHER,
+	 0, 0, 0, 0, 0, 64},
+	{"BMM context P V 512 x 1024x128x1024", "dgx-a100", GEMM, 1024, 128, 1024, 132.5, PT83272,
+	 0, 0, 0, 0, 0, 512},
 	{"memcopy, A100 40GB (1555 GB/s)", "dgx-a100", MEM, 1e9, 0, 0, 1355,
-	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0},
-	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0},
+	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0, 0},
+	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0, 0},
 	{"all-reduce 8 B, 2 A100", "dgx-a100", ALLREDUCE, 8, 2, 1, 10,
-	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0},
-	{"all-reduce 1 KiB, 8 A100", "dgx-a100", ALLREDUCE, 1024, 8, 1, 16.96, MSC, 1, 0, 0, 0, 0},
-	{"all-gather 1 KiB, 8 A100", "dgx-a100", ALLGATHER, 1024, 8, 1, 12.53, MSC, 1, 0, 0, 0, 0},
+	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0, 0},
+	{"all-reduce 1 KiB, 8 A100", "dgx-a100", ALLREDUCE, 1024, 8, 1, 16.96, MSC, 1, 0, 0, 0, 0,
+	 0},
+	{"all-gather 1 KiB, 8 A100", "dgx-a100", ALLGATHER, 1024, 8, 1, 12.53, MSC, 1, 0, 0, 0, 0,
+	 0},
 	{"all-reduce 1 GiB, 8 A100", "dgx-a100", ALLREDUCE, GIB, 8, 1, AR_US(8, GIB, 231.45), MSC,
-	 1, 0, 0, 0, 0},
+	 1, 0, 0, 0, 0, 0},
 	{"all-gather 1 GiB, 8 A100", "dgx-a100", ALLGATHER, GIB, 8, 1, AG_US(8, GIB, 253.59), MSC,
-	 1, 0, 0, 0, 0},
+	 1, 0, 0, 0, 0, 0},
 	{"all-reduce 16 GiB, 8 H200 ring", "dgx-h200", ALLREDUCE, 16 * GIB, 8, 1,
 	 /* 367.61 GB/s bus bandwidth */ AR_US(8, 16 * GIB, 367.61),
-	 MLE ", network, NCCL_NVLS_ENABLE=0", 1, 0, 0, 1, 0},
+	 MLE ", network, NCCL_NVLS_ENABLE=0", 1, 0, 0, 1, 0, 0},
 	{"all-reduce 1 KiB, 2 nodes x 8 A100 (HDR)", "dgx-a100", ALLREDUCE, 1024, 16, 2, 35.85, MSC,
-	 1, 0, 0, 0, 0},
+	 1, 0, 0, 0, 0, 0},
 	{"all-gather 1 KiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, 1024, 16, 2, 33.74, MSC, 1, 0,
-	 0, 0, 0},
+	 0, 0, 0, 0},
 	{"all-reduce 1 GiB, 2 nodes x 8 A100", "dgx-a100", ALLREDUCE, GIB, 16, 2,
-	 AR_US(16, GIB, 183.82), MSC, 1, 0, 0, 0, 0},
+	 AR_US(16, GIB, 183.82), MSC, 1, 0, 0, 0, 0, 0},
 	{"all-reduce 4 GiB, 2 nodes x 8 A100", "dgx-a100", ALLREDUCE, 4 * GIB, 16, 2,
-	 AR_US(16, 4 * GIB, 188.18), MSC, 1, 0, 0, 0, 0},
+	 AR_US(16, 4 * GIB, 188.18), MSC, 1, 0, 0, 0, 0, 0},
 	{"all-gather 1 GiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, GIB, 16, 2,
-	 AG_US(16, GIB, 177.05), MSC, 1, 0, 0, 0, 0},
+	 AG_US(16, GIB, 177.05), MSC, 1, 0, 0, 0, 0, 0},
 	{"all-gather 4 GiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, 4 * GIB, 16, 2,
-	 AG_US(16, 4 * GIB, 186.01), MSC, 1, 0, 0, 0, 0},
+	 AG_US(16, 4 * GIB, 186.01), MSC, 1, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 2 nodes x 1 A100", "dgx-a100", ALLREDUCE, 1024, 2, 2, 21.27, MSC, 1, 0,
-	 0, 0, 0},
+	 0, 0, 0, 0},
 	{"all-gather 1 KiB, 2 nodes x 1 A100", "dgx-a100", ALLGATHER, 1024, 2, 2, 16.08, MSC, 1, 0,
-	 0, 0, 0},
+	 0, 0, 0, 0},
 	{"all-reduce 1 GiB, 2 nodes x 1 A100", "dgx-a100", ALLREDUCE, GIB, 2, 2,
-	 AR_US(2, GIB, 18.65), MSC, 0, 0, 0, 0, 0},
+	 AR_US(2, GIB, 18.65), MSC, 0, 0, 0, 0, 0, 0},
 	{"all-gather 1 GiB, 2 nodes x 1 A100", "dgx-a100", ALLGATHER, GIB, 2, 2,
-	 AG_US(2, GIB, 15.84), MSC, 0, 0, 0, 0, 0},
+	 AG_US(2, GIB, 15.84), MSC, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 2 nodes x 8 H20 (NDR)", "h20", ALLREDUCE, 1024, 16, 2, 47,
-	 "NVIDIA/nccl issue 1244 (NVLSTree)", 0, 0, 0, 0, 0},
+	 "NVIDIA/nccl issue 1244 (NVLSTree)", 0, 0, 0, 0, 0, 0},
 };
 
 static const struct sweep sweeps[] = {
@@ -229,8 +246,10 @@ static int device(struct emu_dev *d, void *arg)
 	switch (r->kind) {
 	case GEMM:
 		if (emu_dev_id(d) == 0)
-			p->ns = emu_gemm(d, "gemm", 1, r->a, r->b, r->c, 0,
-					 (r->a * r->c + r->c * r->b + r->a * r->b) * 2);
+			p->ns = emu_gemm(d, "gemm", r->batch > 0 ? r->batch : 1, r->a, r->b, r->c,
+					 0,
+					 (r->batch > 0 ? r->batch : 1) *
+						 (r->a * r->c + r->c * r->b + r->a * r->b) * 2);
 		return 0;
 	case MEM:
 		if (emu_dev_id(d) == 0)
@@ -281,7 +300,8 @@ static double predict(const struct row *r)
 	}
 	emu_cluster_free(c);
 	if (r->kind == GEMM)
-		return 2 * r->a * r->b * r->c / (p.ns * 1e-9) / 1e12;
+		return 2 * r->a * r->b * r->c * (r->batch > 0 ? r->batch : 1) / (p.ns * 1e-9) /
+		       1e12;
 	if (r->kind == MEM)
 		return 2 * r->a / (p.ns * 1e-9) / 1e9;
 	return p.ns / 1e3 + r->offset_us;
@@ -302,8 +322,8 @@ static void size_name(char *buf, size_t len, double bytes)
 
 struct tally {
 	int n, within, checks;
-	double gemm_err, worst_check, worst;
-	int ngemm;
+	double gemm_err, bmm_lo, bmm_hi, worst_check, worst;
+	int ngemm, nbmm;
 };
 
 static void emit(FILE *csv, struct tally *t, const struct row *r)
@@ -318,7 +338,10 @@ static void emit(FILE *csv, struct tally *t, const struct row *r)
 	t->n++;
 	t->within += fabs(err) <= 0.10;
 	t->worst = fabs(err) > t->worst ? fabs(err) : t->worst;
-	if (r->kind == GEMM) {
+	if (r->kind == GEMM && r->batch > 0) {
+		t->bmm_lo = t->nbmm++ && t->bmm_lo < err ? t->bmm_lo : err;
+		t->bmm_hi = t->nbmm > 1 && t->bmm_hi > err ? t->bmm_hi : err;
+	} else if (r->kind == GEMM) {
 		t->gemm_err += fabs(err);
 		t->ngemm++;
 	}
@@ -352,10 +375,10 @@ int main(int argc, char **argv)
 
 		for (int j = 0; j < w->n; j++) {
 			char size[32], what[96];
-			struct row r = {what,        w->preset, w->kind,  ldexp(1, w->lo + j),
-					w->gpus,     1,         w->us[j], w->source,
-					w->fit,      0,         0,        w->no_nvls,
-					w->offset_us};
+			struct row r = {what,         w->preset, w->kind,  ldexp(1, w->lo + j),
+					w->gpus,      1,         w->us[j], w->source,
+					w->fit,       0,         0,        w->no_nvls,
+					w->offset_us, 0};
 
 			size_name(size, sizeof size, r.a);
 			snprintf(what, sizeof what, "%s %s", w->what, size);
@@ -374,9 +397,10 @@ int main(int argc, char **argv)
 			per[i].worst_check > all.worst_check ? per[i].worst_check : all.worst_check;
 	}
 	printf("%d of %d microbenchmarks within 10%% (target: all); the GEMM law's mean error "
-	       "%.1f%% over %d shapes (target <= 5%%); the worst of the %d checks %.0f%%\n",
-	       all.within, all.n, 100 * all.gemm_err / all.ngemm, all.ngemm, all.checks,
-	       100 * all.worst_check);
+	       "%.1f%% over %d shapes (target <= 5%%), its %d attention BMMs %+.0f%% to %+.0f%%; "
+	       "the worst of the %d checks %.0f%%\n",
+	       all.within, all.n, 100 * all.gemm_err / all.ngemm, all.ngemm, all.nbmm,
+	       100 * all.bmm_lo, 100 * all.bmm_hi, all.checks, 100 * all.worst_check);
 	printf("wrote %s\n", path);
 	return 0;
 }
