@@ -70,14 +70,11 @@ static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, dou
 	return best;
 }
 
-/* Charges a kernel of dur ns (times the device's injected slowdown) and flops to d's
- * compute stream. */
-static int64_t charge(struct emu_dev *d, const char *name, double flops, int64_t dur)
+/* Charges dur ns and flops to d's compute stream. */
+static int64_t advance(struct emu_dev *d, const char *name, double flops, int64_t dur)
 {
 	struct emu_stream_state *st = &d->stream[EMU_STREAM_COMPUTE];
 
-	if (d->slow != 1)
-		dur = emu_time_scale(dur, d->slow);
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = st->t,
 				      .t1 = st->t + dur,
@@ -94,6 +91,18 @@ static int64_t charge(struct emu_dev *d, const char *name, double flops, int64_t
 	emu_time_check(d, st->t, name);
 	emu_pace(d);
 	return dur;
+}
+
+/* Charges a kernel of dur ns (times the device's injected slowdown) and flops to d's
+ * compute stream. */
+static int64_t charge(struct emu_dev *d, const char *name, double flops, int64_t dur)
+{
+	return advance(d, name, flops, d->slow != 1 ? emu_time_scale(dur, d->slow) : dur);
+}
+
+void clock_stretch(struct emu_dev *d, const char *name, int64_t dur)
+{
+	advance(d, name, 0, dur);
 }
 
 int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, double n, double k,

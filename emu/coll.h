@@ -43,6 +43,10 @@
  * landing in a buffer on the receiver (the host holds the copy; no device is charged).
  * A pipeline stage can so post its activations and go on.
  *
+ * Under the calibrated cost model a posted collective also takes SMs from the compute
+ * beside it (its CTAs, emu/topo.c): coll_wait charges the compute stream the stretch of
+ * what ran beside it (docs/formulas.md, "the SM share"); sends and receives take none.
+ *
  * A posted op starts no earlier than the compute stream's cursor at the call (the data it
  * sends was produced there) and no earlier than the end of the previous op on its
  * stream; coll_wait makes the compute stream wait for its end (max(compute, comm), not

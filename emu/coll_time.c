@@ -8,6 +8,11 @@
 #include "internal.h"
 #include "util.h"
 
+/* The calibrated model's SM share (topo.c): NVLink SHARP's CTAs, and the bytes of a
+ * message a channel takes before NCCL uses another. */
+#define NVLS_CTAS 16
+#define CTA_BYTES (32ULL << 10)
+
 /* ceil(num * S / (den * beta)) seconds, in ns. */
 static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 {
@@ -188,6 +193,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 
 	op->t_start = 0;
 	op->nic_rings = 0;
+	op->ctas = 0;
 	for (int i = 0; i < n; i++)
 		if (op->arg[i].t_issue > op->t_start)
 			op->t_start = op->arg[i].t_issue;
@@ -221,8 +227,10 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		} else {
 			dur = ring_ns(l, n, S, 1);
 			/* NVLink SHARP: the switch reduces, in one pass whatever n */
-			if (l->nvls_bw && S >= l->nvls_min && op->ch->link == TOPO_LINK_INTRA)
+			if (l->nvls_bw && S >= l->nvls_min && op->ch->link == TOPO_LINK_INTRA) {
 				dur = emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
+				op->ctas = NVLS_CTAS;
+			}
 		}
 		work = a->count;
 		break;
@@ -268,6 +276,14 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 				     links_slow(c, op->ch));
 	op->bytes = S;
 	op->t_end = emu_time_add(op->t_start, dur);
+	if (c->cfg.cost == EMU_COST_CALIBRATED && n > 1 && a->kind != OP_BARRIER &&
+	    a->kind != OP_SEND && a->kind != OP_RECV) {
+		/* the SM share (topo.c): the link's CTAs, fewer for a small message */
+		uint64_t by_size = S / CTA_BYTES + (S % CTA_BYTES != 0);
+		int k = op->ctas ? op->ctas : t->link[op->link].ctas;
+
+		op->ctas = by_size < (uint64_t)k ? (int)(by_size ? by_size : 1) : k;
+	}
 	if (c->cfg.dry_run)
 		op->ntasks = 0;
 	else if (a->kind == OP_ALL_TO_ALL_V)

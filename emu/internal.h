@@ -78,6 +78,8 @@ struct op {
 	int hier;             /* 1 if run as the hierarchical (node-aware) algorithm */
 	int nic_rings;        /* >0: run as NCCL's rings over the nodes, one per NIC, this
 			       * many members a node (the calibrated model's; coll_time.c) */
+	int ctas;             /* the SMs it takes from the compute beside it (the calibrated
+			       * model's SM share, coll.h; 0: none) */
 	int ntasks;           /* data-movement tasks (0 in dry-run) */
 	atomic_int next_task; /* next task to hand out */
 	atomic_int tasks_done;
@@ -118,6 +120,8 @@ struct coll_req {
 	int lane;                     /* the device's trace lane when it was posted */
 	int tag;                      /* the device's traffic tag then (coll_set_tag) */
 	int blocking;                 /* a blocking call's: waited for as soon as posted */
+	int64_t post_t, post_busy;    /* the compute stream's cursor and busy time at the post
+				       * (the SM share, coll_wait) */
 	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
 
@@ -284,6 +288,10 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
 /* The longest link latency a configuration may give, so that (n - 1) latencies of a
  * collective stay far inside the clock's horizon: 1000 s. */
 #define EMU_LAT_MAX INT64_C(1000000000000)
+
+/* Charges dur ns to d's compute stream as compute that ran slower than charged (the SM
+ * share, coll_wait): no FLOPs, and the injected slowdown not again. */
+void clock_stretch(struct emu_dev *d, const char *name, int64_t dur);
 
 /* Fails d once if t reached the clock's horizon (clock.h) in what. 0 or the error. */
 int emu_time_check(struct emu_dev *d, int64_t t, const char *what);

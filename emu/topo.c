@@ -70,7 +70,25 @@
  *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc)
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
- *                 InfiniBand at 0.9 (assumptions). */
+ *                 InfiniBand at 0.9 (assumptions).
+ * The SMs a collective takes from the compute beside it (coll.h, "the SM share"): NCCL
+ * runs a CTA a channel, and its CTAs never share an SM with compute kernels (S. Jeaugey,
+ * NVIDIA/nccl issue 689, who also gives 2 SMs on a PCIe system with one NIC and 16 on a
+ * DGX with 8 NICs); ctas a link:
+ *   NVLink3       24: an 8-A100 HGX's NCCL log, "Channel 23/24" (NVIDIA/nccl-tests issue
+ *                 100)
+ *   NVLink4       24, and NVLink SHARP 16: an 8-H100 node's NCCL log, "24 coll channels,
+ *                 16 nvls channels" (aws-samples/aws-do-eks, nccl-test README), NCCL's
+ *                 NVLS_NCHANNELS_SM90 16 (src/transport/nvls.cc)
+ *   InfiniBand    16: the same log on 2 nodes of 8 H100, "16 coll channels"; A100's
+ *                 taken the same (nccl issue 689's 16 on a DGX)
+ *   PCIe, Ethernet, the RTX cards' NVLink bridge  2 (nccl issue 689's PCIe system;
+ *                 assumed for the others)
+ * and fewer for a small message: NCCL drops channels while the message is under
+ * channels x 512 threads x 64 bytes (src/enqueue.cc, the Simple protocol): one a 32 KiB.
+ * A check, not fitted: overlap slows the compute of GPT and LLaMA training on 4 A100s or
+ * 4 H100s by 18.9% on average, 40% at most (Lee et al. 2025, arXiv 2507.03114); 24 of
+ * 108 SMs slow what they overlap by 29%, 24 of 132 by 22%. */
 #include "topo.h"
 
 #include <stdio.h>
@@ -105,38 +123,38 @@ static const struct preset presets[] = {
 	{"dgx-a100",
 	 {"A100-SXM-80GB", 312e12, 0.7, 80 * GiB, 2.04e12, 3000, A100_SMS},
 	 8,
-	 {"NVLink3", 3000, 300000000000ULL, NVLINK3},
-	 {"IB HDR 200Gb/s", 5000, 25000000000ULL, IB_HDR}},
+	 {"NVLink3", 3000, 300000000000ULL, NVLINK3, 24},
+	 {"IB HDR 200Gb/s", 5000, 25000000000ULL, IB_HDR, 16}},
 	{"dgx-h100",
 	 {"H100-SXM-80GB", 989e12, 0.7, 80 * GiB, 3.35e12, 3000, H100_SMS},
 	 8,
-	 {"NVLink4", 3000, 450000000000ULL, NVLINK4},
-	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR}},
+	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24},
+	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16}},
 	{"dgx-h200",
 	 {"H200-SXM-141GB", 989e12, 0.7, 141 * GiB, 4.8e12, 3000, H100_SMS},
 	 8,
-	 {"NVLink4", 3000, 450000000000ULL, NVLINK4},
-	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR}},
+	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24},
+	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16}},
 	{"h20",
 	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.6, 0.92, 2000},
 	 8,
-	 {"NVLink", 3000, 450000000000ULL, NVLINK4},
-	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR}},
+	 {"NVLink", 3000, 450000000000ULL, NVLINK4, 24},
+	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR, 16}},
 	{"rtx3090-pcie",
 	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100}},
+	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2}},
 	{"rtx3090-nvlink",
 	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100}},
+	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3, 2},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2}},
 	{"rtx4090-pcie",
 	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100}},
+	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2}},
 };
 
 const char *const topo_preset_names[] = {"dgx-a100",     "dgx-h100",       "dgx-h200",     "h20",
@@ -168,7 +186,8 @@ int topo_preset(const char *name, struct topo *t)
 							   .ll_hop_ns = 10000000,
 							   .ll_bw = 5600000000ULL,
 							   .hop_ns = 10000000,
-							   .bus_eff = 0.9};
+							   .bus_eff = 0.9,
+							   .ctas = 2};
 		return 0;
 	}
 	return -1;

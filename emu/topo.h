@@ -43,6 +43,10 @@ struct topo_link {
 	/* Between nodes: the fixed cost a collective adds when its nodes hold several of its
 	 * members each (NCCL's PXN path, a GPU reaching the NIC through an NVLink peer) */
 	int64_t pxn_ns;
+	/* The CTAs (thread blocks, one an SM, each holding its SM alone) a collective of NCCL's
+	 * runs on this link at full size; compute beside it gets the other SMs (the
+	 * calibrated model, coll.h; 0: not modelled) */
+	int ctas;
 };
 
 struct topo_gpu {

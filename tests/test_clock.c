@@ -209,6 +209,67 @@ static int64_t protocols_by_hand(double S)
 	return 8100 + (int64_t)(ll < bulk ? ll : bulk);
 }
 
+/* Three all-reduces among 8 posted, a memory-bound kernel beside each, then the wait:
+ * 64 MiB beside a longer kernel, 64 KiB (2 CTAs) beside one, 64 MiB beside a shorter one.
+ * t[0][i] the cursor before, t[1][i] the kernel, t[2][i] the cursor after. */
+static int share_device(struct emu_dev *d, void *arg)
+{
+	static const size_t count[3] = {16u << 20, 16u << 10, 16u << 20};
+	static const double bytes[3] = {2e10, 2e10, 1e7};
+	struct probe *p = arg;
+
+	for (int i = 0; i < 3; i++) {
+		struct coll_req *r;
+		int64_t t0 = emu_now(d), x;
+		int rc = coll_iall_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM, &r);
+
+		if (rc)
+			return rc;
+		x = emu_compute(d, "beside", 0, bytes[i]);
+		if ((rc = coll_wait(d, r)))
+			return rc;
+		if (emu_dev_id(d) == 0) {
+			p->t[0][i] = t0;
+			p->t[1][i] = x;
+			p->t[2][i] = emu_now(d);
+		}
+	}
+	return 0;
+}
+
+/* The SM share (coll.h, emu/topo.c): compute beside a collective of the calibrated model
+ * runs on the SMs its CTAs leave, 108 - 24 of an A100 for NVLink3's ring, 108 - 2 for a
+ * 64 KiB message (2 channels of 32 KiB): the overlapped part takes 108 / 84 (108 / 106)
+ * as long, charged at the wait; a wait the collective outlasts absorbs it. Under the
+ * roofline, nothing. */
+static void test_sm_share(void **state)
+{
+	struct emu_cluster *c = calibrated(1, 8);
+	int64_t ar64m = protocols_by_hand(64 << 20), ar64k = protocols_by_hand(64 << 10);
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, share_device, &p), 0);
+	assert_true(p.t[1][0] > ar64m && p.t[1][1] > ar64k && p.t[1][2] < ar64m / 2);
+	assert_int_equal(p.t[2][0] - p.t[0][0],
+			 p.t[1][0] + (int64_t)ceil(ar64m * 24.0 / (108 - 24)));
+	assert_int_equal(p.t[2][1] - p.t[0][1], p.t[1][1] + (int64_t)ceil(ar64k * 2.0 / (108 - 2)));
+	assert_int_equal(p.t[2][2] - p.t[0][2], ar64m);
+	/* the stretch is compute: the device was busy through it */
+	assert_int_equal(emu_compute_ns(emu_cluster_dev(c, 0)),
+			 p.t[1][0] + p.t[1][1] + p.t[1][2] +
+				 (int64_t)ceil(ar64m * 24.0 / (108 - 24)) +
+				 (int64_t)ceil(ar64k * 2.0 / (108 - 2)) +
+				 (int64_t)ceil(p.t[1][2] * 24.0 / (108 - 24)));
+	emu_cluster_free(c);
+
+	c = test_cluster("dgx-a100", 1, 8, 1, 0);
+	assert_int_equal(emu_cluster_run(c, share_device, &p), 0);
+	assert_int_equal(p.t[2][0] - p.t[0][0], p.t[1][0]);
+	assert_int_equal(emu_compute_ns(emu_cluster_dev(c, 0)), p.t[1][0] + p.t[1][1] + p.t[1][2]);
+	emu_cluster_free(c);
+}
+
 static void test_calibrated_collectives(void **state)
 {
 	struct emu_cluster *c = calibrated(1, 8);
@@ -371,6 +432,7 @@ int main(void)
 		cmocka_unit_test(test_calibrated_compute),
 		cmocka_unit_test(test_roofline_kinds),
 		cmocka_unit_test(test_calibrated_collectives),
+		cmocka_unit_test(test_sm_share),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
