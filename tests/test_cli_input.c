@@ -70,6 +70,11 @@ static void test_bad_input(void **state)
 		 "--expert-tensor-parallel-size 2 (each cut over tp)"},
 		{"run --model tiny --cost-model exact",
 		 "--cost-model: 'exact' is not roofline or calibrated"},
+		{"run --model tiny --dp 2 --overlap-param-gather",
+		 "--overlap-param-gather with --zero-stage 0: without a distributed optimizer"},
+		{"run --model tiny --dp 2 --zero-stage 3 --overlap-param-gather",
+		 "--overlap-param-gather with --zero-stage 3: ZeRO-3 gathers each layer's weights "
+		 "before every use already"},
 		{"run --model tiny --dp 2 --zero-stage 2 --no-overlap-grad-reduce",
 		 "--no-overlap-grad-reduce with --zero-stage 2: stages 2 and 3 reduce each "
 		 "micro-batch's gradients as backward makes them"},

@@ -921,6 +921,79 @@ static void test_buckets_overlap(void **state)
 	}
 }
 
+/* --overlap-param-gather (ZeRO 1-2): the updated weights' all-gathers wait for the next
+ * forward. Execute runs give bitwise the losses, first gradients and weights of the run
+ * without it, a pipeline's and HelixPipe's too. In dry-run the first step is shorter by
+ * exactly its all-gathers' time (they were all exposed, back to back on their stream;
+ * now they are owed to the next step), and a later step lies between the two: the first
+ * bucket's gather waits at the embeddings, the rest hides behind the layers before it. */
+static void test_param_gather_overlap(void **state)
+{
+	static const struct {
+		int pp, zero;
+		enum sched_kind sched;
+	} cases[] = {{1, 1, SCHED_1F1B}, {1, 2, SCHED_1F1B}, {2, 1, SCHED_HELIX}};
+	struct run_out o[2];
+	struct coll_stats ag;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		for (int over = 0; over < 2; over++) {
+			struct run_cfg cfg;
+			struct emu_cluster *c;
+
+			make_cfg(&cfg, "tiny", 2, 1, cases[k].zero);
+			cfg.bucket_bytes = 16 << 10; /* several buckets */
+			cfg.overlap_param_gather = over;
+			if (cases[k].pp > 1) {
+				mesh_init(&cfg.mesh, 1, 1, 1, 2, cases[k].pp);
+				cfg.model.num_layers = 4;
+				cfg.schedule = cases[k].sched;
+				cfg.vpp = 1;
+				cfg.gbs = 4 * cfg.mbs;
+			}
+			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
+			run_alloc(&o[over], &cfg, 1);
+			if (run_parallel(c, &cfg, &o[over]))
+				fail_msg("case %zu: %s", k, emu_cluster_report(c));
+			emu_cluster_free(c);
+			if (!over)
+				continue;
+			assert_memory_equal(o[1].loss, o[0].loss,
+					    sizeof(float) * (size_t)cfg.steps);
+			for (int i = 0; i < o[0].np; i++) {
+				size_t n = gpt_tensor_numel(&cfg.model, i) * sizeof(float);
+
+				assert_memory_equal(o[1].grad0[i], o[0].grad0[i], n);
+				assert_memory_equal(o[1].params[i], o[0].params[i], n);
+			}
+		}
+		run_free(&o[0]);
+		run_free(&o[1]);
+	}
+	for (int over = 0; over < 2; over++) {
+		struct run_cfg cfg;
+		struct emu_cluster *c;
+
+		make_cfg(&cfg, "small", 4, 1, 1);
+		cfg.mbs = 4;
+		cfg.gbs = 16;
+		cfg.steps = 2;
+		cfg.bucket_bytes = 256 << 10;
+		cfg.overlap_param_gather = over;
+		c = dry(&cfg, &o[over]);
+		coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &ag);
+		assert_true(ag.calls > 8); /* several buckets a step */
+		emu_cluster_free(c);
+	}
+	/* (the same calls both ways: ag holds the second run's, two steps' worth) */
+	assert_int_equal(o[0].step_ns[0] - o[1].step_ns[0], ag.time_ns / 2);
+	assert_true(o[1].step_ns[1] > o[1].step_ns[0] && o[1].step_ns[1] < o[0].step_ns[1]);
+	assert_int_equal(o[0].step_ns[1], o[0].step_ns[0]);
+	run_free(&o[0]);
+	run_free(&o[1]);
+}
+
 /* The host memory an execute run holds is what run_host_need's dry-run of the same code
  * says, exactly: dp 2 x tp 2 with ZeRO-1 and its reference, and a MoE pipeline. */
 static void test_host_need(void **state)
@@ -967,6 +1040,7 @@ int main(void)
 		cmocka_unit_test(test_tp_volume),
 		cmocka_unit_test(test_sp_volume),
 		cmocka_unit_test(test_buckets_overlap),
+		cmocka_unit_test(test_param_gather_overlap),
 		cmocka_unit_test(test_host_need),
 	};
 	int rc;

@@ -63,6 +63,9 @@ const struct cli_opt cli_par_opts[] = {
 	 "a pipeline's are reduced after its schedule; stages 2-3 always are)"},
 	{"no-overlap-grad-reduce", 0, 0, CLI_PAR_NO_OVERLAP_GRAD, NULL,
 	 "reduce the gradients after backward (the default, Megatron-LM's; ZeRO 0-1)"},
+	{"overlap-param-gather", 0, 0, CLI_PAR_OVERLAP_PARAM, NULL,
+	 "ZeRO 1-2: gather each bucket's updated weights as the next forward reaches them, one "
+	 "bucket ahead (default: all of them after the optimizer step, exposed)"},
 	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
 	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
 	 "interleaved, each one's collectives hidden behind the other's compute)"},
@@ -188,6 +191,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 	case CLI_PAR_OVERLAP_GRAD:
 	case CLI_PAR_NO_OVERLAP_GRAD:
 		cfg->overlap_grad = id == CLI_PAR_OVERLAP_GRAD ? 1 : -1;
+		break;
+	case CLI_PAR_OVERLAP_PARAM:
+		cfg->overlap_param_gather = 1;
 		break;
 	case CLI_PAR_BUCKET:
 		cfg->bucket_bytes = cli_size(c, "--bucket-size", v);

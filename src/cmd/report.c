@@ -187,6 +187,8 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		run_overlaps_grads(cfg) ? "true" : "false");
 	report_cluster_json(f, ecfg);
 	checkpoint_json(f, cfg);
+	if (cfg->overlap_param_gather) /* only when asked for */
+		fprintf(f, ",\"overlap_param_gather\":true");
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
 			cfg->cp_comm == PAR_CP_A2A          ? "a2a"

@@ -210,6 +210,93 @@ static int use(void *ctx, int u)
 	return 0;
 }
 
+/* ZeRO 1-2: posts the all-gather of bucket b's updated weights (each rank's chunk to
+ * every rank) on the second comm stream, into *req. */
+static int post_gather(struct par_dp_state *s, struct par_dp_bucket *b, struct coll_req **req)
+{
+	struct par_model *m = s->m;
+	size_t lo, chunk = chunk_of(s, b, &lo);
+	float *w = m->weights.data;
+	enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
+	int rc =
+		coll_iall_gather(m->k.d, b->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk, req);
+
+	coll_use_stream(m->k.d, prev);
+	return rc;
+}
+
+/* overlap_param_gather: posts bucket b's all-gather if it is still owed. */
+static int post_owed(struct par_dp_state *s, struct par_dp_bucket *b)
+{
+	if (!b->owed)
+		return 0;
+	b->owed = 0;
+	return post_gather(s, b, &b->gather);
+}
+
+/* overlap_param_gather: waits for bucket b's all-gather if it is on its way. */
+static int wait_gather(struct par_dp_state *s, struct par_dp_bucket *b)
+{
+	int rc = b->gather ? coll_wait(s->m->k.d, b->gather) : 0;
+
+	b->gather = NULL;
+	return rc;
+}
+
+/* The use hook with overlap_param_gather (ZeRO 1-2): unit u is about to be read. Posts
+ * what is owed of its buckets and of the next bucket in forward order (the buckets go in
+ * backward order: the one below), then waits for its own: Megatron-LM's forward
+ * pre-hook, which finishes a bucket's all-gather and starts the next one's. */
+static int use_owed(void *ctx, int u)
+{
+	struct par_dp_state *s = ctx;
+	int lo = s->unit_lo[u], hi = s->unit_hi[u], rc = 0;
+
+	for (int k = hi; k >= lo - 1 && k >= 0 && !rc; k--)
+		rc = post_owed(s, &s->b[k]);
+	for (int k = hi; k >= lo && !rc; k--)
+		rc = wait_gather(s, &s->b[k]);
+	return rc;
+}
+
+int par_dp_gather_owed(struct par_dp_state *s)
+{
+	int rc = 0;
+
+	for (int k = s->nb - 1; k >= 0 && !rc; k--)
+		rc = post_owed(s, &s->b[k]);
+	for (int k = 0; k < s->nb; k++) { /* every posted one, even after an error */
+		int rc2 = wait_gather(s, &s->b[k]);
+
+		rc = rc ? rc : rc2;
+	}
+	return rc;
+}
+
+/* overlap_param_gather: the buckets each unit's parameters are in, from the first to
+ * the last (a unit's parameters are contiguous in flat order); installs use_owed. */
+static void unit_ranges(struct par_dp_state *s)
+{
+	struct par_model *m = s->m;
+	int L = m->cfg.num_layers, j = 0;
+
+	s->unit_lo = emu_xcalloc(2 * ((size_t)L + 2), sizeof *s->unit_lo);
+	s->unit_hi = s->unit_lo + L + 2;
+	for (int u = 0; u < L + 2; u++) {
+		s->unit_lo[u] = s->nb;
+		s->unit_hi[u] = -1;
+	}
+	for (int k = 0; k < m->np; k++) {
+		int u = par_unit_of(m, m->order[k]);
+
+		while (s->b[j].last < k)
+			j++;
+		s->unit_lo[u] = j < s->unit_lo[u] ? j : s->unit_lo[u];
+		s->unit_hi[u] = j > s->unit_hi[u] ? j : s->unit_hi[u];
+	}
+	m->use = use_owed;
+}
+
 /* The group a bucket of expert parameters (or not) is reduced, sharded and gathered
  * over: under expert parallelism the experts' own (par/dp.h). */
 static void bucket_group(const struct par_dp_state *s, const struct par_groups *g, int expert,
@@ -293,6 +380,8 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 	}
 	if (s->zero == 3)
 		unit_buckets(s, g);
+	else if (s->zero >= 1 && m->pc.overlap_param_gather)
+		unit_ranges(s);
 	m->hook = hook;
 	m->hook_ctx = s;
 	s->owned = 0;
@@ -310,6 +399,8 @@ void par_dp_free(struct par_dp_state *s)
 	free(s->b);
 	free(s->unit_bucket); /* (and unit_nb) */
 	free(s->seq);
+	free(s->unit_lo); /* (and unit_hi) */
+	s->unit_lo = s->unit_hi = NULL;
 	s->pos = NULL;
 	s->b = NULL;
 	s->unit_bucket = NULL;
@@ -554,7 +645,8 @@ int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double
 	size_t st = 0;
 	int rc;
 
-	if ((rc = grad_norm(s, norm)))
+	/* (the updates below write what an owed all-gather would still send) */
+	if ((rc = par_dp_gather_owed(s)) || (rc = grad_norm(s, norm)))
 		return rc;
 	if (o->clip > 0 && *norm > o->clip)
 		scale = (float)(o->clip / *norm);
@@ -572,16 +664,13 @@ int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double
 	}
 	for (int k = 0; k < s->nb && s->zero < 3 && !rc; k++) {
 		struct par_dp_bucket *b = &s->b[k];
-		size_t lo, chunk = chunk_of(s, b, &lo);
-		float *w = m->weights.data;
-		enum emu_stream prev;
 
 		if (b->n == 1) /* a group of one has nothing to gather */
 			continue;
-		prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
-		rc = coll_iall_gather(m->k.d, b->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk,
-				      &b->req);
-		coll_use_stream(m->k.d, prev);
+		if (m->pc.overlap_param_gather)
+			b->owed = 1; /* the next forward gathers it (use_owed) */
+		else
+			rc = post_gather(s, b, &b->req);
 	}
 	for (int k = 0; k < s->nb; k++) { /* every posted one, even after an error */
 		int rc2 = s->b[k].req ? coll_wait(m->k.d, s->b[k].req) : 0;

@@ -60,7 +60,10 @@ struct par_dp_bucket {
 	int posted;
 	struct mem_block *gbuf;  /* ZeRO 2-3: its gradients, while live */
 	struct mem_block *wbuf;  /* ZeRO 3: its gathered weights, while live */
-	struct coll_req *gather; /* ZeRO 3: their posted all-gather, or NULL */
+	struct coll_req *gather; /* ZeRO 3: their posted all-gather, or NULL; ZeRO 1-2 with
+				  * overlap_param_gather: the updated weights' */
+	int owed;                /* ZeRO 1-2 with overlap_param_gather: its updated
+				  * weights are still to be gathered */
 	size_t partial_max[2];   /* ZeRO: the most gradient elements partial over tp, and
 				  * over the merge group, that a rank of g finds in its
 				  * chunk, once partial_counted */
@@ -75,14 +78,17 @@ struct par_dp_state {
 	int zero;             /* ZeRO stage, 0 to 3 (1 when it was more and dp = 1) */
 	int nb;
 	struct par_dp_bucket *b;
-	int *pos;          /* [np] position of each parameter in m->order */
-	int armed;         /* post buckets from the backward hook (the last micro-batch) */
-	size_t owned;      /* elements whose Adam state this rank keeps */
-	struct tensor opt; /* Adam m then v for the owned elements */
-	int *unit_bucket;  /* ZeRO 3: [L + 2] the first bucket of each unit */
-	int *unit_nb;      /* ZeRO 3: [L + 2] its buckets (more than one: by group) */
-	int *seq, nseq;    /* ZeRO 3: the units a micro-batch reads, in order (par/model.h) */
-	int cur;           /* ZeRO 3: reads so far in this micro-batch */
+	int *pos;               /* [np] position of each parameter in m->order */
+	int armed;              /* post buckets from the backward hook (the last micro-batch) */
+	size_t owned;           /* elements whose Adam state this rank keeps */
+	struct tensor opt;      /* Adam m then v for the owned elements */
+	int *unit_bucket;       /* ZeRO 3: [L + 2] the first bucket of each unit */
+	int *unit_nb;           /* ZeRO 3: [L + 2] its buckets (more than one: by group) */
+	int *seq, nseq;         /* ZeRO 3: the units a micro-batch reads, in order (par/model.h) */
+	int cur;                /* ZeRO 3: reads so far in this micro-batch */
+	int *unit_lo, *unit_hi; /* ZeRO 1-2 with overlap_param_gather: [L + 2] the buckets
+				 * k, unit_lo[u] <= k <= unit_hi[u], holding unit u's
+				 * parameters (unit_lo > unit_hi: none) */
 };
 
 /* Sets up data parallelism over m as m's configuration says (ZeRO stage, pad = the
@@ -118,7 +124,15 @@ void par_dp_load_state(struct par_dp_state *s, float **m, float **v);
 
 /* Clips by the global norm, takes an AdamW step (t, 1-based) on what this rank owns,
  * and (stages 1 and 2) all-gathers the updated weights. *norm gets the norm before
- * clipping. */
+ * clipping. With overlap_param_gather (Megatron-LM's --overlap-param-gather) the
+ * all-gathers are left owed: the use hook posts a unit's buckets as the next forward
+ * reaches it, and the next bucket's with them (one ahead, in forward order), and waits
+ * for the unit's own, so that each all-gather overlaps the layers before its own. */
 int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double *norm);
+
+/* Gathers (posts and waits for) every owed bucket: before anything reads the weights
+ * outside a forward (a checkpoint, verify's copy, the end of the run). 0 or a negative
+ * enum emu_err. */
+int par_dp_gather_owed(struct par_dp_state *s);
 
 #endif

@@ -392,6 +392,11 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 /* ------------------------------------------------------------------------------------ */
 /* The plain executor                                                                   */
 
+int par_layer_use(struct par_model *m, int u)
+{
+	return par_use(m, u);
+}
+
 int par_layer_fwd_all(struct par_model *m, struct par_work *w, struct par_acts *a, int l)
 {
 	int rc;

@@ -93,6 +93,11 @@ int par_post_slot(struct par_model *m, struct par_work *w, struct coll_req ***re
 /* Waits for w's posted collective, if any. 0 or a negative enum emu_err. */
 int par_work_wait(struct par_model *m, struct par_work *w);
 
+/* About to read unit u's weights outside par_forward_part (HelixPipe's pieces): tells
+ * the use hook, as par_forward_part does before each of its layers. 0 or the hook's
+ * error. */
+int par_layer_use(struct par_model *m, int u);
+
 /* Forward of piece p of layer l for the micro-batch of a, whose layer input is a->enc
  * (l = a->l0) or the previous layer's output. 0 or a negative enum emu_err. */
 int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, int l,

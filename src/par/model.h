@@ -96,6 +96,8 @@ struct par_cfg {
 	int tpf_layers, tpf;              /* Oases's mixed degrees: the first tpf_layers layers
 					   * cut tpf ways (tpf divides tp), 0 if none */
 	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h) */
+	int overlap_param_gather;         /* ZeRO 1-2: the updated weights' all-gathers
+					   * overlap the next step's forward (par/dp.h) */
 	enum par_bug bug;                 /* for tests: a bug verify must catch, or none */
 	/* Hidden dropout's keys (models/dropout.h): the run's seed, and the data's index of
 	 * the first micro-batch of this run (a resumed run's iteration times its micro-batches

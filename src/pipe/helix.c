@@ -179,12 +179,14 @@ static int unit_fwd(struct par_model *m, struct par_acts *a, int c)
 {
 	int rc;
 
+	if (c > 0 && (rc = par_layer_use(m, c - 1)))
+		return rc;
 	for (int i = 0; c > 0 && i < 4; i++)
 		if ((rc = par_layer_fwd(m, &m->work[0], a, c - 1, post_pieces[i])))
 			return rc;
 	if (c == m->cfg.num_layers)
 		return 0;
-	if ((rc = par_layer_fwd(m, &m->work[0], a, c, PAR_PRE)))
+	if ((rc = par_layer_use(m, c)) || (rc = par_layer_fwd(m, &m->work[0], a, c, PAR_PRE)))
 		return rc;
 	return par_layer_fwd(m, &m->work[0], a, c, PAR_QKV);
 }

@@ -65,12 +65,15 @@ struct run_cfg {
 	struct {                      /* step (from 1) begins */
 		int dev, step;
 	} fail[16];
-	int overlap_grad;        /* ZeRO 0-1: 1 (--overlap-grad-reduce) reduces each
-				  * gradient bucket as backward finishes it; 0 (Megatron's
-				  * default) after backward; -1 as 0, asked for
-				  * (--no-overlap-grad-reduce: refused with ZeRO 2-3) */
-	const struct data *data; /* NULL in dry-run */
-	int log_every;           /* print a progress line every this many steps; 0: quiet */
+	int overlap_grad;         /* ZeRO 0-1: 1 (--overlap-grad-reduce) reduces each
+				   * gradient bucket as backward finishes it; 0 (Megatron's
+				   * default) after backward; -1 as 0, asked for
+				   * (--no-overlap-grad-reduce: refused with ZeRO 2-3) */
+	int overlap_param_gather; /* ZeRO 1-2 (--overlap-param-gather): each bucket's
+				   * updated weights gathered as the next forward reaches
+				   * them, one bucket ahead, as Megatron-LM does */
+	const struct data *data;  /* NULL in dry-run */
+	int log_every;            /* print a progress line every this many steps; 0: quiet */
 	int fold;          /* dry-run: fold symmetric devices (run/fold.h), as run_cfg_init sets */
 	int stop_diverged; /* stop when the loss is no longer finite (pemu run, as run_cfg_init
 			    * sets); verify runs on, to compare with the reference */

@@ -463,6 +463,15 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			cfg->zero);
 		return -1;
 	}
+	if (cfg->overlap_param_gather && (cfg->zero < 1 || cfg->zero > 2)) {
+		snprintf(err, n, "--overlap-param-gather with --zero-stage %d: %s", cfg->zero,
+			 cfg->zero < 1 ? "without a distributed optimizer (ZeRO 1-2) every rank "
+					 "updates all its weights and there is nothing to gather; "
+					 "add --use-distributed-optimizer"
+				       : "ZeRO-3 gathers each layer's weights before every use "
+					 "already");
+		return -1;
+	}
 	if (cfg->mlp_chunks > 1 && pp > 1 &&
 	    (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2)) {
 		snprintf(err, n,

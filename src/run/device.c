@@ -140,6 +140,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.tpf_layers = cfg->tpf_layers,
 				.tpf = cfg->tpf,
 				.bucket_bytes = cfg->bucket_bytes,
+				.overlap_param_gather = cfg->overlap_param_gather,
 				.seed = cfg->seed,
 				.batch0 = (uint64_t)cfg->step0 * (uint64_t)(cfg->gbs / cfg->mbs)};
 }
@@ -401,9 +402,13 @@ static int par_device(struct emu_dev *d, void *arg)
 				progress(cfg, o, d, step, total, emu_wall_ns() - w0);
 			}
 		}
-		if (ckpt_saves_at(cfg, it) && (rc = save(d, &s, j, it)))
+		if (ckpt_saves_at(cfg, it) &&
+		    ((rc = par_dp_gather_owed(&s)) || (rc = save(d, &s, j, it))))
 			goto out;
 	}
+	/* (the last step's weights, still to be gathered with --overlap-param-gather) */
+	if ((rc = par_dp_gather_owed(&s)))
+		goto out;
 	if (o->snapshot)
 		par_dp_copy_weights(&s, o->params);
 out:
