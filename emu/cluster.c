@@ -433,6 +433,11 @@ int dev_check_failed(struct emu_dev *d)
 	return atomic_load_explicit(&d->c->failed, memory_order_acquire) ? EMU_EABORTED : 0;
 }
 
+int emu_dev_check(struct emu_dev *d)
+{
+	return dev_check_failed(d);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Rendezvous                                                                           */
 

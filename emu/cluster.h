@@ -156,6 +156,12 @@ int emu_dev_die(struct emu_dev *d, const char *fmt, ...) __attribute__((format(p
  * function to return. Wakes every device that waits. */
 int emu_dev_fail(struct emu_dev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* 0, or EMU_EABORTED once a device of the run has failed, this one included (a kernel
+ * that took the clock past its horizon, say: kernels are charged without an error to
+ * return). Collectives check it at every call; a device function that may run a step of
+ * compute alone checks it after each step, and returns what it says. */
+int emu_dev_check(struct emu_dev *d);
+
 /* The group of the n devices devs (global ids, in group-rank order), shared by every
  * member that asks for the same list. NULL (and the device failed with EMU_EINVAL) if
  * d is not a member, an id is out of range or repeated. Valid until emu_cluster_free. */

@@ -284,16 +284,24 @@ static void test_divergence(void **state)
 }
 
 /* A duration past the virtual clock's horizon fails the run with why (exit 1), never a
- * wrapped, negative time. */
+ * wrapped, negative time, and stops it at the step that passed it (no step line shows
+ * the clamped time), for the serial trainer, a parallel run and verify's reference. */
 static void test_clock_horizon(void **state)
 {
+	static const char *const cmds[] = {
+		"train --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2",
+		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2",
+		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2 --cost-model "
+		"roofline"};
 	static char out[65536];
 
 	(void)state;
-	assert_int_equal(run("train --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2",
-			     1, out, sizeof out),
-			 1);
-	assert_non_null(strstr(out, "the virtual clock passed its horizon (2^62 ns, 146 years)"));
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+		assert_int_equal(run(cmds[i], 1, out, sizeof out), 1);
+		assert_non_null(
+			strstr(out, "the virtual clock passed its horizon (2^62 ns, 146 years)"));
+		assert_null(strstr(out, "step     1/2"));
+	}
 	assert_int_equal(run("coll -g 2 -b 1G -e 1G --dry-run --intra-bw 1", 1, out, sizeof out),
 			 1);
 	assert_non_null(strstr(out, "the virtual clock passed its horizon"));
@@ -332,6 +340,16 @@ static void test_comm_exposed(void **state)
 		run("run --model gpt2-124m --dry-run --tp 4 --steps 1 --json", 0, out, sizeof out),
 		0);
 	assert_true(fabs(json_num(out, "comm_exposed_s") - json_num(out, "exposed_comm_s")) < 1e-9);
+	/* steps unlike each other (MoE routing, weights gathered in the next step): the
+	 * waiting is the last step's, as its idle time is, and never more than it */
+	assert_int_equal(
+		run("run --model moe-tiny --dp 4 --ep 2 --steps 3 --json", 0, out, sizeof out), 0);
+	assert_true(json_num(out, "comm_exposed_s") <= json_num(out, "exposed_comm_s") + 1e-12);
+	assert_int_equal(run("run --model gpt2-124m --dry-run --dp 8 --use-distributed-optimizer "
+			     "--overlap-param-gather --steps 2 --json",
+			     0, out, sizeof out),
+			 0);
+	assert_true(json_num(out, "comm_exposed_s") <= json_num(out, "exposed_comm_s") + 1e-12);
 }
 
 /* A run that fails with --json still prints its report, the error in it (what ran out

@@ -106,6 +106,8 @@ static int train_device(struct emu_dev *d, void *arg)
 			break;
 		}
 		gpt_update(&m, &cfg->opt, it);
+		if ((rc = emu_dev_check(d))) /* (the clock's horizon, say) */
+			break;
 		t->loss[s] = (float)loss;
 		t->step_ns[s] = emu_now(d) - t0;
 		t->wall_ns[s] = emu_wall_ns() - w0;

@@ -329,7 +329,8 @@ static int par_device(struct emu_dev *d, void *arg)
 	if (pp > 1)
 		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum * cp, &io);
 	for (int step = 0; step < cfg->steps; step++) {
-		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), w0 = emu_wall_ns();
+		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), e0 = coll_exposed_ns(d),
+			w0 = emu_wall_ns();
 		double f0 = emu_flops(d), loss = 0, norm;
 		int it = cfg->step0 + step + 1; /* the iteration, from 1 */
 
@@ -379,7 +380,8 @@ static int par_device(struct emu_dev *d, void *arg)
 			goto out;
 		if (o->snapshot && step < o->gsteps_n)
 			copy_grads(&s, o, step);
-		if ((rc = par_dp_step(&s, &cfg->opt, it, &norm)))
+		if ((rc = par_dp_step(&s, &cfg->opt, it, &norm)) ||
+		    (rc = emu_dev_check(d))) /* (the clock's horizon, say: no collective saw it) */
 			goto out;
 		if (rk.tpr == 0)
 			o->loss_part[((ppr * dp + rk.dpr) * cp + cpr) * cfg->steps + step] =
@@ -387,6 +389,7 @@ static int par_device(struct emu_dev *d, void *arg)
 		if (id == 0) {
 			o->step_ns[step] = emu_now(d) - t0;
 			o->compute_ns[step] = emu_compute_ns(d) - c0;
+			o->exposed_ns[step] = coll_exposed_ns(d) - e0;
 			o->flops_step = emu_flops(d) - f0;
 		}
 		if (logging(cfg, step)) {

@@ -62,6 +62,8 @@ static int ref_device(struct emu_dev *d, void *arg)
 					memcpy(o->gsteps[i] + (size_t)s * m.p[i].n, m.p[i].g.data,
 					       m.p[i].n * sizeof(float));
 		gpt_update(&m, &cfg->opt, cfg->step0 + s + 1);
+		if ((rc = emu_dev_check(d))) /* (the clock's horizon, say) */
+			goto out;
 		o->loss_part[s] = (float)loss;
 		o->step_ns[s] = emu_now(d) - t0;
 		o->compute_ns[s] = emu_compute_ns(d) - c0;
