@@ -342,6 +342,49 @@ static void parse_back(const char *preset, int seq, int experts_every)
 	plan_result_free(&r);
 }
 
+/* --overlap-param-gather in the search: on every layout with weights to gather (ZeRO
+ * 1-2), off on the others, which it refuses in pemu run; the same layouts fit as
+ * without it, none slower, and the ZeRO 1-2 ones that gather (dp > 1) faster. */
+static void test_param_gather_search(void **state)
+{
+	struct plan_space s[2];
+	struct emu_config ec;
+	struct plan_result r[2];
+	char err[512];
+	int faster = 0;
+
+	(void)state;
+	cluster(&ec, 0);
+	for (int k = 0; k < 2; k++) {
+		space(&s[k], "tiny", 32, 2);
+		s[k].fixed = 1u << PLAN_PP;
+		mesh_init(&s[k].base.mesh, 1, 1, 1, GPUS, 1);
+		s[k].base.overlap_param_gather = k;
+		assert_int_equal(plan_search(&s[k], &ec, 1, NULL, NULL, &r[k], err, sizeof err), 0);
+	}
+	assert_int_equal(r[1].n, r[0].n);
+	for (int i = 0; i < r[0].n; i++) {
+		const struct plan_entry *a = &r[0].all[i], *b = &r[1].all[i];
+		int z = a->p.v[PLAN_ZERO];
+		struct run_cfg cfg;
+
+		assert_memory_equal(a->p.v, b->p.v, sizeof a->p.v);
+		assert_int_equal(b->fate, a->fate);
+		if (a->fate != PLAN_OK)
+			continue;
+		assert_int_equal(plan_cfg(&s[1], &b->p, &cfg, err, sizeof err), 0);
+		assert_int_equal(cfg.overlap_param_gather, z >= 1 && z <= 2);
+		assert_true(b->e.step_ns <= a->e.step_ns);
+		faster += b->e.step_ns < a->e.step_ns;
+		if (z >= 1 && z <= 2 && a->p.dp > 1 && b->e.step_ns == a->e.step_ns)
+			fail_msg("ZeRO %d dp %d tp %d: no faster with --overlap-param-gather", z,
+				 a->p.dp, a->p.v[PLAN_TP]);
+	}
+	assert_true(faster > 0);
+	plan_result_free(&r[0]);
+	plan_result_free(&r[1]);
+}
+
 /* Where Megatron-LM has no such run, no line: 12 GPUs on nodes of 8 (torchrun starts as
  * many on each), expert with tensor parallelism but no sequence parallelism, ZeRO-3; and
  * a fixed --vpp N is the interleaved schedule's only. */
@@ -533,6 +576,7 @@ int main(void)
 		cmocka_unit_test(test_ranking_is_brute_force),
 		cmocka_unit_test(test_bound_under_moe),
 		cmocka_unit_test(test_zero_folds_exactly),
+		cmocka_unit_test(test_param_gather_search),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_oases_degrees),

@@ -189,6 +189,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --use-distributed-optimizer");
 	if (run_overlaps_grads(cfg))
 		fprintf(f, " --overlap-grad-reduce");
+	if (cfg->overlap_param_gather)
+		fprintf(f, " --overlap-param-gather");
 	if (cfg->prec == PREC_BF16)
 		fprintf(f, " --bf16");
 	if (cfg->seed != 1234)

@@ -177,7 +177,7 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 {
 	int64_t step = par->step_ns[cfg->steps - 1], comp = par->compute_ns[cfg->steps - 1];
 	int64_t comm = report_comm_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
-	int64_t exposed = coll_exposed_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
+	int64_t exposed = par->exposed_ns[cfg->steps - 1]; /* (the step's, as its idle time) */
 	int ndev = cfg->mesh.world;
 
 	printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f ms; compute "
@@ -206,7 +206,7 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 {
 	int64_t step = par->step_ns[cfg->steps - 1], comp = par->compute_ns[cfg->steps - 1];
 	int64_t comm = report_comm_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
-	int64_t exposed = coll_exposed_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
+	int64_t exposed = par->exposed_ns[cfg->steps - 1]; /* (the step's, as its idle time) */
 
 	printf("{\"command\":\"%s\",", cmd_name(verify));
 	report_config_json_run(stdout, cfg, ecfg);

@@ -264,6 +264,9 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->vpp_layers = 0;
 	cfg->mbs = v[PLAN_MBS];
 	cfg->zero = v[PLAN_ZERO];
+	/* --overlap-param-gather applies to the layouts with weights to gather */
+	cfg->overlap_param_gather =
+		s->base.overlap_param_gather && cfg->zero >= 1 && cfg->zero <= 2;
 	cfg->tp_overlap = (enum par_overlap)v[PLAN_OVERLAP];
 	cfg->recompute = (enum par_recompute)v[PLAN_RECOMPUTE];
 	cfg->sp = v[PLAN_SP];

@@ -65,7 +65,7 @@ enum plan_fate plan_dry_run(const struct emu_config *ecfg, const struct run_cfg 
 
 		e->step_ns = o.step_ns[last];
 		e->compute_ns = o.compute_ns[last];
-		e->exposed_ns = coll_exposed_ns(emu_cluster_dev(cl, 0)) / cfg->steps;
+		e->exposed_ns = o.exposed_ns[last];
 		e->bubble_ns = 0;
 		for (int s = 0; o.bubble_ns && s < cfg->mesh.size[MESH_PP]; s++)
 			if (o.bubble_ns[s] > e->bubble_ns)

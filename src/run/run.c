@@ -24,6 +24,7 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 			    sizeof *o->loss_part);
 	o->step_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->step_ns);
 	o->compute_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->compute_ns);
+	o->exposed_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->exposed_ns);
 	o->snapshot = snapshot;
 	if (cfg->model.num_experts > 0 && cfg->data)
 		o->moe_hist = emu_xcalloc(run_moe_slices(cfg) * (size_t)o->accum *
@@ -69,6 +70,7 @@ void run_free(struct run_out *o)
 	free(o->loss_part);
 	free(o->step_ns);
 	free(o->compute_ns);
+	free(o->exposed_ns);
 	free(o->routes);
 	free(o->moe_hist);
 	for (int s = 0; o->span && s < o->sched.p; s++)

@@ -21,6 +21,8 @@ struct run_out {
 	float *loss_part;     /* [pp * dp * steps] each stage's and replica's share */
 	int64_t *step_ns;     /* [steps] virtual step time (device 0) */
 	int64_t *compute_ns;  /* [steps] of it, compute (device 0) */
+	int64_t *exposed_ns;  /* [steps] of it, the compute stream waiting for communication
+			       * in flight (device 0; coll_exposed_ns) */
 	double flops_step;    /* FLOPs charged by device 0 in the last step */
 	int devices_run;      /* devices simulated: fewer than the mesh's when dry-run folds */
 	int snapshot;         /* fill gsteps (grad0) and params */
