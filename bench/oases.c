@@ -142,7 +142,7 @@ static void searched(FILE *csv, const char *cluster, const struct shape *sh, dou
 		printf(" %6.2fx (%d:%d)\n", megatron / s, r->K, r->T);
 		fprintf(csv, "%s,%d,%d,plan %d:%d,%.6f,,%.2f,%.4f,%.2f\n", cluster, sh->hidden,
 			sh->layers, r->K, r->T, s, r->checked_peak / (1 << 30), megatron / s,
-			sh->paper[cluster[7] == 'n' ? 0 : 1]);
+			sh->paper[strstr(cluster, "nvlink") ? 0 : 1]);
 	}
 	free(r);
 }
