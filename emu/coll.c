@@ -628,27 +628,6 @@ void coll_req_put(struct emu_dev *d, struct coll_req *r)
 #endif
 }
 
-/* The calibrated model's SM share (coll.h): the compute d ran beside req's op, since it
- * was posted and while the op moved data, had ctas of the SMs fewer, and takes
- * sms / (sms - ctas) as long. Known only now, it is charged now: the cursor moves on by
- * the stretch, as if those kernels had ended later (the wait may absorb it). The
- * overlap is min(the compute since the post, the part of the op's span before the
- * cursor): exact when the compute since the post ran back to back through the span. */
-static void sm_share(struct emu_dev *d, const struct coll_req *req)
-{
-	const struct op *op = req->op;
-	int64_t cur = d->stream[EMU_STREAM_COMPUTE].t, busy = d->compute_ns - req->post_busy;
-	int64_t lo = op->t_start > req->post_t ? op->t_start : req->post_t;
-	int64_t hi = op->t_end < cur ? op->t_end : cur, ov;
-	int sms = d->c->cfg.topo.gpu.sms;
-
-	if (op->ctas <= 0 || op->ctas >= sms || hi <= lo || busy <= 0)
-		return;
-	ov = busy < hi - lo ? busy : hi - lo;
-	clock_stretch(d, "sm share",
-		      (int64_t)ceil((double)ov * op->ctas / (double)(sms - op->ctas)));
-}
-
 int coll_wait(struct emu_dev *d, struct coll_req *req)
 {
 	int rc = 0;
@@ -663,7 +642,7 @@ int coll_wait(struct emu_dev *d, struct coll_req *req)
 	if (!rc && req->eager_end < 0) {
 		int64_t cur, from;
 
-		sm_share(d, req);
+		coll_sm_share(d, req);
 		cur = d->stream[EMU_STREAM_COMPUTE].t;
 		dev_wait_tasks(d, req->op);
 		/* exposed: the wait from when the op moves data (not waiting for its members) */

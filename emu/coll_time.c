@@ -1,7 +1,9 @@
 /* coll_time: when a collective ends, under the run's cost model (emu/clock.h): the
  * roofline's ring formulas on the data sheets' links, or the calibrated model's NCCL-like
  * protocols, NVLink SHARP and rings over nodes (constants and their sources in topo.c,
- * the formulas in docs/formulas.md). The last member to arrive calls coll_op_resolve. */
+ * the formulas in docs/formulas.md). The last member to arrive calls coll_op_resolve.
+ * Under the calibrated model also the SMs a collective takes from the compute beside it,
+ * charged at its wait (coll_sm_share). */
 #include <stdint.h>
 
 #include "clock.h"
@@ -291,4 +293,19 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	else
 		op->ntasks = (int)task_count(work);
 	return 0;
+}
+
+void coll_sm_share(struct emu_dev *d, const struct coll_req *req)
+{
+	const struct op *op = req->op;
+	int64_t cur = d->stream[EMU_STREAM_COMPUTE].t, busy = d->compute_ns - req->post_busy;
+	int64_t lo = op->t_start > req->post_t ? op->t_start : req->post_t;
+	int64_t hi = op->t_end < cur ? op->t_end : cur, ov;
+	int sms = d->c->cfg.topo.gpu.sms;
+
+	if (op->ctas <= 0 || op->ctas >= sms || hi <= lo || busy <= 0)
+		return;
+	ov = busy < hi - lo ? busy : hi - lo;
+	clock_stretch(d, "sm share",
+		      (int64_t)ceil((double)ov * op->ctas / (double)(sms - op->ctas)));
 }

@@ -289,6 +289,15 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
  * collective stay far inside the clock's horizon: 1000 s. */
 #define EMU_LAT_MAX INT64_C(1000000000000)
 
+/* coll_wait, under the calibrated model (coll_time.c; coll.h, "the SM share"): the
+ * compute d ran beside req's op, since it was posted and while the op moved data, had
+ * ctas of the SMs fewer, and takes sms / (sms - ctas) as long. Known only now, it is
+ * charged now: the cursor moves on by the stretch, as if those kernels had ended later
+ * (the wait may absorb it). The overlap is min(the compute since the post, the part of
+ * the op's span before the cursor): exact when the compute since the post ran back to
+ * back through the span. */
+void coll_sm_share(struct emu_dev *d, const struct coll_req *req);
+
 /* Charges dur ns to d's compute stream as compute that ran slower than charged (the SM
  * share, coll_wait): no FLOPs, and the injected slowdown not again. */
 void clock_stretch(struct emu_dev *d, const char *name, int64_t dur);

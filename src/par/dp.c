@@ -11,21 +11,10 @@
 #include "par/tp.h"
 #include "util.h"
 
-/* Where this rank's chunk of bucket b starts, and its size. */
-static size_t chunk_of(const struct par_dp_state *s, const struct par_dp_bucket *b, size_t *lo)
-{
-	size_t chunk = (b->hi - b->lo) / (size_t)b->n;
-
-	(void)s;
-	*lo = b->lo + (size_t)b->r * chunk;
-	return chunk;
-}
-
 /* Fills what bucket b's range of buf holds outside this rank's chunk with v. */
-static void fill_others(const struct par_dp_state *s, const struct par_dp_bucket *b, float *buf,
-			float v)
+static void fill_others(const struct par_dp_bucket *b, float *buf, float v)
 {
-	size_t lo, chunk = chunk_of(s, b, &lo);
+	size_t lo, chunk = par_dp_chunk(b, &lo);
 
 	if (!buf)
 		return;
@@ -40,7 +29,7 @@ static void fill_others(const struct par_dp_state *s, const struct par_dp_bucket
 static int post(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	float *g = s->m->grads.data;
-	size_t lo, chunk = chunk_of(s, b, &lo);
+	size_t lo, chunk = par_dp_chunk(b, &lo);
 	enum emu_stream old;
 	int rc;
 
@@ -72,7 +61,7 @@ static void owned_ranges(const struct par_dp_state *s, void (*fn)(void *, size_t
 		return;
 	}
 	for (int k = 0; k < s->nb; k++) {
-		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
+		size_t lo, chunk = par_dp_chunk(&s->b[k], &lo);
 
 		fn(ctx, lo, lo + chunk, st);
 		st += chunk;
@@ -97,7 +86,7 @@ static int close_bucket(struct par_dp_state *s, struct par_dp_bucket *b)
 	int rc = b->req ? coll_wait(s->m->k.d, b->req) : 0;
 
 	b->req = NULL;
-	fill_others(s, b, s->m->grads.data, 0.0f);
+	fill_others(b, s->m->grads.data, 0.0f);
 	if (b->gbuf)
 		mem_free(s->m->k.d, b->gbuf);
 	b->gbuf = NULL;
@@ -142,7 +131,7 @@ static int gather(struct par_dp_state *s, struct par_dp_bucket *b)
 {
 	struct emu_dev *d = s->m->k.d;
 	float *w = s->m->weights.data;
-	size_t lo, chunk = chunk_of(s, b, &lo);
+	size_t lo, chunk = par_dp_chunk(b, &lo);
 	uint64_t bytes = (b->hi - b->lo) * (uint64_t)tensor_elem_bytes(s->m->k.prec, MEM_PARAM);
 	enum emu_stream old;
 	int rc;
@@ -165,7 +154,7 @@ static int release(struct par_dp_state *s, struct par_dp_bucket *b)
 	b->gather = NULL;
 	if (!b->wbuf)
 		return rc;
-	fill_others(s, b, s->m->weights.data, NAN);
+	fill_others(b, s->m->weights.data, NAN);
 	mem_free(s->m->k.d, b->wbuf);
 	b->wbuf = NULL;
 	return rc;
@@ -208,93 +197,6 @@ static int use(void *ctx, int u)
 	if (i + 1 < s->nseq && s->seq[i + 1] != u)
 		return unit_do(s, s->seq[i + 1], UNIT_GATHER);
 	return 0;
-}
-
-/* ZeRO 1-2: posts the all-gather of bucket b's updated weights (each rank's chunk to
- * every rank) on the second comm stream, into *req. */
-static int post_gather(struct par_dp_state *s, struct par_dp_bucket *b, struct coll_req **req)
-{
-	struct par_model *m = s->m;
-	size_t lo, chunk = chunk_of(s, b, &lo);
-	float *w = m->weights.data;
-	enum emu_stream prev = coll_use_stream(m->k.d, EMU_STREAM_COMM2);
-	int rc =
-		coll_iall_gather(m->k.d, b->g, w ? w + lo : NULL, w ? w + b->lo : NULL, chunk, req);
-
-	coll_use_stream(m->k.d, prev);
-	return rc;
-}
-
-/* overlap_param_gather: posts bucket b's all-gather if it is still owed. */
-static int post_owed(struct par_dp_state *s, struct par_dp_bucket *b)
-{
-	if (!b->owed)
-		return 0;
-	b->owed = 0;
-	return post_gather(s, b, &b->gather);
-}
-
-/* overlap_param_gather: waits for bucket b's all-gather if it is on its way. */
-static int wait_gather(struct par_dp_state *s, struct par_dp_bucket *b)
-{
-	int rc = b->gather ? coll_wait(s->m->k.d, b->gather) : 0;
-
-	b->gather = NULL;
-	return rc;
-}
-
-/* The use hook with overlap_param_gather (ZeRO 1-2): unit u is about to be read. Posts
- * what is owed of its buckets and of the next bucket in forward order (the buckets go in
- * backward order: the one below), then waits for its own: Megatron-LM's forward
- * pre-hook, which finishes a bucket's all-gather and starts the next one's. */
-static int use_owed(void *ctx, int u)
-{
-	struct par_dp_state *s = ctx;
-	int lo = s->unit_lo[u], hi = s->unit_hi[u], rc = 0;
-
-	for (int k = hi; k >= lo - 1 && k >= 0 && !rc; k--)
-		rc = post_owed(s, &s->b[k]);
-	for (int k = hi; k >= lo && !rc; k--)
-		rc = wait_gather(s, &s->b[k]);
-	return rc;
-}
-
-int par_dp_gather_owed(struct par_dp_state *s)
-{
-	int rc = 0;
-
-	for (int k = s->nb - 1; k >= 0 && !rc; k--)
-		rc = post_owed(s, &s->b[k]);
-	for (int k = 0; k < s->nb; k++) { /* every posted one, even after an error */
-		int rc2 = wait_gather(s, &s->b[k]);
-
-		rc = rc ? rc : rc2;
-	}
-	return rc;
-}
-
-/* overlap_param_gather: the buckets each unit's parameters are in, from the first to
- * the last (a unit's parameters are contiguous in flat order); installs use_owed. */
-static void unit_ranges(struct par_dp_state *s)
-{
-	struct par_model *m = s->m;
-	int L = m->cfg.num_layers, j = 0;
-
-	s->unit_lo = emu_xcalloc(2 * ((size_t)L + 2), sizeof *s->unit_lo);
-	s->unit_hi = s->unit_lo + L + 2;
-	for (int u = 0; u < L + 2; u++) {
-		s->unit_lo[u] = s->nb;
-		s->unit_hi[u] = -1;
-	}
-	for (int k = 0; k < m->np; k++) {
-		int u = par_unit_of(m, m->order[k]);
-
-		while (s->b[j].last < k)
-			j++;
-		s->unit_lo[u] = j < s->unit_lo[u] ? j : s->unit_lo[u];
-		s->unit_hi[u] = j > s->unit_hi[u] ? j : s->unit_hi[u];
-	}
-	m->use = use_owed;
 }
 
 /* The group a bucket of expert parameters (or not) is reduced, sharded and gathered
@@ -345,7 +247,7 @@ static void unit_buckets(struct par_dp_state *s, const struct par_groups *g)
 		s->seq[s->nseq++] = l;
 	/* between uses, only this rank's chunks are there */
 	for (int k = 0; k < s->nb; k++)
-		fill_others(s, &s->b[k], m->weights.data, NAN);
+		fill_others(&s->b[k], m->weights.data, NAN);
 	m->use = use;
 }
 
@@ -381,12 +283,12 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 	if (s->zero == 3)
 		unit_buckets(s, g);
 	else if (s->zero >= 1 && m->pc.overlap_param_gather)
-		unit_ranges(s);
+		par_dp_unit_ranges(s);
 	m->hook = hook;
 	m->hook_ctx = s;
 	s->owned = 0;
 	for (int k = 0; k < s->nb; k++) {
-		size_t lo2, chunk = chunk_of(s, &s->b[k], &lo2);
+		size_t lo2, chunk = par_dp_chunk(&s->b[k], &lo2);
 
 		s->owned += zero >= 1 ? chunk : s->b[k].hi - s->b[k].lo;
 	}
@@ -457,7 +359,7 @@ partials:
 		return par_tp_sum_partials(s->m, 0, s->m->nflat);
 	for (int k = 0; k < s->nb && !rc; k++) {
 		struct par_dp_bucket *b = &s->b[k];
-		size_t lo, chunk = chunk_of(s, b, &lo);
+		size_t lo, chunk = par_dp_chunk(b, &lo);
 
 		rc = par_tp_sum_chunk_partials(s->m, b->lo, chunk, b->n, b->r, b->partial_max,
 					       &b->partial_counted);
@@ -657,7 +559,7 @@ int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double
 	/* ZeRO 1-3: this rank's chunk of every bucket; then, but in stage 3 (which gathers
 	 * before each use), everyone's chunks gathered. */
 	for (int k = 0; k < s->nb; k++) {
-		size_t lo, chunk = chunk_of(s, &s->b[k], &lo);
+		size_t lo, chunk = par_dp_chunk(&s->b[k], &lo);
 
 		update_range(s, o, lo, lo + chunk, st, lr, scale, t);
 		st += chunk;
@@ -670,7 +572,7 @@ int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double
 		if (m->pc.overlap_param_gather)
 			b->owed = 1; /* the next forward gathers it (use_owed) */
 		else
-			rc = post_gather(s, b, &b->req);
+			rc = par_dp_post_gather(s, b, &b->req);
 	}
 	for (int k = 0; k < s->nb; k++) { /* every posted one, even after an error */
 		int rc2 = s->b[k].req ? coll_wait(m->k.d, s->b[k].req) : 0;

@@ -130,6 +130,23 @@ void par_dp_load_state(struct par_dp_state *s, float **m, float **v);
  * for the unit's own, so that each all-gather overlaps the layers before its own. */
 int par_dp_step(struct par_dp_state *s, const struct optim_cfg *o, int t, double *norm);
 
+/* Where this rank's chunk of bucket b starts, and its size. */
+static inline size_t par_dp_chunk(const struct par_dp_bucket *b, size_t *lo)
+{
+	size_t chunk = (b->hi - b->lo) / (size_t)b->n;
+
+	*lo = b->lo + (size_t)b->r * chunk;
+	return chunk;
+}
+
+/* par/dp_gather.c, for par_dp_step and par_dp_init: posts the all-gather of bucket b's
+ * updated weights (each rank's chunk to every rank) on the second comm stream into *req;
+ * with overlap_param_gather, finds the buckets each unit's parameters are in (from the
+ * first to the last: a unit's parameters are contiguous in flat order) and installs the
+ * use hook that gathers them. */
+int par_dp_post_gather(struct par_dp_state *s, struct par_dp_bucket *b, struct coll_req **req);
+void par_dp_unit_ranges(struct par_dp_state *s);
+
 /* Gathers (posts and waits for) every owed bucket: before anything reads the weights
  * outside a forward (a checkpoint, verify's copy, the end of the run). 0 or a negative
  * enum emu_err. */
