@@ -79,13 +79,6 @@ __asm__(".text\n"
 
 enum { FB_READY, FB_RUNNING, FB_PARKING, FB_WOKEN, FB_PARKED, FB_EXITED };
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
 struct worker {
 	struct emu_cluster *c;
 	pthread_t thread;
@@ -255,7 +248,7 @@ static void idle(struct emu_cluster *c, struct worker *w)
 		    atomic_load_explicit(&c->rq_n, memory_order_relaxed) ||
 		    atomic_load(&c->nexited) == c->nrun || ((i & 63) == 63 && victim(c, w)))
 			return;
-		cpu_relax();
+		emu_cpu_relax();
 	}
 	clock_gettime(CLOCK_REALTIME, &until);
 	t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + IDLE_SLEEP_NS;

@@ -35,6 +35,14 @@ EMU_NORETURN void emu_die_at(const char *file, int line, const char *fmt, ...) E
 void *emu_xmalloc_at(const char *file, int line, size_t bytes);
 void *emu_xcalloc_at(const char *file, int line, size_t n, size_t size);
 void *emu_xrealloc_at(const char *file, int line, void *p, size_t bytes);
+/* A spin-wait's pause: lets the core's other hyperthread run and saves power. */
+static inline void emu_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
 #define emu_xmalloc(b)     emu_xmalloc_at(__FILE__, __LINE__, (b))
 #define emu_xcalloc(n, s)  emu_xcalloc_at(__FILE__, __LINE__, (n), (s))
 #define emu_xrealloc(p, b) emu_xrealloc_at(__FILE__, __LINE__, (p), (b))

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "team.h"
 #include "util.h"
 #include "vmath.h"
 
@@ -99,16 +100,32 @@ static void charge_bwd(const struct kctx *k, const struct attn_view *a)
 	emu_gemm(k->d, "attention.bwd.dk", heads, Tk, hs, Tq, 0, io); /* dS^T Q */
 }
 
-void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
+/* The kernels' work, a piece of (sequence, head) pairs a host thread (models/team.h): each
+ * pair writes its own scores, output columns and gradient columns. */
+struct attn_job {
+	const struct attn_view *a;
+	float *lse, *dq, *dk, *dv, *scratch;
+	const float *dout;
+	int ldl;
+	size_t nscratch; /* floats a worker's scratch */
+};
+
+static void run_pairs(const struct attn_view *a, struct attn_job *job, team_fn fn)
 {
+	team_for((size_t)a->B * (size_t)(a->h1 - a->h0), 1, fn, job);
+}
+
+static void fwd_pairs(void *arg, size_t lo, size_t hi, int w)
+{
+	const struct attn_job *job = arg;
+	const struct attn_view *a = job->a;
 	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
 	float scale = 1.0f / sqrtf((float)hs);
 
-	charge_fwd(k, a);
-	if (!kctx_math(k))
-		return;
-	for (int b = 0; b < a->B; b++) {
-		for (int h = a->h0; h < a->h1; h++) {
+	(void)w;
+	for (size_t pair = lo; pair < hi; pair++) {
+		int b = (int)(pair / (size_t)nh), h = a->h0 + (int)(pair % (size_t)nh);
+		{
 			const float *q = a->q + (size_t)b * Tq * a->ldq + (size_t)h * hs;
 			const float *kk = a->k + (size_t)b * Tk * a->ldk + (size_t)h * hs;
 			const float *v = a->v + (size_t)b * Tk * a->ldv + (size_t)h * hs;
@@ -143,17 +160,27 @@ void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
 	}
 }
 
-void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *dq, float *dk,
-			float *dv, float *scratch, const float *dout)
+void attention_fwd_view(const struct kctx *k, const struct attn_view *a)
 {
-	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
-	float scale = 1.0f / sqrtf((float)hs);
+	struct attn_job job = {.a = a};
 
-	charge_bwd(k, a);
-	if (!kctx_math(k))
-		return;
-	for (int b = 0; b < a->B; b++) {
-		for (int h = a->h0; h < a->h1; h++) {
+	charge_fwd(k, a);
+	if (kctx_math(k))
+		run_pairs(a, &job, fwd_pairs);
+}
+
+static void bwd_pairs(void *arg, size_t lo, size_t hi, int w)
+{
+	const struct attn_job *job = arg;
+	const struct attn_view *a = job->a;
+	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
+	float scale = 1.0f / sqrtf((float)hs), *dq = job->dq, *dk = job->dk, *dv = job->dv;
+	float *scratch = team_scratch(w, job->scratch, job->nscratch);
+	const float *dout = job->dout;
+
+	for (size_t pair = lo; pair < hi; pair++) {
+		int b = (int)(pair / (size_t)nh), h = a->h0 + (int)(pair % (size_t)nh);
+		{
 			size_t oq = (size_t)b * Tq * a->ldq + (size_t)h * hs;
 			size_t ok = (size_t)b * Tk * a->ldk + (size_t)h * hs;
 			size_t ov = (size_t)b * Tk * a->ldv + (size_t)h * hs;
@@ -194,6 +221,22 @@ void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *
 				    Tk, a->q + oq, a->ldq, 1.0f, dk + ok, a->ldk);
 		}
 	}
+}
+
+void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *dq, float *dk,
+			float *dv, float *scratch, const float *dout)
+{
+	struct attn_job job = {.a = a,
+			       .dq = dq,
+			       .dk = dk,
+			       .dv = dv,
+			       .scratch = scratch,
+			       .dout = dout,
+			       .nscratch = (size_t)a->Tq * (size_t)a->Tk};
+
+	charge_bwd(k, a);
+	if (kctx_math(k))
+		run_pairs(a, &job, bwd_pairs);
 }
 
 /* The whole-sequence view of a qkv buffer. */
@@ -273,21 +316,17 @@ static double flash_pairs(const struct attn_view *a)
 	return n;
 }
 
-void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
-			      float *scratch)
+static void flash_fwd_pairs(void *arg, size_t lo, size_t hi, int w)
 {
-	double heads = (double)a->B * (a->h1 - a->h0), qk = flash_pairs(a);
-	int Tq = a->Tq, hs = a->hs, nh = a->h1 - a->h0;
-	float scale = 1.0f / sqrtf((float)hs);
+	const struct attn_job *job = arg;
+	const struct attn_view *a = job->a;
+	int Tq = a->Tq, hs = a->hs, nh = a->h1 - a->h0, ldl = job->ldl;
+	float scale = 1.0f / sqrtf((float)hs), *lse = job->lse;
+	float *scratch = team_scratch(w, job->scratch, job->nscratch);
 
-	EMU_ASSERT(a->q0 >= 0); /* every query sees a key */
-	ldl = ldl ? ldl : Tq;
-	emu_fused(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
-		  heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int b = 0; b < a->B; b++)
-		for (int h = a->h0; h < a->h1; h++) {
+	for (size_t pair = lo; pair < hi; pair++) {
+		int b = (int)(pair / (size_t)nh), h = a->h0 + (int)(pair % (size_t)nh);
+		{
 			const float *q = a->q + b * stride_q(a) + (size_t)h * hs;
 			const float *kk = a->k + b * stride_k(a, a->ldk) + (size_t)h * hs;
 			const float *v = a->v + b * stride_k(a, a->ldv) + (size_t)h * hs;
@@ -315,24 +354,39 @@ void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, f
 					    o + (size_t)r0 * a->ldo, a->ldo);
 			}
 		}
+	}
 }
 
-void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, const float *lse,
-			      int ldl, float *dq, float *dk, float *dv, float *scratch,
-			      const float *dout)
+void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
+			      float *scratch)
 {
 	double heads = (double)a->B * (a->h1 - a->h0), qk = flash_pairs(a);
-	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0;
-	float scale = 1.0f / sqrtf((float)hs);
+	int Tq = a->Tq, hs = a->hs;
+	struct attn_job job = {.a = a,
+			       .lse = lse,
+			       .ldl = ldl ? ldl : Tq,
+			       .scratch = scratch,
+			       .nscratch = (size_t)FLASH_ROWS * (size_t)a->Tk};
 
-	EMU_ASSERT(a->q0 >= 0);
-	ldl = ldl ? ldl : Tq;
-	emu_fused(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
-		  heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int b = 0; b < a->B; b++)
-		for (int h = a->h0; h < a->h1; h++) {
+	EMU_ASSERT(a->q0 >= 0); /* every query sees a key */
+	emu_fused(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
+		  heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
+	if (kctx_math(k))
+		run_pairs(a, &job, flash_fwd_pairs);
+}
+
+static void flash_bwd_pairs(void *arg, size_t lo, size_t hi, int w)
+{
+	const struct attn_job *job = arg;
+	const struct attn_view *a = job->a;
+	int Tq = a->Tq, Tk = a->Tk, hs = a->hs, nh = a->h1 - a->h0, ldl = job->ldl;
+	float scale = 1.0f / sqrtf((float)hs), *dq = job->dq, *dk = job->dk, *dv = job->dv;
+	float *scratch = team_scratch(w, job->scratch, job->nscratch);
+	const float *lse = job->lse, *dout = job->dout;
+
+	for (size_t pair = lo; pair < hi; pair++) {
+		int b = (int)(pair / (size_t)nh), h = a->h0 + (int)(pair % (size_t)nh);
+		{
 			size_t oq = b * stride_q(a) + (size_t)h * hs;
 			size_t ok = b * stride_k(a, a->ldk) + (size_t)h * hs;
 			size_t ov = b * stride_k(a, a->ldv) + (size_t)h * hs;
@@ -392,6 +446,30 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 					    dk + ok, a->ldk);
 			}
 		}
+	}
+}
+
+void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, const float *lse,
+			      int ldl, float *dq, float *dk, float *dv, float *scratch,
+			      const float *dout)
+{
+	double heads = (double)a->B * (a->h1 - a->h0), qk = flash_pairs(a);
+	int Tq = a->Tq, Tk = a->Tk, hs = a->hs;
+	struct attn_job job = {.a = a,
+			       .lse = (float *)lse,
+			       .dq = dq,
+			       .dk = dk,
+			       .dv = dv,
+			       .scratch = scratch,
+			       .dout = dout,
+			       .ldl = ldl ? ldl : Tq,
+			       .nscratch = 2 * (size_t)FLASH_ROWS * (size_t)Tk};
+
+	EMU_ASSERT(a->q0 >= 0);
+	emu_fused(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
+		  heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
+	if (kctx_math(k))
+		run_pairs(a, &job, flash_bwd_pairs);
 }
 
 void attention_lse_merge(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,

@@ -11,6 +11,7 @@
 #include "linear.h"
 #include "ops.h"
 #include "rng.h"
+#include "team.h"
 #include "util.h"
 
 static const char *const lp_names[LP_N] = {"ln1.weight",   "ln1.bias",  "qkv.weight", "qkv.bias",
@@ -383,7 +384,7 @@ void gpt_free(struct gpt *m)
 static void zero(struct tensor *t)
 {
 	if (t->data)
-		memset(t->data, 0, t->n * sizeof *t->data);
+		team_zero(t->data, t->n);
 }
 
 /* Hidden dropout at a site: on while training with p > 0. */

@@ -4,17 +4,38 @@
 #include <string.h>
 
 #include "clock.h"
+#include "team.h"
 #include "vmath.h"
 
-VM_CLONES void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd,
-			     const float *inp, const float *w, const float *b, int M, int C)
-{
-	double mc = (double)M * C;
+/* The kernels' pieces (models/team.h): an elementwise kernel's elements, a row kernel's
+ * rows, at least about ELEMS_GRAIN elements a piece (a hand-over costs about a
+ * microsecond). Each piece computes what the whole loop would for its range. */
+#define ELEMS_GRAIN 16384
 
-	emu_compute(k->d, "layernorm", 8 * mc, (2 * mc + 2.0 * C + 2.0 * M) * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int i = 0; i < M; i++) {
+/* Rows of C elements a piece. */
+static size_t row_grain(int C)
+{
+	return C >= ELEMS_GRAIN ? 1 : (size_t)(ELEMS_GRAIN / (C > 0 ? C : 1));
+}
+
+/* A kernel's operands, for its pieces. */
+struct args {
+	float *out, *out2, *out3;
+	const float *in, *in2, *in3, *in4, *in5;
+	const int *idx;
+	int C, M;
+	float x;
+};
+
+VM_CLONES static void layernorm_rows(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct args *a = arg;
+	float *out = a->out, *mean = a->out2, *rstd = a->out3;
+	const float *inp = a->in, *w = a->in2, *b = a->in3;
+	int C = a->C;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
 		const float *x = inp + (size_t)i * C;
 		float *y = out + (size_t)i * C;
 		float m = 0, v = 0, s;
@@ -33,16 +54,29 @@ VM_CLONES void layernorm_fwd(const struct kctx *k, float *out, float *mean, floa
 	}
 }
 
-VM_CLONES void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db,
-			     const float *dout, const float *inp, const float *w, const float *mean,
-			     const float *rstd, int M, int C)
+void layernorm_fwd(const struct kctx *k, float *out, float *mean, float *rstd, const float *inp,
+		   const float *w, const float *b, int M, int C)
 {
 	double mc = (double)M * C;
+	struct args a = {
+		.out = out, .out2 = mean, .out3 = rstd, .in = inp, .in2 = w, .in3 = b, .C = C};
 
-	emu_compute(k->d, "layernorm.bwd", 14 * mc, (4 * mc + 4.0 * C + 2.0 * M) * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int i = 0; i < M; i++) {
+	emu_compute(k->d, "layernorm", 8 * mc, (2 * mc + 2.0 * C + 2.0 * M) * k->ab);
+	if (kctx_math(k))
+		team_for((size_t)M, row_grain(C), layernorm_rows, &a);
+}
+
+/* LayerNorm's backward over rows [lo, hi): dinp's rows, and with dw (a->out2) the weight's
+ * and bias's gradients summed over those rows in order. */
+VM_CLONES static void layernorm_bwd_rows(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct args *a = arg;
+	float *dinp = a->out, *dw = a->out2, *db = a->out3;
+	const float *dout = a->in, *inp = a->in2, *w = a->in3, *mean = a->in4, *rstd = a->in5;
+	int C = a->C;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
 		const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
 		float *dx = dinp + (size_t)i * C;
 		float m = mean[i], s = rstd[i], dnorm_mean = 0, dnorm_norm_mean = 0;
@@ -55,14 +89,70 @@ VM_CLONES void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float
 		}
 		dnorm_mean /= (float)C;
 		dnorm_norm_mean /= (float)C;
-		for (int j = 0; j < C; j++) {
-			float norm = (x[j] - m) * s, dnorm = w[j] * dy[j];
+		if (dw)
+			for (int j = 0; j < C; j++) {
+				float norm = (x[j] - m) * s, dnorm = w[j] * dy[j];
 
+				db[j] += dy[j];
+				dw[j] += norm * dy[j];
+				dx[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+			}
+		else
+			for (int j = 0; j < C; j++) {
+				float norm = (x[j] - m) * s, dnorm = w[j] * dy[j];
+
+				dx[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+			}
+	}
+}
+
+/* The weight's and bias's gradients for columns [lo, hi), summed over all rows in order. */
+VM_CLONES static void layernorm_bwd_cols(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct args *a = arg;
+	float *dw = a->out2, *db = a->out3;
+	const float *dout = a->in, *inp = a->in2, *mean = a->in4, *rstd = a->in5;
+	int C = a->C, M = a->M;
+
+	(void)wk;
+	for (int i = 0; i < M; i++) {
+		const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+		float m = mean[i], s = rstd[i];
+
+		for (size_t j = lo; j < hi; j++) {
 			db[j] += dy[j];
-			dw[j] += norm * dy[j];
-			dx[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+			dw[j] += (x[j] - m) * s * dy[j];
 		}
 	}
+}
+
+void layernorm_bwd(const struct kctx *k, float *dinp, float *dw, float *db, const float *dout,
+		   const float *inp, const float *w, const float *mean, const float *rstd, int M,
+		   int C)
+{
+	double mc = (double)M * C;
+	struct args a = {.out = dinp,
+			 .out2 = dw,
+			 .out3 = db,
+			 .in = dout,
+			 .in2 = inp,
+			 .in3 = w,
+			 .in4 = mean,
+			 .in5 = rstd,
+			 .C = C,
+			 .M = M};
+
+	emu_compute(k->d, "layernorm.bwd", 14 * mc, (4 * mc + 4.0 * C + 2.0 * M) * k->ab);
+	if (!kctx_math(k))
+		return;
+	if (team_pieces((size_t)M, row_grain(C)) == 1) {
+		layernorm_bwd_rows(&a, 0, (size_t)M, 0);
+		return;
+	}
+	/* in pieces: dinp by rows, the sums over rows by columns */
+	team_for((size_t)C, 64, layernorm_bwd_cols, &a);
+	a.out2 = a.out3 = NULL;
+	team_for((size_t)M, row_grain(C), layernorm_bwd_rows, &a);
 }
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
@@ -74,25 +164,37 @@ static inline float fast_tanh(float u)
 	return 1.0f - 2.0f / (vm_expf(2.0f * u) + 1.0f);
 }
 
-VM_CLONES void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
+VM_CLONES static void gelu_range(void *arg, size_t lo, size_t hi, int wk)
 {
-	emu_compute(k->d, "gelu", 10.0 * (double)n, 2.0 * (double)n * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (size_t i = 0; i < n; i++) {
+	const struct args *a = arg;
+	float *out = a->out;
+	const float *inp = a->in;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
 		float x = inp[i];
 
 		out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_SCALE * (x + 0.044715f * x * x * x)));
 	}
 }
 
-VM_CLONES void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *dout,
-			size_t n)
+void gelu_fwd(const struct kctx *k, float *out, const float *inp, size_t n)
 {
-	emu_compute(k->d, "gelu.bwd", 20.0 * (double)n, 3.0 * (double)n * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (size_t i = 0; i < n; i++) {
+	struct args a = {.out = out, .in = inp};
+
+	emu_compute(k->d, "gelu", 10.0 * (double)n, 2.0 * (double)n * k->ab);
+	if (kctx_math(k))
+		team_for(n, ELEMS_GRAIN, gelu_range, &a);
+}
+
+VM_CLONES static void gelu_bwd_range(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct args *a = arg;
+	float *dinp = a->out;
+	const float *inp = a->in, *dout = a->in2;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
 		float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
 		float t = fast_tanh(u), sech2 = 1.0f - t * t;
 		float g = 0.5f * (1.0f + t) +
@@ -102,23 +204,47 @@ VM_CLONES void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, con
 	}
 }
 
-VM_CLONES void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b,
-			    size_t n)
+void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *dout, size_t n)
 {
-	emu_compute(k->d, "residual", (double)n, 3.0 * (double)n * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (size_t i = 0; i < n; i++)
-		out[i] = a[i] + b[i];
+	struct args a = {.out = dinp, .in = inp, .in2 = dout};
+
+	emu_compute(k->d, "gelu.bwd", 20.0 * (double)n, 3.0 * (double)n * k->ab);
+	if (kctx_math(k))
+		team_for(n, ELEMS_GRAIN, gelu_bwd_range, &a);
 }
 
-VM_CLONES void add_acc(const struct kctx *k, float *acc, const float *x, size_t n)
+/* out = in + in2 (in2 NULL: out += in) */
+VM_CLONES static void add_range(void *arg, size_t lo, size_t hi, int wk)
 {
+	const struct args *a = arg;
+	float *out = a->out;
+	const float *x = a->in, *y = a->in2;
+
+	(void)wk;
+	if (y)
+		for (size_t i = lo; i < hi; i++)
+			out[i] = x[i] + y[i];
+	else
+		for (size_t i = lo; i < hi; i++)
+			out[i] += x[i];
+}
+
+void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b, size_t n)
+{
+	struct args x = {.out = out, .in = a, .in2 = b};
+
+	emu_compute(k->d, "residual", (double)n, 3.0 * (double)n * k->ab);
+	if (kctx_math(k))
+		team_for(n, 4 * ELEMS_GRAIN, add_range, &x);
+}
+
+void add_acc(const struct kctx *k, float *acc, const float *x, size_t n)
+{
+	struct args a = {.out = acc, .in = x};
+
 	emu_compute(k->d, "add", (double)n, 3.0 * (double)n * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (size_t i = 0; i < n; i++)
-		acc[i] += x[i];
+	if (kctx_math(k))
+		team_for(n, 4 * ELEMS_GRAIN, add_range, &a);
 }
 
 void embedding_fwd(const struct kctx *k, float *out, const int *tokens, const float *wte,
@@ -240,28 +366,42 @@ VM_CLONES static void softmax_row(float *y, const float *x, int n)
 		y[j] /= sum;
 }
 
+/* softmax's rows; with idx (the targets) cross-entropy's, the losses into out2 */
+static void softmax_rows(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct args *a = arg;
+	float *out = a->out, *losses = a->out2;
+	const float *inp = a->in;
+	const int *targets = a->idx;
+	size_t N = (size_t)a->C;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
+		softmax_row(out + i * N, inp + i * N, (int)N);
+		if (targets)
+			losses[i] = -logf(out[i * N + (size_t)targets[i]]);
+	}
+}
+
 void softmax_fwd(const struct kctx *k, float *out, const float *inp, int M, int N)
 {
 	double mn = (double)M * N;
+	struct args a = {.out = out, .in = inp, .C = N};
 
 	emu_compute(k->d, "softmax", 5 * mn, 2 * mn * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int i = 0; i < M; i++)
-		softmax_row(out + (size_t)i * N, inp + (size_t)i * N, N);
+	if (kctx_math(k))
+		team_for((size_t)M, row_grain(N), softmax_rows, &a);
 }
 
-VM_CLONES void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout,
-			   int M, int N)
+VM_CLONES static void softmax_bwd_rows(void *arg, size_t lo, size_t hi, int wk)
 {
-	double mn = (double)M * N;
+	const struct args *a = arg;
+	int N = a->C;
 
-	emu_compute(k->d, "softmax.bwd", 4 * mn, 3 * mn * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int i = 0; i < M; i++) {
-		const float *y = out + (size_t)i * N, *dy = dout + (size_t)i * N;
-		float *dx = dinp + (size_t)i * N, dot = 0;
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
+		const float *y = a->in + i * (size_t)N, *dy = a->in2 + i * (size_t)N;
+		float *dx = a->out + i * (size_t)N, dot = 0;
 
 		for (int j = 0; j < N; j++)
 			dot += y[j] * dy[j];
@@ -270,35 +410,52 @@ VM_CLONES void softmax_bwd(const struct kctx *k, float *dinp, const float *out, 
 	}
 }
 
+void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const float *dout, int M,
+		 int N)
+{
+	double mn = (double)M * N;
+	struct args a = {.out = dinp, .in = out, .in2 = dout, .C = N};
+
+	emu_compute(k->d, "softmax.bwd", 4 * mn, 3 * mn * k->ab);
+	if (kctx_math(k))
+		team_for((size_t)M, row_grain(N), softmax_bwd_rows, &a);
+}
+
 void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
 		      const int *targets, int M, int V)
 {
 	double mv = (double)M * V;
+	struct args a = {.out = probs, .out2 = losses, .in = logits, .idx = targets, .C = V};
 
 	emu_compute(k->d, "crossentropy", 5 * mv, 2 * mv * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int i = 0; i < M; i++) {
-		float *p = probs + (size_t)i * V;
+	if (kctx_math(k))
+		team_for((size_t)M, row_grain(V), softmax_rows, &a);
+}
 
-		softmax_row(p, logits + (size_t)i * V, V);
-		losses[i] = -logf(p[targets[i]]);
+VM_CLONES static void crossentropy_bwd_rows(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct args *a = arg;
+	int V = a->C;
+	float dloss = a->x;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
+		const float *p = a->in + i * (size_t)V;
+		float *g = a->out + i * (size_t)V;
+		int target = a->idx[i];
+
+		for (int v = 0; v < V; v++)
+			g[v] += (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;
 	}
 }
 
-VM_CLONES void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs,
-				const int *targets, float dloss, int M, int V)
+void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs, const int *targets,
+		      float dloss, int M, int V)
 {
 	double mv = (double)M * V;
+	struct args a = {.out = dlogits, .in = probs, .idx = targets, .C = V, .x = dloss};
 
 	emu_compute(k->d, "crossentropy.bwd", 2 * mv, 3 * mv * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int i = 0; i < M; i++) {
-		const float *p = probs + (size_t)i * V;
-		float *g = dlogits + (size_t)i * V;
-
-		for (int v = 0; v < V; v++)
-			g[v] += (p[v] - (v == targets[i] ? 1.0f : 0.0f)) * dloss;
-	}
+	if (kctx_math(k))
+		team_for((size_t)M, row_grain(V), crossentropy_bwd_rows, &a);
 }

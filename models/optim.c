@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "clock.h"
+#include "team.h"
 
 void optim_defaults(struct optim_cfg *o)
 {
@@ -70,22 +71,50 @@ void optim_adamw_charge(const struct kctx *k, size_t n)
 	emu_compute(k->d, "adamw", 12.0 * (double)n, 28.0 * (double)n);
 }
 
-VM_CLONES void optim_adamw_math(const struct kctx *k, const struct optim_cfg *o, float *w,
-				const float *g, float *m, float *v, size_t n, float lr,
-				float gscale, int decay, int t)
-{
-	float c1 = 1.0f - powf(o->beta1, (float)t), c2 = 1.0f - powf(o->beta2, (float)t);
-	float wd = decay ? o->weight_decay : 0.0f;
+struct adamw {
+	const struct optim_cfg *o;
+	float *w, *m, *v;
+	const float *g;
+	float lr, gscale, c1, c2, wd;
+};
 
-	if (!kctx_math(k))
-		return;
-	for (size_t i = 0; i < n; i++) {
+VM_CLONES static void adamw_range(void *arg, size_t lo, size_t hi, int wk)
+{
+	const struct adamw *a = arg;
+	const struct optim_cfg *o = a->o;
+	float *w = a->w, *m = a->m, *v = a->v, lr = a->lr, c1 = a->c1, c2 = a->c2, wd = a->wd;
+	float gscale = a->gscale;
+	const float *g = a->g;
+
+	(void)wk;
+	for (size_t i = lo; i < hi; i++) {
 		float gi = g[i] * gscale;
 
 		m[i] = o->beta1 * m[i] + (1.0f - o->beta1) * gi;
 		v[i] = o->beta2 * v[i] + (1.0f - o->beta2) * gi * gi;
 		w[i] -= lr * ((m[i] / c1) / (sqrtf(v[i] / c2) + o->eps) + wd * w[i]);
 	}
+}
+
+/* Elements an AdamW piece (models/team.h) */
+#define ADAMW_GRAIN 8192
+
+void optim_adamw_math(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,
+		      float *m, float *v, size_t n, float lr, float gscale, int decay, int t)
+{
+	struct adamw a = {o,
+			  w,
+			  m,
+			  v,
+			  g,
+			  lr,
+			  gscale,
+			  1.0f - powf(o->beta1, (float)t),
+			  1.0f - powf(o->beta2, (float)t),
+			  decay ? o->weight_decay : 0.0f};
+
+	if (kctx_math(k))
+		team_for(n, ADAMW_GRAIN, adamw_range, &a);
 }
 
 void optim_adamw(const struct kctx *k, const struct optim_cfg *o, float *w, const float *g,

@@ -3,7 +3,6 @@
  * --sample N the text the model writes after training. --dry-run does the same
  * accounting with no data, for any model size. The options are cli_model's; the
  * configuration is checked by run/cfg.h like every other command's. */
-#include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include "gpt.h"
 #include "run/cfg.h"
 #include "run/ckpt.h"
+#include "team.h"
 #include "trace.h"
 #include "units.h"
 
@@ -40,7 +40,9 @@ static void usage(FILE *f)
 		   "Trains a GPT on one virtual GPU: the serial reference that every parallel\n"
 		   "strategy is checked against. Prints the loss per step, the virtual step "
 		   "time\n"
-		   "and MFU on the emulated GPU, and memory by category.\n\n"
+		   "and MFU on the emulated GPU, and memory by category. Its kernels share\n"
+		   "--host-threads N host threads (default: OPENBLAS_NUM_THREADS if set, else\n"
+		   "one a core), and give the same numbers on any count.\n\n"
 		   "  pemu train --model small --steps 300 --sample 200\n"
 		   "  pemu train --model gpt3-175b --dry-run --mem-cap 4TB\n\n");
 	fprintf(f, "Model and training options (Megatron-LM's names):\n");
@@ -230,14 +232,17 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	printf("}\n");
 }
 
-/* The BLAS threads of the one device: OPENBLAS_NUM_THREADS if set, else the host's online
- * cores. OpenBLAS cuts a GEMM by rows and columns of its output, never along the inner
- * dimension, so every element is summed in the same order whatever the count: the
- * numbers do not change (tests/golden.sh's train-tiny runs it). */
-static int blas_threads(void)
+/* The host threads of the one device (models/team.h): --host-threads N, else
+ * OPENBLAS_NUM_THREADS if set, else the host's online cores; one in dry-run, where no
+ * kernel computes. Where a cut could change a sum it is the shape's alone, so the numbers
+ * do not change with the count (tests/test_team.c, tests/test_cli.c). */
+static int host_threads(const struct emu_config *ec)
 {
 	const char *env = getenv("OPENBLAS_NUM_THREADS");
-	long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+	long n = ec->dry_run       ? 1
+		 : ec->workers > 0 ? ec->workers
+		 : env && *env     ? strtol(env, NULL, 10)
+				   : sysconf(_SC_NPROCESSORS_ONLN);
 
 	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
@@ -262,11 +267,14 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 		ckpt_alloc(&ck, cfg, 0);
 		t.ck = &ck;
 	}
-	/* One device: its GEMMs may use the host's cores (pemu.c keeps OpenBLAS to one thread
-	 * for the many-device commands, whose device threads take the cores). */
-	openblas_set_num_threads(blas_threads());
+	/* One device: its kernels share the host's cores (models/team.h; pemu.c keeps
+	 * OpenBLAS to one thread, and the many-device commands start no team: their device
+	 * threads take the cores). */
+	if (team_start(host_threads(&cc->cfg)))
+		fprintf(stderr, "pemu train: %d of %d host threads started\n", team_threads(),
+			host_threads(&cc->cfg));
 	rc = emu_cluster_run(cl, train_device, &t);
-	openblas_set_num_threads(1);
+	team_stop();
 	if (rc) {
 		fflush(stdout);
 		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_err_name(rc),
