@@ -257,8 +257,9 @@ static int unit_device(struct emu_dev *d, void *arg)
 	return rc;
 }
 
-/* Runs sc with unit costs; returns the step time (the last stage to finish). */
-static long long run_unit(const struct sched *sc, struct unit_job *j, int draw)
+/* Runs sc with unit costs; returns the step time (the last stage to finish). With draw,
+ * draws the run there at most width characters a row (sched_draw). */
+static long long run_unit(const struct sched *sc, struct unit_job *j, FILE *draw, int width)
 {
 	struct emu_config cfg;
 	struct emu_cluster *c;
@@ -281,7 +282,7 @@ static long long run_unit(const struct sched *sc, struct unit_job *j, int draw)
 	for (int s = 0; s < sc->p; s++)
 		step = j->end[s] > step ? j->end[s] : step;
 	if (draw)
-		sched_draw(sc, j->span, 120, stdout);
+		sched_draw(sc, j->span, width, draw);
 	for (int s = 0; s < sc->p; s++)
 		free(j->span[s]);
 	emu_cluster_free(c);
@@ -331,7 +332,7 @@ static void test_bubbles_and_memory_match_the_table(void **state)
 				if (want_peak > m)
 					want_peak = m;
 				sched_build(&sc, kinds[k], p, m, v);
-				step = run_unit(&sc, &j, 0);
+				step = run_unit(&sc, &j, NULL, 0);
 				bubble = 0;
 				for (int s = 0; s < p; s++) {
 					assert_int_equal(j.busy[s], 3LL * m * T);
@@ -372,7 +373,7 @@ static void test_helix_bubble_leaves_attention(void **state)
 
 		sched_build_helix(&sc, 4, 8, 2, r);
 		assert_int_equal(sched_check(&sc, err, sizeof err), 0);
-		run_unit(&sc, &j, 0);
+		run_unit(&sc, &j, NULL, 0);
 		for (int s = 0; s < 4; s++)
 			bubble = j.bubble[s] > bubble ? j.bubble[s] : bubble;
 		if (first < 0)
@@ -384,6 +385,55 @@ static void test_helix_bubble_leaves_attention(void **state)
 	}
 }
 
+/* The diagram shows every compute action of every stage: a run longer than a row is
+ * drawn in bands of rows, not scaled until some actions fall between two cells. Unit
+ * costs, 4 stages and 8 micro-batches take 30 (ZB-H1) or 33 cells of the shortest
+ * action; 15 fit a row of 60 characters, so the diagram has two or three bands. */
+static void test_diagram_shows_every_action(void **state)
+{
+	static const enum sched_kind drawn[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1};
+
+	(void)state;
+	for (size_t k = 0; k < sizeof drawn / sizeof *drawn; k++) {
+		char row[8][4096] = {{0}}, line[4096];
+		struct sched sc;
+		struct unit_job j;
+		FILE *f = tmpfile();
+		int bands = 0;
+
+		assert_non_null(f);
+		sched_build(&sc, drawn[k], 4, 8, 1);
+		run_unit(&sc, &j, f, 60);
+		rewind(f);
+		while (fgets(line, sizeof line, f)) {
+			int s;
+
+			if (strstr(line, " ms\n") && !strstr(line, "pipeline"))
+				bands++;
+			else if (sscanf(line, "stage %d", &s) == 1 && s >= 0 && s < 4) {
+				assert_true(strlen(line) <= 60 + 12); /* the label and bars */
+				strncat(row[s], strchr(line, '|'),
+					sizeof row[s] - strlen(row[s]) - 1);
+			}
+		}
+		fclose(f);
+		assert_true(bands >= 2);
+		for (int s = 0; s < 4; s++)
+			for (int mb = 0; mb < 8; mb++)
+				for (const char *op = "FBW"; *op; op++) {
+					char want[8];
+
+					if (*op == 'W' && drawn[k] != SCHED_ZBH1)
+						continue;
+					snprintf(want, sizeof want, "%c%-2d ", *op, mb);
+					if (!strstr(row[s], want))
+						fail_msg("%s: stage %d's diagram has no %s:\n%s",
+							 sched_name(drawn[k]), s, want, row[s]);
+				}
+		sched_free(&sc);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -391,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_checker_names_violations),
 		cmocka_unit_test(test_bubbles_and_memory_match_the_table),
 		cmocka_unit_test(test_helix_bubble_leaves_attention),
+		cmocka_unit_test(test_diagram_shows_every_action),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -60,6 +60,10 @@ static int inbox_recv(struct inbox *in, const struct sched *sc, const struct sch
 	return rc;
 }
 
+/* The diagram's bands (rows of cells a stage, one under another) before a long run is
+ * scaled to fit instead. */
+#define DRAW_BANDS 6
+
 int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,
 	       void *ctx, long long *span)
 {
@@ -104,43 +108,17 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 	return rc;
 }
 
-void sched_draw(const struct sched *sc, long long *const *span, int width, void *f)
+/* One band of the diagram: every stage's cells [c0, c1) of q ns from t0. */
+static void draw_band(const struct sched *sc, long long *const *span, long long t0, long long q,
+		      int c0, int c1, FILE *out)
 {
-	FILE *out = f;
-	long long q = 0, t0 = -1, end = 0;
 	int chunked = sc->v > 1 && sc->kind != SCHED_HELIX;
-	int cells, cw = chunked ? 5 : 4; /* characters a cell */
 
-	/* the cell: the shortest compute action; time from the first action */
-	for (int s = 0; s < sc->p; s++)
-		for (int i = 0; i < sc->n[s]; i++) {
-			long long d = span[s][2 * i + 1] - span[s][2 * i];
-
-			if (sc->a[s][i].op <= SCHED_BW && d > 0 && (!q || d < q))
-				q = d;
-			t0 = t0 < 0 || span[s][2 * i] < t0 ? span[s][2 * i] : t0;
-			end = span[s][2 * i + 1] > end ? span[s][2 * i + 1] : end;
-		}
-	if (!q)
-		return;
-	end -= t0;
-	width = width / cw > 1 ? width / cw : 1;
-	cells = (int)((end + q - 1) / q);
-	if (cells > width) {
-		q = (end + width - 1) / width;
-		cells = (int)((end + q - 1) / q);
-	}
-	fprintf(out,
-		"pipeline (%s, %d stages, %d micro-batches%s): one cell is %.3g ms; F "
-		"forward, B backward, W weight backward,%s . idle\n",
-		sched_name(sc->kind), sc->p, sc->m, chunked ? ", chunk after the colon" : "",
-		(double)q / 1e6,
-		sc->kind == SCHED_HELIX ? " A attention forward, a attention backward," : "");
 	for (int s = 0; s < sc->p; s++) {
 		int i = 0;
 
 		fprintf(out, "stage %-3d|", s);
-		for (int c = 0; c < cells; c++) {
+		for (int c = c0; c < c1; c++) {
 			long long mid = t0 + (long long)c * q + q / 2;
 			const struct sched_action *a = NULL;
 
@@ -160,5 +138,50 @@ void sched_draw(const struct sched *sc, long long *const *span, int width, void 
 				fprintf(out, "%c%-2d ", "FBWB"[a->op], a -> mb);
 		}
 		fprintf(out, "|\n");
+	}
+}
+
+void sched_draw(const struct sched *sc, long long *const *span, int width, void *f)
+{
+	FILE *out = f;
+	long long q = 0, t0 = -1, end = 0;
+	int chunked = sc->v > 1 && sc->kind != SCHED_HELIX;
+	int cells, scaled = 0, cw = chunked ? 5 : 4; /* characters a cell */
+
+	/* the cell: the shortest compute action, so that each covers a cell's middle and
+	 * shows; time from the first action */
+	for (int s = 0; s < sc->p; s++)
+		for (int i = 0; i < sc->n[s]; i++) {
+			long long d = span[s][2 * i + 1] - span[s][2 * i];
+
+			if (sc->a[s][i].op <= SCHED_BW && d > 0 && (!q || d < q))
+				q = d;
+			t0 = t0 < 0 || span[s][2 * i] < t0 ? span[s][2 * i] : t0;
+			end = span[s][2 * i + 1] > end ? span[s][2 * i + 1] : end;
+		}
+	if (!q)
+		return;
+	end -= t0;
+	width = width / cw > 1 ? width / cw : 1;
+	cells = (int)((end + q - 1) / q);
+	if (cells > DRAW_BANDS * width) {
+		q = (end + DRAW_BANDS * width - 1) / (DRAW_BANDS * width);
+		cells = (int)((end + q - 1) / q);
+		scaled = 1;
+	}
+	fprintf(out,
+		"pipeline (%s, %d stages, %d micro-batches%s): one cell is %.3g ms%s; F "
+		"forward, B backward, W weight backward,%s . idle\n",
+		sched_name(sc->kind), sc->p, sc->m, chunked ? ", chunk after the colon" : "",
+		(double)q / 1e6,
+		scaled ? " (scaled to fit: an action shorter than a cell may not show)" : "",
+		sc->kind == SCHED_HELIX ? " A attention forward, a attention backward," : "");
+	for (int c0 = 0; c0 < cells; c0 += width) {
+		int c1 = c0 + width < cells ? c0 + width : cells;
+
+		if (cells > width)
+			fprintf(out, "%.3f .. %.3f ms\n", (double)c0 * (double)q / 1e6,
+				(double)c1 * (double)q / 1e6);
+		draw_band(sc, span, t0, q, c0, c1, out);
 	}
 }

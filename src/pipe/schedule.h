@@ -130,9 +130,11 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 /* Draws a run of sc as the pipeline diagram on f (a FILE *): one row per stage, time
  * running right in cells of the shortest compute action, each cell F, B or W (BW is B;
  * for helix, A and a for an attention's forward and backward) with the micro-batch (and
- * chunk, for interleaved), '.' where the stage idles. span[s] is
- * stage s's record from sched_exec. At most width characters a row; longer runs are
- * scaled. */
+ * chunk, for interleaved), '.' where the stage idles. span[s] is stage s's record from
+ * sched_exec. At most width characters a row: a longer run is drawn in bands of rows, one
+ * under another, each headed by its span of time, and every compute action shows; past
+ * six bands the cell grows to fit six, and the header says that an action shorter than
+ * a cell may then not show. */
 void sched_draw(const struct sched *sc, long long *const *span, int width, void *f);
 
 #endif
