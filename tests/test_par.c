@@ -994,6 +994,89 @@ static void test_param_gather_overlap(void **state)
 	run_free(&o[1]);
 }
 
+/* --overlap-grad-reduce with a pipeline (Megatron's: gradient sync on in each model
+ * chunk's last micro-batch): ZeRO 0-1's buckets go as the last micro-batch's backward
+ * finishes them, on every schedule; the end stages keep the tied embedding's bucket
+ * until its sum over the embedding group. The collectives sum the same data in the same
+ * order, so execute runs give bitwise the losses, first gradients and weights of the run
+ * without; in dry-run the step is shorter, with the same calls. */
+static void test_pipeline_grads_overlap(void **state)
+{
+	static const struct {
+		enum sched_kind sched;
+		int vpp, zero;
+	} cases[] = {{SCHED_1F1B, 1, 0},
+		     {SCHED_INTERLEAVED, 2, 1},
+		     {SCHED_ZBH1, 1, 0},
+		     {SCHED_HELIX, 1, 1}};
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct run_out o[2], dr[2];
+		struct coll_stats st[2];
+		struct gpt_config model; /* the execute runs' */
+
+		for (int over = 0; over < 2; over++) {
+			struct run_cfg cfg;
+			struct emu_cluster *c;
+
+			for (int dry_run = 0; dry_run < 2; dry_run++) {
+				make_cfg(&cfg, dry_run ? "small" : "tiny", 2, 1, cases[k].zero);
+				mesh_init(&cfg.mesh, 1, 1, 1, 2, 2);
+				cfg.model.num_layers = 4;
+				cfg.schedule = cases[k].sched;
+				cfg.vpp = cases[k].vpp;
+				cfg.gbs = 4 * cfg.mbs;
+				cfg.bucket_bytes =
+					dry_run ? 64 << 10 : 16 << 10; /* several buckets */
+				cfg.overlap_grad = over;
+				if (dry_run) {
+					c = dry(&cfg, &dr[over]);
+					coll_stats_get(emu_cluster_dev(c, 0),
+						       cases[k].zero ? "reduce-scatter"
+								     : "all-reduce",
+						       &st[over]);
+					emu_cluster_free(c);
+					continue;
+				}
+				c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
+				run_alloc(&o[over], &cfg, 1);
+				if (run_parallel(c, &cfg, &o[over]))
+					fail_msg("case %zu: %s", k, emu_cluster_report(c));
+				emu_cluster_free(c);
+				model = cfg.model;
+			}
+			if (!over)
+				continue;
+			for (int i = 0; i < o[0].np; i++) {
+				size_t n = gpt_tensor_numel(&model, i) * sizeof(float);
+
+				if (memcmp(o[1].grad0[i], o[0].grad0[i], n))
+					fail_msg("case %zu: tensor %d's gradients differ", k, i);
+			}
+			if (memcmp(o[1].loss, o[0].loss, sizeof(float) * (size_t)o[0].steps))
+				fail_msg("case %zu: the losses differ", k);
+			for (int i = 0; i < o[0].np; i++) {
+				size_t n = gpt_tensor_numel(&model, i) * sizeof(float);
+
+				if (memcmp(o[1].grad0[i], o[0].grad0[i], n))
+					fail_msg("case %zu: tensor %d's gradients differ", k, i);
+				assert_memory_equal(o[1].params[i], o[0].params[i], n);
+			}
+		}
+		assert_true(st[0].calls > 2);
+		assert_int_equal(st[1].calls, st[0].calls);
+		if (dr[1].step_ns[0] >= dr[0].step_ns[0])
+			fail_msg("case %zu: the step with --overlap-grad-reduce takes %lld ns, "
+				 "without %lld",
+				 k, (long long)dr[1].step_ns[0], (long long)dr[0].step_ns[0]);
+		for (int over = 0; over < 2; over++) {
+			run_free(&o[over]);
+			run_free(&dr[over]);
+		}
+	}
+}
+
 /* The host memory an execute run holds is what run_host_need's dry-run of the same code
  * says, exactly: dp 2 x tp 2 with ZeRO-1 and its reference, and a MoE pipeline. */
 static void test_host_need(void **state)
@@ -1041,6 +1124,7 @@ int main(void)
 		cmocka_unit_test(test_sp_volume),
 		cmocka_unit_test(test_buckets_overlap),
 		cmocka_unit_test(test_param_gather_overlap),
+		cmocka_unit_test(test_pipeline_grads_overlap),
 		cmocka_unit_test(test_host_need),
 	};
 	int rc;

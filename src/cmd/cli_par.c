@@ -59,8 +59,9 @@ const struct cli_opt cli_par_opts[] = {
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
 	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
 	{"overlap-grad-reduce", 0, 0, CLI_PAR_OVERLAP_GRAD, NULL,
-	 "reduce each gradient bucket as backward finishes it (ZeRO 0-1 without a pipeline; "
-	 "a pipeline's are reduced after its schedule; stages 2-3 always are)"},
+	 "reduce each gradient bucket as the last micro-batch's backward finishes it (ZeRO 0-1; "
+	 "a pipeline stage's as its last backward through each block does; stages 2-3 always "
+	 "are)"},
 	{"no-overlap-grad-reduce", 0, 0, CLI_PAR_NO_OVERLAP_GRAD, NULL,
 	 "reduce the gradients after backward (the default, Megatron-LM's; ZeRO 0-1)"},
 	{"overlap-param-gather", 0, 0, CLI_PAR_OVERLAP_PARAM, NULL,

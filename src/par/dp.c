@@ -93,6 +93,26 @@ static int close_bucket(struct par_dp_state *s, struct par_dp_bucket *b)
 	return rc;
 }
 
+/* Whether bucket b holds the tied embedding's gradient, which the hook leaves to
+ * par_dp_sync_grads on a pipeline's end stages (par_dp_state.tied_after). */
+static int held(const struct par_dp_state *s, const struct par_dp_bucket *b)
+{
+	const struct par_param *wte = &s->m->p[0];
+
+	return s->tied_after && b->lo < wte->off + wte->n && wte->off < b->hi;
+}
+
+/* The parameters of bucket k (positions b[k - 1].last + 1 .. b[k].last of m->order)
+ * that this rank holds elements of. */
+static int bucket_params(const struct par_dp_state *s, int k)
+{
+	int n = 0;
+
+	for (int q = k ? s->b[k - 1].last + 1 : 0; q <= s->b[k].last; q++)
+		n += s->m->p[s->m->order[q]].n > 0;
+	return n;
+}
+
 /* The backward hook: post every bucket whose last parameter is now final. Stages 2-3
  * post in every micro-batch and keep the live buckets few (par/dp.h). */
 static int hook(void *ctx, int i)
@@ -108,6 +128,13 @@ static int hook(void *ctx, int i)
 		if ((rc = open_bucket(s, &s->b[0])))
 			return rc;
 		return open_bucket(s, &s->b[s->nb - 1]);
+	}
+	if (s->pipelined) { /* (ZeRO 0-1: nothing more to do than post) */
+		struct par_dp_bucket *b = &s->b[s->bucket_of[i]];
+
+		if (!s->m->p[i].n) /* (not held here, and not counted) */
+			return 0;
+		return --b->left || b->posted || held(s, b) ? 0 : post(s, b);
 	}
 	for (int k = 0; k < s->nb; k++) {
 		struct par_dp_bucket *b = &s->b[k];
@@ -280,6 +307,12 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 			lo = hi;
 		}
 	}
+	s->bucket_of = emu_xcalloc((size_t)m->np, sizeof *s->bucket_of);
+	for (int k = 0; k < s->nb; k++) {
+		s->b[k].left = bucket_params(s, k);
+		for (int q = k ? s->b[k - 1].last + 1 : 0; q <= s->b[k].last; q++)
+			s->bucket_of[m->order[q]] = k;
+	}
 	if (s->zero == 3)
 		unit_buckets(s, g);
 	else if (s->zero >= 1 && m->pc.overlap_param_gather)
@@ -298,6 +331,8 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 void par_dp_free(struct par_dp_state *s)
 {
 	free(s->pos);
+	free(s->bucket_of);
+	s->bucket_of = NULL;
 	free(s->b);
 	free(s->unit_bucket); /* (and unit_nb) */
 	free(s->seq);
@@ -349,6 +384,7 @@ int par_dp_sync_grads(struct par_dp_state *s)
 		}
 		b->req = NULL;
 		b->posted = 0;
+		b->left = bucket_params(s, k);
 	}
 partials:
 	if (rc || !s->m->partials)

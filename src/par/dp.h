@@ -56,6 +56,8 @@ struct par_dp_bucket {
 			       * experts under expert parallelism the expert-data-parallel one */
 	int n, r;             /* its size, this rank's place */
 	int last;             /* position in m->order of its last parameter */
+	int left;             /* a pipeline's: its parameters the armed backward has yet
+			       * to finish (par_dp_state.pipelined) */
 	struct coll_req *req; /* its posted all-reduce (reduce-scatter), or NULL */
 	int posted;
 	struct mem_block *gbuf;  /* ZeRO 2-3: its gradients, while live */
@@ -80,6 +82,17 @@ struct par_dp_state {
 	struct par_dp_bucket *b;
 	int *pos;               /* [np] position of each parameter in m->order */
 	int armed;              /* post buckets from the backward hook (the last micro-batch) */
+	int pipelined;          /* a pipeline stage: its blocks' last backwards come in the
+				 * schedule's order, not m->order's, so the armed hook posts
+				 * a bucket once each of its parameters has been told
+				 * (par_model.hook), which a stage may never do for some
+				 * (HelixPipe's units): those go at par_dp_sync_grads */
+	int *bucket_of;         /* pipelined: [np] the bucket of each parameter */
+	int tied_after;         /* a pipeline stage with the tied embedding: its gradient
+				 * is summed over the embedding group after the schedule
+				 * (or, HelixPipe's both ends on one stage, the output
+				 * layer adds to it untold), so the hook leaves the
+				 * buckets holding it to par_dp_sync_grads */
 	size_t owned;           /* elements whose Adam state this rank keeps */
 	struct tensor opt;      /* Adam m then v for the owned elements */
 	int *unit_bucket;       /* ZeRO 3: [L + 2] the first bucket of each unit */

@@ -397,6 +397,15 @@ int par_layer_use(struct par_model *m, int u)
 	return par_use(m, u);
 }
 
+int par_layer_ready(struct par_model *m, int l, int i0, int i1)
+{
+	int rc = 0;
+
+	for (int i = i0; i < i1 && !rc; i++)
+		rc = par_ready(m, 2 + l * LP_N + i);
+	return rc;
+}
+
 int par_layer_fwd_all(struct par_model *m, struct par_work *w, struct par_acts *a, int l)
 {
 	int rc;

@@ -97,6 +97,10 @@ int par_work_wait(struct par_model *m, struct par_work *w);
  * the use hook, as par_forward_part does before each of its layers. 0 or the hook's
  * error. */
 int par_layer_use(struct par_model *m, int u);
+/* Layer l's parameters i0 .. i1 - 1 (enum gpt_lp) have their gradients final for this
+ * micro-batch outside par_backward_part (HelixPipe's pieces): tells the grad hook, as
+ * par_backward_part does after each of its layers. 0 or the hook's error. */
+int par_layer_ready(struct par_model *m, int l, int i0, int i1);
 
 /* Forward of piece p of layer l for the micro-batch of a, whose layer input is a->enc
  * (l = a->l0) or the previous layer's output. 0 or a negative enum emu_err. */

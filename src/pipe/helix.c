@@ -255,7 +255,8 @@ static int block_bwd(struct par_model *m, struct par_acts *a, int j, float scale
 		copy_in((w->dres).data, (a->dout).data, nx);
 		copy_in((w->dqkv).data, (a->din2).data, nq);
 		if ((rc = par_layer_bwd(m, w, a, c, PAR_QKV, scale, 1)) ||
-		    (rc = par_layer_bwd(m, w, a, c, PAR_PRE, scale, 1)))
+		    (rc = par_layer_bwd(m, w, a, c, PAR_PRE, scale, 1)) ||
+		    (rc = par_layer_ready(m, c, LP_LN1W, LP_PROJW))) /* ln1 and qkv */
 			return rc;
 	}
 	if (c == 0)
@@ -263,6 +264,8 @@ static int block_bwd(struct par_model *m, struct par_acts *a, int j, float scale
 	for (int i = 3; i >= 0; i--)
 		if ((rc = par_layer_bwd(m, w, a, c - 1, post_pieces[i], scale, 1)))
 			return rc;
+	if ((rc = par_layer_ready(m, c - 1, LP_PROJW, LP_N))) /* the rest of layer c - 1 */
+		return rc;
 	if ((rc = tensor_alloc(k, &a->gout_a, MEM_ACT, no, "d attention out")) ||
 	    (rc = tensor_alloc(k, &a->gout_x, MEM_ACT, nx, "d residual out")))
 		return rc;
@@ -392,11 +395,16 @@ static int hx_bwd(void *ctx, int mb, int j, int input, int weight)
 	struct pipe_stage *ps = ctx;
 	const struct sched *sc = ps->sc;
 	struct par_acts *a = &ps->acts[mb * sc->nb + j];
-	int rc;
+	int rc, last = mb == ps->last_mb[j] && ps->io.last_backward;
 
 	(void)input;
 	(void)weight;
-	if ((rc = block_bwd(ps->m, a, j, 1.0f / ps->accum)))
+	if (last)
+		ps->io.last_backward(ps->io.ctx, 1);
+	rc = block_bwd(ps->m, a, j, 1.0f / ps->accum);
+	if (last)
+		ps->io.last_backward(ps->io.ctx, 0);
+	if (rc)
 		return rc;
 	if (j > 0 && sched_stage(sc, mb, j - 1) != ps->stage)
 		return 0; /* its send takes the input's gradient, then the block goes */

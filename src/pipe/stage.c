@@ -57,6 +57,12 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 	ps->act_req = emu_xcalloc(msgs, sizeof *ps->act_req);
 	ps->grad_req = emu_xcalloc(msgs, sizeof *ps->grad_req);
 	ps->din = emu_xcalloc(msgs, sizeof *ps->din);
+	ps->last_mb = emu_xcalloc((size_t)sc->nb, sizeof *ps->last_mb);
+	for (int j = 0; j < sc->nb; j++)
+		ps->last_mb[j] = -1;
+	for (int i = 0; i < sc->n[s]; i++)
+		if (sc->a[s][i].op == SCHED_W || sc->a[s][i].op == SCHED_BW)
+			ps->last_mb[sc->a[s][i].block] = sc->a[s][i].mb;
 }
 
 void pipe_stage_free(struct pipe_stage *ps)
@@ -114,8 +120,14 @@ static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
 	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc;
 	struct par_acts *a = &ps->acts[x];
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
+	int last = weight && mb == ps->last_mb[j] && ps->io.last_backward;
 
-	if ((rc = par_backward_part(ps->m, a, 1.0f / ps->accum, input, weight)))
+	if (last)
+		ps->io.last_backward(ps->io.ctx, 1);
+	rc = par_backward_part(ps->m, a, 1.0f / ps->accum, input, weight);
+	if (last)
+		ps->io.last_backward(ps->io.ctx, 0);
+	if (rc)
 		return rc;
 	for (int s = 0; input && a->l0 > 0 && s < ns; s++) { /* for the previous stage */
 		struct tensor *d = &ps->din[x * ns + s];

@@ -20,6 +20,13 @@ struct pipe_io {
 	uint64_t (*batch)(void *ctx, int mb, int need, int *tok, int *tgt);
 	/* Micro-batch g's forward through a->la is done (the run records its routing). */
 	void (*forwarded)(void *ctx, uint64_t g, const struct par_acts *a);
+	/* Told on (1) before this stage's last action of a step that makes a block's
+	 * weight gradients final (W or BW; the schedule's last micro-batch through the
+	 * block, which HelixPipe's rotation may not make micro-batch m - 1), and off (0)
+	 * after it: the run's data-parallel buckets may then be posted as that backward
+	 * finishes them (Megatron's --overlap-grad-reduce with a pipeline, whose gradient
+	 * sync is on in each model chunk's last micro-batch alone). Or NULL. */
+	void (*last_backward)(void *ctx, int on);
 	void *ctx;
 };
 
@@ -41,6 +48,8 @@ struct pipe_stage {
 	struct coll_req **grad_req; /* that send */
 	struct coll_req **reqs;     /* helix: the sends to wait for */
 	int nreq, maxreq;
+	int *last_mb; /* [nb] the micro-batch of this stage's last action that makes block j's
+		       * weight gradients final (W or BW), or -1 */
 };
 
 /* The part of the model stage s of sc holds: the layers of its blocks (pipe_stage_part

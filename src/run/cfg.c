@@ -121,7 +121,7 @@ void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc)
 
 int run_overlaps_grads(const struct run_cfg *cfg)
 {
-	return cfg->zero >= 2 || (cfg->overlap_grad == 1 && cfg->mesh.size[MESH_PP] == 1);
+	return cfg->zero >= 2 || cfg->overlap_grad == 1;
 }
 
 enum run_ep_mode run_ep_mode(const struct run_cfg *cfg)

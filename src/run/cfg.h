@@ -118,8 +118,8 @@ int run_cfg_finish(struct run_cfg *cfg, int ndev, char *err, size_t n);
 int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
 
 /* Whether cfg's data-parallel gradients are reduced while backward runs: ZeRO 2-3 always
- * (each micro-batch's), stages 0-1 with --overlap-grad-reduce and no pipeline (a
- * pipeline's are reduced after its schedule). */
+ * (each micro-batch's), stages 0-1 with --overlap-grad-reduce (the last micro-batch's
+ * backward, on each pipeline stage each block's). */
 int run_overlaps_grads(const struct run_cfg *cfg);
 
 /* Where cfg's experts go (par/ep.h), Megatron's ETP x EP x EDP grid on the same ranks:

@@ -69,6 +69,7 @@ struct rank {
 	struct run_out *o;
 	int step, tpr, dpr, local, accum; /* step: of this run (iteration step0 + step + 1) */
 	struct run_rows rows; /* its rows of each sequence (the model's, once it is made) */
+	int *armed;           /* its data-parallel hooks post buckets (par_dp_state.armed) */
 };
 
 /* Micro-batch mb of this step on this replica: its index among the run's, and its
@@ -84,6 +85,15 @@ static uint64_t rank_batch(void *ctx, int mb, int need, int *tok, int *tgt)
 		data_batch(cfg->data, cfg->seed, g + (uint64_t)cfg->step0 * rk->accum, cfg->mbs,
 			   cfg->model.seq_len, tok, tgt);
 	return g;
+}
+
+/* A pipeline stage's last micro-batch: with --overlap-grad-reduce, ZeRO 0-1's buckets go
+ * as its backward finishes them (stages 2-3 post in every micro-batch anyway). */
+static void rank_last_backward(void *ctx, int on)
+{
+	struct rank *rk = ctx;
+
+	*rk->armed = on && rk->cfg->overlap_grad == 1;
 }
 
 /* Tensor-parallel rank 0 records the routing (the other ranks route alike), or each rank
@@ -267,8 +277,9 @@ static int par_device(struct emu_dev *d, void *arg)
 			  mesh_coord(me, id, MESH_DP),
 			  accum / dp,
 			  accum,
-			  {NULL, 0, 0, 0, 0}};
-	const struct pipe_io io = {rank_batch, rank_forwarded, &rk};
+			  {NULL, 0, 0, 0, 0},
+			  NULL};
+	const struct pipe_io io = {rank_batch, rank_forwarded, rank_last_backward, &rk};
 	const struct par_cfg pc = par_cfg_of(cfg);
 	const struct par_source src = {cfg->seed, cfg->resume ? cfg->resume->w : NULL};
 	struct emu_group *gt, *gd, *gc = NULL, *gp = NULL, *emb = NULL;
@@ -324,6 +335,9 @@ static int par_device(struct emu_dev *d, void *arg)
 	coll_set_wire_bytes(d, m.k.ab);
 	if ((rc = par_dp_init(&s, &m, &groups)))
 		goto out;
+	rk.armed = &s.armed;
+	s.pipelined = pp > 1;
+	s.tied_after = pp > 1 && (part.first || part.last);
 	if (cfg->resume)
 		par_dp_load_state(&s, cfg->resume->m, cfg->resume->v);
 	if (pp > 1)
