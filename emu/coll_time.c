@@ -95,7 +95,7 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
  * standing in for NCCL's (18 NVLink4 links x 20.6 GB/s, SM90_NVLINK_BW in NCCL's
  * src/graph/topo.h: 370.8 GB/s, against NVLink4's 355.5 measured). LL128's higher fixed
  * cost and lower bandwidth make it the faster below a size that grows with the steps:
- * on 8 GPUs, 22 MiB for all-gather and reduce-scatter, 35 MiB for all-reduce. */
+ * on 8 GPUs, 22 MiB for all-gather and reduce-scatter, 34 MiB for all-reduce. */
 static int nccl_picks_ll128(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
 			    uint64_t den)
 {

@@ -59,7 +59,7 @@
  *                 LL128 on NVLink from sm90). Simple 3.4 us a step (NCCL's own figure,
  *                 tuning.cc hwLat, NVLink Ring Simple) at 0.79 of beta; LL128 1.3 us a
  *                 step at 0.69 of beta, sent up to the size NCCL's cost model stops
- *                 preferring it (coll_time.c: on 8 GPUs 35 MiB for all-reduce, 22 MiB for
+ *                 preferring it (coll_time.c: on 8 GPUs 34 MiB for all-reduce, 22 MiB for
  *                 all-gather and reduce-scatter), so that the bus bandwidth ramps with the
  *                 message from LL128's to Simple's. 0.79, 1.3 us and 0.69 fitted to the
  *                 8-H100 Ring sweeps of all-reduce, all-gather and reduce-scatter, 1 MiB

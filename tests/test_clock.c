@@ -336,7 +336,7 @@ static void test_calibrated_collectives(void **state)
  * with NVLink SHARP off, LL128 (1.3 us a step, 0.69 x 450 = 310.5 GB/s) while NCCL's own
  * model prefers it to Simple (3.4 us a step, 0.79 x 450 = 355.5 GB/s), Simple beyond. NCCL's
  * model, s steps and X bus bytes: LL128 14 + 1.9 s us + X / (0.92 x 355.5 GB/s), Simple
- * 8.4 + 3.4 s + X / 355.5 GB/s; it switches at 35 MiB for all-reduce (s = 14), at 22 MiB
+ * 8.4 + 3.4 s + X / 355.5 GB/s; it switches at 34 MiB for all-reduce (s = 14), at 22 MiB
  * for all-gather (s = 7):
  *   all-reduce 32 MiB, X = 7/4 S = 58720256: NCCL 220.14 against 221.18 us, LL128:
  *     8100 + 14 x 1300 + 58720256 / 310.5 GB/s = 8100 + 18200 + 189116 = 215416 ns
