@@ -93,14 +93,17 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 /* Whether NCCL sends steps steps and num S / den bus bytes with LL128 rather than
  * Simple: its model (above) says LL128 is the faster, with the link's Simple bandwidth
  * standing in for NCCL's (18 NVLink4 links x 20.6 GB/s, SM90_NVLINK_BW in NCCL's
- * src/graph/topo.h: 370.8 GB/s, against NVLink4's 355.5 measured). LL128's higher fixed
- * cost and lower bandwidth make it the faster below a size that grows with the steps:
- * on 8 GPUs, 22 MiB for all-gather and reduce-scatter, 34 MiB for all-reduce. */
+ * src/graph/topo.h: 370.8 GB/s, against NVLink4's 355.5 measured). LL128's cheaper steps
+ * (1.5 us each, more than its 5.6 us higher base from 4 steps on) against its lower
+ * bandwidth make it the faster below a size that grows with the steps: on 8 GPUs, 22 MiB
+ * for all-gather and reduce-scatter, 34 MiB for all-reduce. */
 static int nccl_picks_ll128(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
 			    uint64_t den)
 {
+	/* (23/25 of the bandwidth rather than 25/23 of the bytes: num x S stays in range) */
+	uint64_t bw128 = l->bw / 25 * NCCL_LL128_BW_OVER25;
 	int64_t ll128 = emu_time_add(NCCL_LL128_BASE_NS + (int64_t)steps * NCCL_LL128_HOP_NS,
-				     bw_ns(num * 25, S, den * NCCL_LL128_BW_OVER25, l->bw));
+				     bw_ns(num, S, den, bw128 ? bw128 : 1));
 	int64_t simple = emu_time_add(NCCL_SIMPLE_BASE_NS + (int64_t)steps * NCCL_SIMPLE_HOP_NS,
 				      bw_ns(num, S, den, l->bw));
 
