@@ -4,7 +4,9 @@
  * measured, square sizes, transformer shapes), attention's two batched GEMMs (the scores'
  * and the context's), memory-bound kernels, and all-reduces: two whole sweeps (8 A100,
  * nccl-tests; 8 H200 with NVLink SHARP, all_reduce_bench.py), 2 GPUs, an H200 ring and
- * between nodes. A row says whether the constants were fitted to it ("fit"), so that it
+ * between nodes. Sweeps timed by nccl-tests -g 8 are compared with the longer of the
+ * launching thread's floor and NCCL's time plus the sweep's offset (G8_FLOOR_US), never
+ * changing the model. A row says whether the constants were fitted to it ("fit"), so that it
  * only shows the fit, or whether it checks the model ("check"). Writes DIR/fidelity.csv,
  * the table and a line a source (README, "How accurate is the clock"); never fails on
  * accuracy.
@@ -35,6 +37,7 @@ struct row {
 	int no_nvls;      /* NCCL_NVLS_ENABLE=0 */
 	double offset_us; /* the source's own cost a call beside NCCL's (its launcher) */
 	double batch;     /* GEMM: a batched GEMM's count of (m, n, k) products (0: one) */
+	int g8;           /* timed by nccl-tests -g 8: the launcher's floor (G8_FLOOR_US) */
 };
 
 /* A measured sweep: sizes 2^lo, 2^(lo+1), ... bytes, the times in us. */
@@ -44,7 +47,19 @@ struct sweep {
 	int gpus, lo, n, fit, no_nvls;
 	double offset_us;
 	const double us[24];
+	int g8;
 };
+
+/* nccl-tests -g 8 (one thread launches the 8 GPUs' kernels, iterations back to back): a
+ * call takes the longer of the thread's launching and the GPUs' work, NCCL's time plus
+ * the sweep's offset. The thread's part grows with the channels NCCL launches (a work
+ * item and a proxy op each, enqueue.cc), which NCCL picks by the message's size: the
+ * 8-H100 sweeps read 34.5-36 us on one or two channels (8 B to 64 KiB), 36.6-38 on 4 to
+ * 8 (128-256 KiB), 39-40 on 16 (512 KiB), 40.6-41.7 on 24 (1-4 MiB, all-gather and
+ * reduce-scatter, flat while the bytes quadruple). 35.3 us + 0.34 us a channel, fitted
+ * with the H100 ring constants (emu/topo.c); the A100 sweep, from 32 KiB, stays above it. */
+#define G8_FLOOR_US         35.3
+#define G8_FLOOR_CHANNEL_US 0.34
 
 #define MLE  "Bekman, Machine Learning Engineering"
 #define MLI  "mli/transformers-benchmarks issue 4 (A800 PCIe, fp16, torch 2.0)"
@@ -66,72 +81,77 @@ struct sweep {
 
 static const struct row rows[] = {
 	{"GEMM 1024x10240x5120 bf16 (MAMF)", "dgx-a100", GEMM, 1024, 10240, 5120, 271.2,
-	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0, 0},
+	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0, 0, 0},
 	{"GEMM 2048x2048x13312 bf16 (MAMF)", "dgx-h100", GEMM, 2048, 2048, 13312, 794.5,
-	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0, 0},
-	{"GEMM 512^3 fp16", "dgx-a100", GEMM, 512, 512, 512, 31.5, MLI, 1, A800, 0, 0, 0},
-	{"GEMM 2048^3 fp16", "dgx-a100", GEMM, 2048, 2048, 2048, 192.5, MLI, 0, A800, 0, 0, 0},
-	{"GEMM 8192^3 fp16", "dgx-a100", GEMM, 8192, 8192, 8192, 215.3, MLI, 0, A800, 0, 0, 0},
-	{"GEMM 1024^3, A100 SXM", "dgx-a100", GEMM, 1024, 1024, 1024, 119.4, AZ, 1, 0, 0, 0, 0, 0},
-	{"GEMM 2048^3, A100 SXM", "dgx-a100", GEMM, 2048, 2048, 2048, 221.8, AZ, 1, 0, 0, 0, 0, 0},
-	{"GEMM 4096^3, A100 SXM", "dgx-a100", GEMM, 4096, 4096, 4096, 228.0, AZ, 1, 0, 0, 0, 0, 0},
-	{"GEMM 8192^3, A100 SXM", "dgx-a100", GEMM, 8192, 8192, 8192, 253.7, AZ, 1, 0, 0, 0, 0, 0},
+	 MLE ", accelerator, MAMF table", 1, 0, 0, 0, 0, 0, 0},
+	{"GEMM 512^3 fp16", "dgx-a100", GEMM, 512, 512, 512, 31.5, MLI, 1, A800, 0, 0, 0, 0},
+	{"GEMM 2048^3 fp16", "dgx-a100", GEMM, 2048, 2048, 2048, 192.5, MLI, 0, A800, 0, 0, 0, 0},
+	{"GEMM 8192^3 fp16", "dgx-a100", GEMM, 8192, 8192, 8192, 215.3, MLI, 0, A800, 0, 0, 0, 0},
+	{"GEMM 1024^3, A100 SXM", "dgx-a100", GEMM, 1024, 1024, 1024, 119.4, AZ, 1, 0, 0, 0, 0, 0,
+	 0},
+	{"GEMM 2048^3, A100 SXM", "dgx-a100", GEMM, 2048, 2048, 2048, 221.8, AZ, 1, 0, 0, 0, 0, 0,
+	 0},
+	{"GEMM 4096^3, A100 SXM", "dgx-a100", GEMM, 4096, 4096, 4096, 228.0, AZ, 1, 0, 0, 0, 0, 0,
+	 0},
+	{"GEMM 8192^3, A100 SXM", "dgx-a100", GEMM, 8192, 8192, 8192, 253.7, AZ, 1, 0, 0, 0, 0, 0,
+	 0},
 	{"GEMM 16384^3, A100 SXM", "dgx-a100", GEMM, 16384, 16384, 16384, 256.5, AZ, 1, 0, 0, 0, 0,
-	 0},
+	 0, 0},
 	{"GEMM 1024x2145x1024, A100 SXM", "dgx-a100", GEMM, 1024, 2145, 1024, 132.8, AZ, 1, 0, 0, 0,
-	 0, 0},
+	 0, 0, 0},
 	{"GEMM 6144x12288x12288, A100 SXM", "dgx-a100", GEMM, 6144, 12288, 12288, 250.8, AZ, 1, 0,
-	 0, 0, 0, 0},
+	 0, 0, 0, 0, 0},
 	{"GEMM 802816x192x768, A100 SXM", "dgx-a100", GEMM, 802816, 192, 768, 157.8, AZ, 1, 0, 0, 0,
-	 0, 0},
+	 0, 0, 0},
 	{"BMM scores Q K^T 64 x 2048x2048x256", "dgx-a100", GEMM, 2048, 2048, 256, 130.2, ELEUTHER,
-	 0, 0, 0, 0, 0, 64},
+	 0, 0, 0, 0, 0, 64, 0},
 	{"BMM context P V 64 x 2048x256x2048", "dgx-a100", GEMM, 2048, 256, 2048, 219.0, ELEUTHER,
-	 0, 0, 0, 0, 0, 64},
+	 0, 0, 0, 0, 0, 64, 0},
 	{"BMM context P V 512 x 1024x128x1024", "dgx-a100", GEMM, 1024, 128, 1024, 132.5, PT83272,
-	 0, 0, 0, 0, 0, 512},
+	 0, 0, 0, 0, 0, 512, 0},
 	{"memcopy, A100 40GB (1555 GB/s)", "dgx-a100", MEM, 1e9, 0, 0, 1355,
-	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0, 0},
-	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0, 0},
+	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0, 0, 0},
+	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0, 0, 0},
 	{"all-reduce 8 B, 2 A100", "dgx-a100", ALLREDUCE, 8, 2, 1, 10,
-	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0, 0},
+	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 8 A100", "dgx-a100", ALLREDUCE, 1024, 8, 1, 16.96, MSC, 1, 0, 0, 0, 0,
-	 0},
+	 0, 0},
 	{"all-gather 1 KiB, 8 A100", "dgx-a100", ALLGATHER, 1024, 8, 1, 12.53, MSC, 1, 0, 0, 0, 0,
-	 0},
+	 0, 0},
 	{"all-reduce 1 GiB, 8 A100", "dgx-a100", ALLREDUCE, GIB, 8, 1, AR_US(8, GIB, 231.45), MSC,
-	 1, 0, 0, 0, 0, 0},
+	 1, 0, 0, 0, 0, 0, 0},
 	{"all-gather 1 GiB, 8 A100", "dgx-a100", ALLGATHER, GIB, 8, 1, AG_US(8, GIB, 253.59), MSC,
-	 1, 0, 0, 0, 0, 0},
+	 1, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 16 GiB, 8 H200 ring", "dgx-h200", ALLREDUCE, 16 * GIB, 8, 1,
 	 /* 367.61 GB/s bus bandwidth */ AR_US(8, 16 * GIB, 367.61),
-	 MLE ", network, NCCL_NVLS_ENABLE=0", 1, 0, 0, 1, 0, 0},
+	 MLE ", network, NCCL_NVLS_ENABLE=0", 1, 0, 0, 1, 0, 0, 0},
 	{"all-reduce 1 KiB, 2 nodes x 8 A100 (HDR)", "dgx-a100", ALLREDUCE, 1024, 16, 2, 35.85, MSC,
-	 1, 0, 0, 0, 0, 0},
+	 1, 0, 0, 0, 0, 0, 0},
 	{"all-gather 1 KiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, 1024, 16, 2, 33.74, MSC, 1, 0,
-	 0, 0, 0, 0},
+	 0, 0, 0, 0, 0},
 	{"all-reduce 1 GiB, 2 nodes x 8 A100", "dgx-a100", ALLREDUCE, GIB, 16, 2,
-	 AR_US(16, GIB, 183.82), MSC, 1, 0, 0, 0, 0, 0},
+	 AR_US(16, GIB, 183.82), MSC, 1, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 4 GiB, 2 nodes x 8 A100", "dgx-a100", ALLREDUCE, 4 * GIB, 16, 2,
-	 AR_US(16, 4 * GIB, 188.18), MSC, 1, 0, 0, 0, 0, 0},
+	 AR_US(16, 4 * GIB, 188.18), MSC, 1, 0, 0, 0, 0, 0, 0},
 	{"all-gather 1 GiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, GIB, 16, 2,
-	 AG_US(16, GIB, 177.05), MSC, 1, 0, 0, 0, 0, 0},
+	 AG_US(16, GIB, 177.05), MSC, 1, 0, 0, 0, 0, 0, 0},
 	{"all-gather 4 GiB, 2 nodes x 8 A100", "dgx-a100", ALLGATHER, 4 * GIB, 16, 2,
-	 AG_US(16, 4 * GIB, 186.01), MSC, 1, 0, 0, 0, 0, 0},
+	 AG_US(16, 4 * GIB, 186.01), MSC, 1, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 2 nodes x 1 A100", "dgx-a100", ALLREDUCE, 1024, 2, 2, 21.27, MSC, 1, 0,
-	 0, 0, 0, 0},
+	 0, 0, 0, 0, 0},
 	{"all-gather 1 KiB, 2 nodes x 1 A100", "dgx-a100", ALLGATHER, 1024, 2, 2, 16.08, MSC, 1, 0,
-	 0, 0, 0, 0},
+	 0, 0, 0, 0, 0},
 	{"all-reduce 1 GiB, 2 nodes x 1 A100", "dgx-a100", ALLREDUCE, GIB, 2, 2,
-	 AR_US(2, GIB, 18.65), MSC, 0, 0, 0, 0, 0, 0},
+	 AR_US(2, GIB, 18.65), MSC, 0, 0, 0, 0, 0, 0, 0},
 	{"all-gather 1 GiB, 2 nodes x 1 A100", "dgx-a100", ALLGATHER, GIB, 2, 2,
-	 AG_US(2, GIB, 15.84), MSC, 0, 0, 0, 0, 0, 0},
+	 AG_US(2, GIB, 15.84), MSC, 0, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 2 nodes x 8 H20 (NDR)", "h20", ALLREDUCE, 1024, 16, 2, 47,
-	 "NVIDIA/nccl issue 1244 (NVLSTree)", 0, 0, 0, 0, 0, 0},
+	 "NVIDIA/nccl issue 1244 (NVLSTree)", 0, 0, 0, 0, 0, 0, 0},
 };
 
 static const struct sweep sweeps[] = {
-	/* nccl-tests -g 8: one thread launches the 8 GPUs' kernels, 20 us a call (fitted) */
+	/* nccl-tests -g 8: one thread launches the 8 GPUs' kernels, 20 us a call (fitted); the
+	 * launcher's floor (G8_FLOOR_US) stays below this sweep's times */
 	{"all-reduce, 8 A100",
 	 "dgx-a100",
 	 MLE ", network, nccl-tests sweep on 8 A100 (-g 8)",
@@ -143,9 +163,11 @@ static const struct sweep sweeps[] = {
 	 0,
 	 20,
 	 {43.83, 46.80, 51.76,  61.38,  80.40,  101.9,  101.4, 101.5, 133.5, 276.6,
-	  424.0, 684.6, 1327.6, 2420.6, 4218.4, 8203.9, 16240, 32136, 64074, 127997}},
-	/* -g 8 again: 16 us a call (fitted); below 1 MiB the sweep is that floor alone, 34-41 us
-	 * from 128 B to 512 KiB, and says nothing of NCCL */
+	  424.0, 684.6, 1327.6, 2420.6, 4218.4, 8203.9, 16240, 32136, 64074, 127997},
+	 1},
+	/* -g 8 again: 6 us a call (fitted) and the launcher's floor (G8_FLOOR_US); below 1 MiB
+	 * the sweep is that floor alone, 34.5-40 us from 8 B to 512 KiB, and says nothing of
+	 * NCCL */
 	{"all-reduce ring, 8 H100",
 	 "dgx-h100",
 	 TOG,
@@ -155,9 +177,10 @@ static const struct sweep sweeps[] = {
 	 14,
 	 1,
 	 1,
-	 16,
+	 6,
 	 {46.52, 42.06, 53.09, 80.49, 126.62, 213.96, 368.67, 702.55, 1351.28, 2641.67, 5218.59,
-	  10329.0, 20495.8, 40838.9}},
+	  10329.0, 20495.8, 40838.9},
+	 1},
 	{"all-gather, 8 H100",
 	 "dgx-h100",
 	 TOG,
@@ -167,9 +190,10 @@ static const struct sweep sweeps[] = {
 	 14,
 	 1,
 	 1,
-	 16,
+	 6,
 	 {41.67, 41.48, 41.34, 47.01, 70.80, 125.45, 210.89, 393.52, 732.87, 1399.34, 2726.97,
-	  5363.19, 10579.3, 21001.0}},
+	  5363.19, 10579.3, 21001.0},
+	 1},
 	{"reduce-scatter, 8 H100",
 	 "dgx-h100",
 	 TOG,
@@ -179,9 +203,10 @@ static const struct sweep sweeps[] = {
 	 14,
 	 1,
 	 1,
-	 16,
+	 6,
 	 {40.60, 41.66, 41.70, 50.44, 71.97, 118.78, 206.45, 381.43, 718.20, 1393.15, 2711.56,
-	  5353.24, 10450.3, 20695.6}},
+	  5353.24, 10450.3, 20695.6},
+	 1},
 	{"all-reduce NVLS, 8 H100",
 	 "dgx-h100",
 	 XXR,
@@ -192,7 +217,8 @@ static const struct sweep sweeps[] = {
 	 1,
 	 0,
 	 0,
-	 {182.87, 313.66, 564.78, 1081.14, 2115.28, 4000.82, 7891.00, 15668.1, 31226.8, 62340.7}},
+	 {182.87, 313.66, 564.78, 1081.14, 2115.28, 4000.82, 7891.00, 15668.1, 31226.8, 62340.7},
+	 0},
 	{"all-gather, 8 H100 (MPI)",
 	 "dgx-h100",
 	 XXR,
@@ -203,7 +229,8 @@ static const struct sweep sweeps[] = {
 	 1,
 	 0,
 	 0,
-	 {123.44, 205.21, 382.20, 721.26, 1389.46, 2719.60, 5355.86, 10562.9, 20928.4, 41542.0}},
+	 {123.44, 205.21, 382.20, 721.26, 1389.46, 2719.60, 5355.86, 10562.9, 20928.4, 41542.0},
+	 0},
 	{"reduce-scatter, 8 H100 (MPI)",
 	 "dgx-h100",
 	 XXR,
@@ -214,7 +241,8 @@ static const struct sweep sweeps[] = {
 	 1,
 	 0,
 	 0,
-	 {111.83, 197.37, 380.31, 719.67, 1399.96, 2741.51, 5380.08, 10561.5, 20799.7, 41211.4}},
+	 {111.83, 197.37, 380.31, 719.67, 1399.96, 2741.51, 5380.08, 10561.5, 20799.7, 41211.4},
+	 0},
 	/* the times: size / the algorithm bandwidth published; PyTorch's timing of one call
 	 * after a barrier (4 us a call, fitted); ring up to 1 MiB, NVLS from 2 MiB */
 	{"all-reduce, 8 H200",
@@ -228,7 +256,8 @@ static const struct sweep sweeps[] = {
 	 0,
 	 4,
 	 {45.95, 56.88, 68.5, 94.39, 133.5, 212.9, 338.9, 584.4, 1077, 2086, 4053, 8010, 15890,
-	  31480, 62340}},
+	  31480, 62340},
+	 0},
 };
 
 struct probe {
@@ -304,6 +333,13 @@ static double predict(const struct row *r)
 		       1e12;
 	if (r->kind == MEM)
 		return 2 * r->a / (p.ns * 1e-9) / 1e9;
+	if (r->g8) {
+		double floor = G8_FLOOR_US +
+			       G8_FLOOR_CHANNEL_US * coll_channels(&cfg.topo.link[TOPO_LINK_INTRA],
+								   (uint64_t)r->a);
+
+		return fmax(floor, p.ns / 1e3 + r->offset_us);
+	}
 	return p.ns / 1e3 + r->offset_us;
 }
 
@@ -378,7 +414,7 @@ int main(int argc, char **argv)
 			struct row r = {what,         w->preset, w->kind,  ldexp(1, w->lo + j),
 					w->gpus,      1,         w->us[j], w->source,
 					w->fit,       0,         0,        w->no_nvls,
-					w->offset_us, 0};
+					w->offset_us, 0,         w->g8};
 
 			size_name(size, sizeof size, r.a);
 			snprintf(what, sizeof what, "%s %s", w->what, size);

@@ -153,4 +153,9 @@ int64_t coll_exposed_ns(const struct emu_dev *d);
 /* The bytes d put on links (every class) in calls posted under tag. */
 uint64_t coll_link_bytes_tag(const struct emu_dev *d, int tag);
 
+/* The channels (CTAs, an SM each) NCCL runs a collective of bytes in all on over link l,
+ * the SM share's (emu/topo.c): the link's ctas, fewer below ctas x 32 KiB, one a 32 KiB
+ * (NCCL's enqueue.cc: a channel for every 512 threads x 64 bytes of the message). */
+int coll_channels(const struct topo_link *l, uint64_t bytes);
+
 #endif

@@ -15,6 +15,19 @@
 #define NVLS_CTAS 16
 #define CTA_BYTES (32ULL << 10)
 
+/* The channels of a message of S bytes on a link of k: one a CTA_BYTES, at least one. */
+static int channels(int k, uint64_t S)
+{
+	uint64_t by_size = S / CTA_BYTES + (S % CTA_BYTES != 0);
+
+	return by_size < (uint64_t)k ? (int)(by_size ? by_size : 1) : k;
+}
+
+int coll_channels(const struct topo_link *l, uint64_t bytes)
+{
+	return channels(l->ctas, bytes);
+}
+
 /* ceil(num * S / (den * beta)) seconds, in ns. */
 static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 {
@@ -25,8 +38,9 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 
 /* A link under the run's cost model (clock.h): a collective's fixed cost, and its
  * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta for each, or
- * the calibrated base and NCCL-like LL, LL128 up to ll128_max and bulk protocols, and
- * NVLink SHARP (topo.h; nvls_bw 0: none). */
+ * the calibrated base and NCCL-like LL, LL128 (ll128_bw 0: none; up to ll128_max, or
+ * where NCCL's model picks it when that is 0) and bulk protocols, and NVLink SHARP
+ * (topo.h; nvls_bw 0: none). */
 struct wire {
 	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn;
 	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_min;
@@ -53,7 +67,7 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	w.pxn = l->pxn_ns;
 	/* (the low-latency protocol never beats the link: a lower --*-bw bounds it too) */
 	w.ll_bw = l->ll_bw < w.bw ? l->ll_bw : w.bw;
-	if (l->ll128_max) {
+	if (l->ll128_eff > 0) {
 		w.ll128_hop = l->ll128_hop_ns;
 		w.ll128_bw = eff_bw(l, l->ll128_eff);
 		w.ll128_max = l->ll128_max;
@@ -66,17 +80,49 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	return w;
 }
 
-/* steps steps and num S / den bytes over the wire, by the fastest protocol NCCL would
- * send a message of S bytes with: LL, and LL128 up to its largest message or else the
- * bulk protocol. */
+/* NCCL's own cost model (src/graph/tuning.cc, unchanged from 2.18 to 2.29), which picks
+ * the protocol it runs: on NVLink a ring's LL128 costs 14.0 us (baseLat) + 1.9 us a step
+ * (hwLat) and moves the bus bytes at 0.92 of Simple's bandwidth (busBw * 0.92); Simple
+ * costs 8.4 us + 3.4 us a step. */
+#define NCCL_LL128_BASE_NS   14000
+#define NCCL_LL128_HOP_NS    1900
+#define NCCL_SIMPLE_BASE_NS  8400
+#define NCCL_SIMPLE_HOP_NS   3400
+#define NCCL_LL128_BW_OVER25 23 /* LL128's bandwidth: 23/25 = 0.92 of Simple's */
+
+/* Whether NCCL sends steps steps and num S / den bus bytes with LL128 rather than
+ * Simple: its model (above) says LL128 is the faster, with the link's Simple bandwidth
+ * standing in for NCCL's (18 NVLink4 links x 20.6 GB/s, SM90_NVLINK_BW in NCCL's
+ * src/graph/topo.h: 370.8 GB/s, against NVLink4's 355.5 measured). LL128's cheaper steps
+ * (1.5 us each, more than its 5.6 us higher base from 4 steps on) against its lower
+ * bandwidth make it the faster below a size that grows with the steps: on 8 GPUs, 22 MiB
+ * for all-gather and reduce-scatter, 34 MiB for all-reduce. */
+static int nccl_picks_ll128(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
+			    uint64_t den)
+{
+	/* (23/25 of the bandwidth rather than 25/23 of the bytes: num x S stays in range) */
+	uint64_t bw128 = l->bw / 25 * NCCL_LL128_BW_OVER25;
+	int64_t ll128 = emu_time_add(NCCL_LL128_BASE_NS + (int64_t)steps * NCCL_LL128_HOP_NS,
+				     bw_ns(num, S, den, bw128 ? bw128 : 1));
+	int64_t simple = emu_time_add(NCCL_SIMPLE_BASE_NS + (int64_t)steps * NCCL_SIMPLE_HOP_NS,
+				      bw_ns(num, S, den, l->bw));
+
+	return ll128 < simple;
+}
+
+/* steps steps and num S / den bytes over the wire, by the protocol NCCL would send a
+ * message of S bytes with: the faster of LL and the bulk one, which is LL128 where the
+ * link has it (up to its largest message, or as far as NCCL's model prefers it,
+ * ll128_max 0) and Simple otherwise. */
 static int64_t proto_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
 			uint64_t den)
 {
 	int64_t ll = emu_time_add((int64_t)steps * l->ll_hop, bw_ns(num, S, den, l->ll_bw));
-	int64_t bulk = l->ll128_bw && S <= l->ll128_max
-			       ? emu_time_add((int64_t)steps * l->ll128_hop,
-					      bw_ns(num, S, den, l->ll128_bw))
-			       : emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
+	int ll128 = l->ll128_bw &&
+		    (l->ll128_max ? S <= l->ll128_max : nccl_picks_ll128(l, steps, num, S, den));
+	int64_t bulk =
+		ll128 ? emu_time_add((int64_t)steps * l->ll128_hop, bw_ns(num, S, den, l->ll128_bw))
+		      : emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
 
 	return ll < bulk ? ll : bulk;
 }
@@ -279,13 +325,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	op->bytes = S;
 	op->t_end = emu_time_add(op->t_start, dur);
 	if (c->cfg.cost == EMU_COST_CALIBRATED && n > 1 && a->kind != OP_BARRIER &&
-	    a->kind != OP_SEND && a->kind != OP_RECV) {
-		/* the SM share (topo.c): the link's CTAs, fewer for a small message */
-		uint64_t by_size = S / CTA_BYTES + (S % CTA_BYTES != 0);
-		int k = op->ctas ? op->ctas : t->link[op->link].ctas;
-
-		op->ctas = by_size < (uint64_t)k ? (int)(by_size ? by_size : 1) : k;
-	}
+	    a->kind != OP_SEND && a->kind != OP_RECV) /* the SM share (topo.c) */
+		op->ctas = channels(op->ctas ? op->ctas : t->link[op->link].ctas, S);
 	if (c->cfg.dry_run)
 		op->ntasks = 0;
 	else if (a->kind == OP_ALL_TO_ALL_V)

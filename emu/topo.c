@@ -32,15 +32,17 @@
  *                 pct_achievable_mem_bw); the others take their generation's
  *   kernel_ns     the fixed cost of a kernel, 2 us: pytorch/ao's roofline model's floor
  *                 for a kernel (the roofline's launch_ns is 3 us)
- * and per link, for NCCL's collectives (coll.c: a collective costs base plus the faster of
- * its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
- * where measured, up to ll128_max; the bulk protocol (Simple) beyond; on NVLink4's
+ * and per link, for NCCL's collectives (coll_time.c: a collective costs base plus the faster
+ * of its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
+ * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
+ * (tuning.cc) prefers it to Simple; the bulk protocol (Simple) beyond; on NVLink4's
  * NVSwitch an all-reduce inside a node from nvls_min up by NVLink SHARP instead; across
  * nodes NCCL's rings, one a NIC, and its tree for all-reduce latency). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
  * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity fits as
- * one offset a sweep (20 us, 16 us, 4 us) and adds to pemu's figure, never to the model:
+ * one offset a sweep (20 us, 6 us, 4 us; -g 8 with a floor of the launching thread's,
+ * G8_FLOOR_US) and adds to pemu's figure, never to the model:
  *   base, LL      8.1 us and 0.633 us a step: all-reduce 16.96 us and all-gather 12.53 us
  *                 at 1 KiB on 8 A100 (microsoft/mscclpp docs/performance-ndmv4.md, NCCL
  *                 2.17, MPI, CUDA graphs; NCCL's own tuning.cc has 6.6 and 0.6); 2 GPUs
@@ -53,13 +55,20 @@
  *                 data words of every 16 of a line, NCCL_LL128_DATAELEMS in NCCL's device.h)
  *                 up to 8 MiB; Simple 10.8 us a step at 0.78 of beta (231 GB/s at 1 GiB under
  *                 MPI, mscclpp's)
- *   NVLink4       ring: Simple 1.0 us a step at 0.78 of beta, fitted to the 8-H100 Ring
- *                 sweeps of all-reduce, all-gather and reduce-scatter, 1 MiB to 8 GiB
- *                 (togethercomputer/together-nccl-tests, H100 20260305_220043; NCCL 2.26,
- *                 -g 8), with the 8-H100 all-gather and reduce-scatter of
- *                 xxrjun/nccl-tests-cluster (NCCL 2.29, MPI) and 367.6 GB/s at 16 GiB on 8
- *                 H200 with NVLS off (Bekman, ibid.); LL at 44 GB/s (assumed, twice
- *                 NVLink3's); NVLS from 2 MiB (where Bekman's 8-H200 sweep switches): 55 us
+ *   NVLink4       ring: three protocols, as NCCL runs them on Hopper (its tuning.cc enables
+ *                 LL128 on NVLink from sm90). Simple 3.4 us a step (NCCL's own figure,
+ *                 tuning.cc hwLat, NVLink Ring Simple) at 0.79 of beta; LL128 1.3 us a
+ *                 step at 0.69 of beta, sent up to the size NCCL's cost model stops
+ *                 preferring it (coll_time.c: on 8 GPUs 34 MiB for all-reduce, 22 MiB for
+ *                 all-gather and reduce-scatter), so that the bus bandwidth ramps with the
+ *                 message from LL128's to Simple's. 0.79, 1.3 us and 0.69 fitted to the
+ *                 8-H100 Ring sweeps of all-reduce, all-gather and reduce-scatter, 1 MiB
+ *                 to 8 GiB (togethercomputer/together-nccl-tests, H100 20260305_220043;
+ *                 NCCL 2.26, -g 8; bench/fidelity models that launcher), with the 8-H100
+ *                 all-gather and reduce-scatter of xxrjun/nccl-tests-cluster (NCCL 2.29,
+ *                 MPI), 32 MiB to 16 GiB: all 62 within 7.3%; 367.6 GB/s at 16 GiB on 8
+ *                 H200 with NVLS off (Bekman, ibid.) then +3.5%. LL at 44 GB/s (assumed,
+ *                 twice NVLink3's); NVLS from 2 MiB (where Bekman's 8-H200 sweep switches): 55 us
  *                 beyond base at 0.598 of beta (269 GB/s of algorithm bandwidth), fitted to
  *                 the 8-H100 NVLS all-reduce, 32 MiB to 16 GiB, of xxrjun's (2.7% at most)
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
@@ -113,7 +122,7 @@ struct preset {
 #define H100_SMS 132, 0.803, 0.6, 0.92, 2000
 #define MiB      (1024ULL * 1024)
 #define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0
-#define NVLINK4  8100, 633, 44000000000ULL, 1000, 0.78, 0, 0, 0, 55000, 0.598, 2 * MiB, 0
+#define NVLINK4  8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 2 * MiB, 0
 #define IB_HDR   8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 7500
 #define IB_NDR   8100, 6800, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 7500
 #define PCIE4    8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0

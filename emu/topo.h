@@ -29,8 +29,9 @@ struct topo_link {
 	uint64_t ll_bw;
 	int64_t hop_ns;
 	double bus_eff;
-	/* LL128, where measured (ll128_max 0: none): its step latency, its bus bandwidth over
-	 * beta, and the largest message NCCL sends with it (the bulk protocol above); NVLink
+	/* LL128, where measured (ll128_eff 0: none): its step latency, its bus bandwidth over
+	 * beta, and the largest message NCCL sends with it (the bulk protocol above; 0: as
+	 * far as NCCL's own cost model prefers it to Simple, coll_time.c); NVLink
 	 * SHARP (nvls_eff 0: none), the all-reduce inside a node: its latency beyond base,
 	 * the fraction of beta its algorithm bandwidth reaches, and the smallest message
 	 * NCCL sends with it */

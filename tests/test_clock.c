@@ -179,8 +179,9 @@ static void test_roofline_kinds(void **state)
 /* Collectives under the calibrated model (emu/topo.c): base 8.1 us + the faster of LL (0.633
  * us a step, 20 GB/s) and, up to 8 MiB, LL128 (4.1 us, 0.9375 of 300 GB/s) or beyond it
  * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
- * among 8 GPUs of a DGX A100; on a DGX H100 from 2 MiB up NVLink SHARP, 55 us and
- * S / (0.598 of 450 GB/s), whatever n; across nodes NCCL's rings and tree. */
+ * among 8 GPUs of a DGX A100; on a DGX H100 below 2 MiB the ring (LL128, as NCCL's model
+ * picks it: test_nvlink4_ramp), from 2 MiB up NVLink SHARP, 55 us and S / (0.598 of 450
+ * GB/s), whatever n; across nodes NCCL's rings and tree. */
 /* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB of floats */
 static const size_t ar_count[5] = {2, 262144, 2097152, 2097153, 268435456};
 
@@ -286,14 +287,21 @@ static void test_calibrated_collectives(void **state)
 	assert_int_equal(p.t[3][4], protocols_by_hand(1073741824.0));
 	emu_cluster_free(c);
 
-	/* NVLink SHARP on a DGX H100: the ring below 2 MiB (Simple, 1 us a step at 0.78 of
-	 * 450 GB/s), the switch from 2 MiB up, for 8 GPUs as for 4 */
+	/* NVLink SHARP on a DGX H100: the ring below 2 MiB, the switch from 2 MiB up, for 8
+	 * GPUs as for 4. The ring's 1 MiB goes by LL128, 1.3 us a step at 0.69 x 450 = 310.5
+	 * GB/s: NCCL's model (14 + 1.9 s us + X / (0.92 x 355.5 GB/s) against Simple's 8.4 +
+	 * 3.4 s + X / 355.5, s steps, X bus bytes) picks it, 46.2 against 61.2 us for 8 GPUs
+	 * (s = 14), 30.2 against 33.2 for 4 (s = 6); and it beats LL (0.633 us a step, 44
+	 * GB/s: 50.6 and 39.5 us). 8: 8100 + 14 x 1300 + 7/4 MiB / 310.5 GB/s = 8100 + 18200
+	 * + 5910 = 32210 ns; 4: 8100 + 6 x 1300 + 3/2 MiB / 310.5 GB/s = 8100 + 7800 + 5066 =
+	 * 20966 ns. */
 	for (int n = 4; n <= 8; n += 4) {
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
-		assert_int_equal(p.t[1][1],
-				 8100 + 2 * (n - 1) * 1000 +
-					 (int64_t)ceil(2.0 * (n - 1) / n * 1048576 / 351e9 * 1e9));
+		assert_int_equal(p.t[1][1], 8100 + 2 * (n - 1) * 1300 +
+						    (int64_t)ceil(2.0 * (n - 1) / n * 1048576 /
+								  310.5e9 * 1e9));
+		assert_int_equal(p.t[1][1], n == 8 ? 32210 : 20966);
 		assert_int_equal(p.t[1][2], 8100 + 55000 + (int64_t)ceil(8388608 / 269.1e9 * 1e9));
 		assert_int_equal(p.t[1][4],
 				 8100 + 55000 + (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9));
@@ -321,6 +329,71 @@ static void test_calibrated_collectives(void **state)
 		assert_int_equal(coll_link_bytes(emu_cluster_dev(c, 9), TOPO_LINK_INTER), inter);
 		assert_int_equal(coll_link_bytes(emu_cluster_dev(c, 9), TOPO_LINK_INTRA), intra);
 	}
+	emu_cluster_free(c);
+}
+
+/* NVLink4's bus bandwidth ramps with the message (emu/topo.c, coll_time.c): among 8 H100
+ * with NVLink SHARP off, LL128 (1.3 us a step, 0.69 x 450 = 310.5 GB/s) while NCCL's own
+ * model prefers it to Simple (3.4 us a step, 0.79 x 450 = 355.5 GB/s), Simple beyond. NCCL's
+ * model, s steps and X bus bytes: LL128 14 + 1.9 s us + X / (0.92 x 355.5 GB/s), Simple
+ * 8.4 + 3.4 s + X / 355.5 GB/s; it switches at 34 MiB for all-reduce (s = 14), at 22 MiB
+ * for all-gather (s = 7):
+ *   all-reduce 32 MiB, X = 7/4 S = 58720256: NCCL 220.14 against 221.18 us, LL128:
+ *     8100 + 14 x 1300 + 58720256 / 310.5 GB/s = 8100 + 18200 + 189116 = 215416 ns
+ *   all-reduce 64 MiB, X = 117440512: NCCL 399.68 against 386.35 us, Simple:
+ *     8100 + 14 x 3400 + 117440512 / 355.5 GB/s = 8100 + 47600 + 330354 = 386054 ns
+ *   all-gather 16 MiB in all, X = 7/8 S = 14680064: NCCL 72.19 against 73.50, LL128:
+ *     8100 + 7 x 1300 + 14680064 / 310.5 GB/s = 8100 + 9100 + 47279 = 64479 ns
+ *   all-gather 32 MiB, X = 29360128: NCCL 117.07 against 114.79, Simple:
+ *     8100 + 7 x 3400 + 29360128 / 355.5 GB/s = 8100 + 23800 + 82589 = 114489 ns
+ * and the bus bandwidth X / t rises, 57 GB/s at 1 MiB (32210 ns above), 273 at 32 MiB,
+ * 304 at 64 MiB, toward Simple's 355.5. */
+static int ramp_device(struct emu_dev *d, void *arg)
+{
+	static const size_t ar[3] = {262144, 8u << 20, 16u << 20}; /* 1, 32, 64 MiB */
+	static const size_t ag[2] = {512u << 10, 1u << 20};        /* 16, 32 MiB in all */
+	struct probe *p = arg;
+	int rc;
+
+	for (int i = 0; i < 5; i++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+
+		rc = i < 3 ? coll_all_reduce(d, emu_world(d), NULL, NULL, ar[i], COLL_SUM)
+			   : coll_all_gather(d, emu_world(d), NULL, NULL, ag[i - 3]);
+		if (rc)
+			return rc;
+		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	}
+	return 0;
+}
+
+static void test_nvlink4_ramp(void **state)
+{
+	struct emu_config cfg;
+	struct emu_cluster *c;
+	struct probe p;
+	double bus[3];
+
+	(void)state;
+	if (emu_config_default(&cfg, "dgx-h100"))
+		abort();
+	cfg.ndev = 8;
+	cfg.dry_run = 1;
+	cfg.cost = EMU_COST_CALIBRATED;
+	cfg.topo.link[TOPO_LINK_INTRA].nvls_eff = 0; /* --no-nvls */
+	c = emu_cluster_new(&cfg);
+	assert_int_equal(emu_cluster_run(c, ramp_device, &p), 0);
+	assert_int_equal(p.t[0][0], 32210);
+	assert_int_equal(p.t[0][1], 215416);
+	assert_int_equal(p.t[0][2], 386054);
+	assert_int_equal(p.t[0][3], 64479);
+	assert_int_equal(p.t[0][4], 114489);
+	for (int i = 0; i < 3; i++) /* 7/4 of 1, 32, 64 MiB over the time: GB/s */
+		bus[i] = 1.75 * (double)(i == 0 ? 1 : 32 * i) * 1048576 / (double)p.t[0][i];
+	assert_true(bus[0] < bus[1] && bus[1] < bus[2] && bus[2] < 355.5);
+	/* the switch is NCCL's: at 32 MiB all-reduce goes by LL128, all-gather by Simple */
+	assert_int_equal(p.t[0][1], 8100 + 14 * 1300 + (int64_t)ceil(58720256 / 310.5));
+	assert_int_equal(p.t[0][4], 8100 + 7 * 3400 + (int64_t)ceil(29360128 / 355.5));
 	emu_cluster_free(c);
 }
 
@@ -432,6 +505,7 @@ int main(void)
 		cmocka_unit_test(test_calibrated_compute),
 		cmocka_unit_test(test_roofline_kinds),
 		cmocka_unit_test(test_calibrated_collectives),
+		cmocka_unit_test(test_nvlink4_ramp),
 		cmocka_unit_test(test_sm_share),
 	};
 
