@@ -83,8 +83,8 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpemu.a
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 # The default demo: train the small GPT on the built-in arithmetic corpus on one virtual
-# A100, then let it write (RUN_STEPS=N trains for fewer steps). Its GEMMs use every core
-# (OPENBLAS_NUM_THREADS=N says how many).
+# A100, then let it write (RUN_STEPS=N trains for fewer steps). Its kernels use every core
+# (OPENBLAS_NUM_THREADS=N or --host-threads N says how many; the numbers are the same).
 RUN_STEPS ?= 300
 run: $(BUILD)/pemu
 	$(BUILD)/pemu train --model small --steps $(RUN_STEPS) --sample 200
