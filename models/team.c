@@ -23,6 +23,7 @@
  * process runs), and a spinning caller would keep it off the core for a time slice. */
 #define TEAM_WAIT_SPIN 4000
 
+/* What team_for_pieces runs: fn(arg, ...) over [0, n) in pieces, bounds on grain. */
 struct job {
 	team_fn fn;
 	void *arg;
@@ -30,23 +31,24 @@ struct job {
 	int pieces;
 };
 
+/* A helper thread: worker w, and its scratch (team_scratch), grown as asked. */
 struct helper {
 	pthread_t th;
 	int w;
 	float *scratch;
-	size_t nscratch;
+	size_t nscratch; /* floats */
 };
 
 static struct {
-	int threads;
-	struct helper h[TEAM_MAX];
-	struct job job;
-	_Atomic uint64_t word; /* gen << 32 | pieces << 16 | next */
-	atomic_int done;       /* pieces finished of the current job */
-	atomic_flag busy;      /* a job runs */
-	pthread_mutex_t mu;
+	int threads;               /* the caller and the helpers h[1 .. threads - 1] */
+	struct helper h[TEAM_MAX]; /* (h[0] unused: the caller's scratch is its own) */
+	struct job job;            /* the current job, written while busy and no piece left */
+	_Atomic uint64_t word;     /* gen << 32 | pieces << 16 | next */
+	atomic_int done;           /* pieces finished of the current job */
+	atomic_flag busy;          /* a job runs */
+	pthread_mutex_t mu;        /* with cv: helpers asleep wait for a new generation */
 	pthread_cond_t cv;
-	int stop;
+	int stop; /* team_stop: helpers return */
 } team = {.threads = 1,
 	  .busy = ATOMIC_FLAG_INIT,
 	  .mu = PTHREAD_MUTEX_INITIALIZER,
