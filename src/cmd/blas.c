@@ -1,9 +1,11 @@
-/* cmd/blas: which GEMM kernels OpenBLAS runs; see cmd.h. */
+/* cmd/blas: the host's compute: which GEMM kernels OpenBLAS runs, and how many host
+ * threads a device's kernels share; see cmd.h. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "cmd/cmd.h"
 
 void cmd_blas_kernels(char **argv)
@@ -25,4 +27,21 @@ void cmd_blas_kernels(char **argv)
 #else
 	(void)argv;
 #endif
+}
+
+int cmd_host_threads(const struct emu_config *ec)
+{
+	const char *env = getenv("OPENBLAS_NUM_THREADS");
+	long n = ec->workers > 0 ? ec->workers
+		 : env && *env   ? strtol(env, NULL, 10)
+				 : sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+int cmd_team_threads(const struct emu_config *ec, int devices)
+{
+	int n = cmd_host_threads(ec) - devices + 1;
+
+	return ec->dry_run || n < 1 ? 1 : n;
 }

@@ -39,7 +39,8 @@ const struct cli_opt cli_cluster_opts[] = {
 	{"pace", 0, 1, CLI_PACE, "X", "wall clock follows virtual time times X (default 0: off)"},
 	{"host-threads", 0, 1, CLI_HOST_THREADS, "N|per-gpu",
 	 "host threads that run the virtual GPUs, each GPU a context on them (default: one a "
-	 "core, one in dry-run); per-gpu: an OS thread each"},
+	 "core, one in dry-run; per-gpu: an OS thread each); with fewer GPUs than N (else "
+	 "OPENBLAS_NUM_THREADS, else the cores) the rest help one GPU's kernels at a time"},
 	{"dry-run", 0, 0, CLI_DRY_RUN, NULL, "shapes only: account time and memory, move no data"},
 	{"trace", 0, 1, CLI_TRACE, "FILE", "write a Chrome trace (open it in Perfetto)"},
 	{"timeline", 0, 0, CLI_TIMELINE, NULL, "draw an ASCII timeline per device and stream"},

@@ -52,4 +52,12 @@ int cmd_plan_oases(int argc, char **argv, const struct cli *c, struct run_cfg *c
  * user's OPENBLAS_CORETYPE always stands (tests/golden.sh sets it). Call it first. */
 void cmd_blas_kernels(char **argv);
 
+/* The host threads a command's kernels may use (models/team.h), ec's devices taking one
+ * each: --host-threads N (ec->workers), else OPENBLAS_NUM_THREADS if set, else the
+ * host's online cores, at most 256. team_start(cmd_team_threads(ec, n)) gives the
+ * threads n devices leave to the kernels of one of them at a time (1: none); dry-run's
+ * kernels compute nothing, so 1 there. The numbers are the same on any count. */
+int cmd_host_threads(const struct emu_config *ec);
+int cmd_team_threads(const struct emu_config *ec, int devices);
+
 #endif

@@ -13,6 +13,7 @@
 #include "cmd/report.h"
 #include "coll.h"
 #include "run/run.h"
+#include "team.h"
 #include "trace.h"
 
 static void usage(FILE *f)
@@ -278,7 +279,10 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 	if (!cc->json)
 		print_header(verify, cfg, ecfg);
 	run_alloc(&par, cfg, verify);
+	/* devices fewer than the host threads: the rest help one device's kernels at a time */
+	team_start(cmd_team_threads(ecfg, ecfg->ndev));
 	rc = run_parallel(cl, cfg, &par);
+	team_stop();
 	if (rc) {
 		fflush(stdout);
 		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", cmd_name(verify),
@@ -298,7 +302,10 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		e1.nslow = 0; /* (the faults are the parallel run's) */
 		one = emu_cluster_new(&e1);
 		run_alloc(&ref, cfg, 1);
-		if ((rc = run_reference(one, cfg, &ref))) {
+		team_start(cmd_team_threads(ecfg, 1)); /* the reference's one device */
+		rc = run_reference(one, cfg, &ref);
+		team_stop();
+		if (rc) {
 			fprintf(stderr, "pemu verify: the reference failed (%s):\n%s\n",
 				emu_err_name(rc), emu_cluster_report(one));
 			run_free(&ref);

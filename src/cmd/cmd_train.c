@@ -232,21 +232,6 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	printf("}\n");
 }
 
-/* The host threads of the one device (models/team.h): --host-threads N, else
- * OPENBLAS_NUM_THREADS if set, else the host's online cores; one in dry-run, where no
- * kernel computes. Where a cut could change a sum it is the shape's alone, so the numbers
- * do not change with the count (tests/test_team.c, tests/test_cli.c). */
-static int host_threads(const struct emu_config *ec)
-{
-	const char *env = getenv("OPENBLAS_NUM_THREADS");
-	long n = ec->dry_run       ? 1
-		 : ec->workers > 0 ? ec->workers
-		 : env && *env     ? strtol(env, NULL, 10)
-				   : sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
-}
-
 /* Trains cfg on one device of cc's cluster and prints the report; the exit code. */
 static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sample)
 {
@@ -270,9 +255,9 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 	/* One device: its kernels share the host's cores (models/team.h; pemu.c keeps
 	 * OpenBLAS to one thread, and the many-device commands start no team: their device
 	 * threads take the cores). */
-	if (team_start(host_threads(&cc->cfg)))
+	if (team_start(cmd_team_threads(&cc->cfg, 1)))
 		fprintf(stderr, "pemu train: %d of %d host threads started\n", team_threads(),
-			host_threads(&cc->cfg));
+			cmd_team_threads(&cc->cfg, 1));
 	rc = emu_cluster_run(cl, train_device, &t);
 	team_stop();
 	if (rc) {
