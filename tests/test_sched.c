@@ -421,7 +421,7 @@ static void test_diagram_shows_every_action(void **state)
 		for (int s = 0; s < 4; s++)
 			for (int mb = 0; mb < 8; mb++)
 				for (const char *op = "FBW"; *op; op++) {
-					char want[8];
+					char want[16];
 
 					if (*op == 'W' && drawn[k] != SCHED_ZBH1)
 						continue;
