@@ -252,9 +252,8 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 		ckpt_alloc(&ck, cfg, 0);
 		t.ck = &ck;
 	}
-	/* One device: its kernels share the host's cores (models/team.h; pemu.c keeps
-	 * OpenBLAS to one thread, and the many-device commands start no team: their device
-	 * threads take the cores). */
+	/* One device: its kernels share the host's cores (models/team.h, cmd_team_threads;
+	 * pemu.c keeps OpenBLAS to one thread). */
 	if (team_start(cmd_team_threads(&cc->cfg, 1)))
 		fprintf(stderr, "pemu train: %d of %d host threads started\n", team_threads(),
 			cmd_team_threads(&cc->cfg, 1));
