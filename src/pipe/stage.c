@@ -77,6 +77,7 @@ void pipe_stage_free(struct pipe_stage *ps)
 	free(ps->act_req);
 	free(ps->grad_req);
 	free(ps->din);
+	free(ps->last_mb);
 	free(ps->tok);
 	free(ps->tgt);
 	memset(ps, 0, sizeof *ps);
