@@ -160,6 +160,13 @@ static inline size_t par_dp_chunk(const struct par_dp_bucket *b, size_t *lo)
 int par_dp_post_gather(struct par_dp_state *s, struct par_dp_bucket *b, struct coll_req **req);
 void par_dp_unit_ranges(struct par_dp_state *s);
 
+/* For par/dp_copy.c and par_dp_step: calls fn(ctx, lo, hi, st) for each flat range
+ * whose summed gradient this rank holds, and of which it keeps Adam's state from st of
+ * s->opt's halves on: everything in stage 0, its chunk of every bucket in stages 1-3
+ * (par_dp_step's order). */
+void par_dp_owned_ranges(const struct par_dp_state *s, void (*fn)(void *, size_t, size_t, size_t),
+			 void *ctx);
+
 /* Gathers (posts and waits for) every owed bucket: before anything reads the weights
  * outside a forward (a checkpoint, verify's copy, the end of the run). 0 or a negative
  * enum emu_err. */
