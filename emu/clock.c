@@ -41,15 +41,26 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
 	return kernel_ns(g->launch_ns, flops / (g->peak_flops * g->efficiency), bytes / g->hbm_bw);
 }
 
-/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h). A tile
- * costs GEMM_TILE_K0 more of k: its prologue (the shared-memory pipeline filling) and its
- * epilogue (the output's store), which a wave pays whatever k is. The half tiles 128 x 64
- * and 64 x 128 reach GEMM_HALF_TILE_EFF of an SM's rate: they load as much of A and B per
- * FLOP as 2/3 of a 128 x 128 tile's. Both constants are fitted to bench/fidelity's GEMM
- * rows (A100 and H100, square to skinny shapes; docs/formulas.md), the ceiling left at
- * mamf-finder's measured maximum. */
-#define GEMM_TILE_K0       200.0
-#define GEMM_HALF_TILE_EFF 0.74
+/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h): the faster of
+ * two ways cuBLAS deals the tiles out, for each tile shape.
+ *  - Data-parallel: a tile an SM, ceil(tiles / sms) waves; the last wave may leave SMs
+ *    idle (wave quantization, NVIDIA's Matrix Multiplication Background guide).
+ *  - Stream-K (Osama et al., PPoPP 2023, arXiv 2301.03598; in CUTLASS since 2.11 and in
+ *    cuBLAS's kernels): every tile's k-iterations dealt out evenly over the SMs, so that no
+ *    wave is part-empty; an SM pays the prologue and epilogue of every tile it works on
+ *    (at most ceil(tiles / sms) + 1) and GEMM_FIXUP more of k for handing partial sums to
+ *    the tiles' owners. The two measured 2048^3 GEMMs (A100 SXM, cuBLASLt; A800 PCIe,
+ *    PyTorch) run at 87-89% of their card's 8192^3, where data-parallel tiles alone give
+ *    72% (3 waves for 2.4 of work).
+ * A tile costs GEMM_TILE_K0 more of k: its prologue (the shared-memory pipeline filling)
+ * and its epilogue (the output's store). The half tiles 128 x 64 and 64 x 128 reach
+ * GEMM_HALF_TILE_EFF of an SM's rate: they load as much of A and B per FLOP as 2/3 of a
+ * 128 x 128 tile's. The three constants are fitted to bench/fidelity's GEMM rows (A100 and
+ * H100, square to skinny shapes; docs/formulas.md), the largest error kept within 10% and
+ * the mean least; the ceiling stays mamf-finder's measured maximum. */
+#define GEMM_TILE_K0       250.0
+#define GEMM_HALF_TILE_EFF 0.78
+#define GEMM_FIXUP         400.0
 
 static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, double n, double k)
 {
@@ -61,9 +72,11 @@ static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, dou
 	double per_sm = g->peak_flops * g->gemm_ceiling / g->sms, best = INFINITY;
 
 	for (size_t i = 0; i < sizeof tile / sizeof *tile; i++) {
-		double tm = tile[i][0], tn = tile[i][1];
-		double waves = ceil(ceil(m / tm) * ceil(n / tn) * batch / g->sms);
-		double t = waves * 2 * tm * tn * (k + GEMM_TILE_K0) / (per_sm * tile[i][2]);
+		double tm = tile[i][0], tn = tile[i][1], rate = per_sm * tile[i][2];
+		double tiles = ceil(m / tm) * ceil(n / tn) * batch, waves = ceil(tiles / g->sms);
+		double dp = waves * (k + GEMM_TILE_K0);
+		double sk = tiles * k / g->sms + (waves + 1) * GEMM_TILE_K0 + GEMM_FIXUP;
+		double t = 2 * tm * tn * (dp < sk ? dp : sk) / rate;
 
 		best = t < best ? t : best;
 	}

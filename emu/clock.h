@@ -12,11 +12,13 @@
  *   GEMM          kernel + max(the tiles' time, bytes / (hbm_bw mem_eff)): each of the
  *                 batch output matrices (m, n) cut into tiles Tm x Tn of cuBLAS's usual
  *                 sizes, 256 x 128, 128 x 256 or 128 x 128, or the half tiles
- *                 128 x 64 and 64 x 128 at 0.74 of an SM's rate (the fewest waves'
- *                 work), ceil(tiles / sms) waves, each as long as one tile of k + 200
- *                 (its prologue and epilogue) on one SM at the ceiling,
- *                 2 Tm Tn (k + 200) / (peak gemm_ceiling / sms): tile and wave
- *                 quantization (NVIDIA's Matrix Multiplication Background guide)
+ *                 128 x 64 and 64 x 128 at 0.78 of an SM's rate, and the tiles dealt
+ *                 out to the SMs the faster of two ways: data-parallel, ceil(tiles / sms)
+ *                 waves of one tile of k + 250 (its prologue and epilogue) an SM (tile
+ *                 and wave quantization, NVIDIA's Matrix Multiplication Background
+ *                 guide), or stream-K, every tile's k dealt out evenly, tiles k / sms +
+ *                 250 (waves + 1) + 400 (the partial sums' fix-up) an SM; an SM's rate
+ *                 is peak gemm_ceiling / sms; the least over the tiles
  *   fused         a fused attention kernel: kernel + max(flops / (peak fused_eff),
  *                 bytes / (hbm_bw mem_eff))
  * kernel being the preset's kernel_ns.
