@@ -1,10 +1,9 @@
-/* cluster: the cluster and its runs, the rendezvous of ops, waiting, deadlock detection
- * and errors (channels are chan.c's, the pool of workers fiber.c's). See internal.h for
- * how devices meet and wait. */
+/* cluster: the cluster and its runs, the rendezvous of ops and waiting (channels are
+ * chan.c's, the pool of workers fiber.c's, errors and deadlock reports fail.c's). See
+ * internal.h for how devices meet and wait. */
 #include "internal.h"
 
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,85 +18,6 @@
  * (where spinning would only steal the core from the devices still to arrive). */
 #define SPIN_TOTAL 2048
 #define SPIN_MAX   256
-/* Devices listed in a deadlock report before the rest are counted. */
-#define REPORT_MAX_DEVS 32
-
-/* ------------------------------------------------------------------------------------ */
-/* Config                                                                               */
-
-int emu_config_default(struct emu_config *cfg, const char *topo_name)
-{
-	memset(cfg, 0, sizeof *cfg);
-	if (topo_preset(topo_name, &cfg->topo))
-		return -1;
-	cfg->ndev = topo_ndev(&cfg->topo);
-	cfg->cost = EMU_COST_CALIBRATED;
-	return 0;
-}
-
-int emu_config_check(const struct emu_config *cfg, char *buf, size_t n)
-{
-	const struct topo *t = &cfg->topo;
-
-	if (t->nodes < 1 || t->gpus_per_node < 1) {
-		snprintf(buf, n,
-			 "the cluster needs at least 1 node of at least 1 GPU (got %d x %d)",
-			 t->nodes, t->gpus_per_node);
-		return -1;
-	}
-	if (cfg->ndev < 1 || cfg->ndev > topo_ndev(t)) {
-		snprintf(buf, n, "%d devices do not fit a cluster of %d node%s x %d GPUs = %d",
-			 cfg->ndev, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node,
-			 topo_ndev(t));
-		return -1;
-	}
-	if (cfg->workers < -1) {
-		snprintf(buf, n,
-			 "workers must be -1 (a thread a device), 0 (a core each) or more, got %d",
-			 cfg->workers);
-		return -1;
-	}
-	if (cfg->pace < 0) {
-		snprintf(buf, n, "pace must be 0 (off) or positive, got %g", cfg->pace);
-		return -1;
-	}
-	for (int k = TOPO_LINK_INTRA; k < TOPO_LINK_NCLASS; k++) {
-		if (t->link[k].bw_bytes == 0 || t->link[k].lat_ns < 0 ||
-		    t->link[k].lat_ns > EMU_LAT_MAX) {
-			snprintf(buf, n,
-				 "the %s link needs a positive bandwidth and a latency from 0 to "
-				 "1000 s (got %lld ns)",
-				 topo_link_class_name(k), (long long)t->link[k].lat_ns);
-			return -1;
-		}
-	}
-	if (t->gpu.peak_flops <= 0 || t->gpu.efficiency <= 0 || t->gpu.efficiency > 1 ||
-	    t->gpu.hbm_bw <= 0) {
-		snprintf(buf, n,
-			 "the GPU needs positive peak FLOP/s, HBM bandwidth, and an "
-			 "efficiency in (0, 1]");
-		return -1;
-	}
-	if (cfg->nslow < 0 || cfg->nslow > EMU_MAX_SLOW) {
-		snprintf(buf, n, "at most %d slowdowns can be injected, not %d", EMU_MAX_SLOW,
-			 cfg->nslow);
-		return -1;
-	}
-	for (int i = 0; i < cfg->nslow; i++) {
-		const struct emu_slow *s = &cfg->slow[i];
-
-		if (!(s->x >= 1 && s->x <= 1e6) ||
-		    (s->dev >= 0 ? s->dev >= cfg->ndev : s->node < 0 || s->node >= t->nodes)) {
-			snprintf(buf, n,
-				 "a slowdown needs a device below %d or a node below %d and a "
-				 "factor "
-				 "from 1 to 1e6 (got device %d, node %d, %g)",
-				 cfg->ndev, t->nodes, s->dev, s->node, s->x);
-			return -1;
-		}
-	}
-	return 0;
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* Cluster                                                                              */
@@ -321,141 +241,17 @@ const struct topo *emu_dev_topo(const struct emu_dev *d)
 	return &d->c->cfg.topo;
 }
 
-const char *emu_err_name(int err)
-{
-	switch (err) {
-	case EMU_OK:
-		return "ok";
-	case EMU_EOOM:
-		return "device out of memory";
-	case EMU_EMISMATCH:
-		return "collective mismatch";
-	case EMU_EDEADLOCK:
-		return "deadlock";
-	case EMU_EABORTED:
-		return "aborted";
-	case EMU_EDEVICE:
-		return "device failure";
-	case EMU_EINVAL:
-		return "invalid argument";
-	default:
-		return "unknown error";
-	}
-}
-
 /* ------------------------------------------------------------------------------------ */
-/* Errors                                                                               */
+/* Rendezvous                                                                           */
 
 /* Lets a blocked device go on: its thread's condition, or back on a run queue (that of
  * the worker running device by, which woke it, if any). */
-static void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by)
+void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by)
 {
 	if (c->pool)
 		fiber_wake_locked(c, d, by);
 	else
 		pthread_cond_signal(&d->cond);
-}
-
-/* Records err (report is taken over) and wakes every device. The run's error is the
- * first one recorded; a device's own error is also kept on the device so that the run
- * can report the lowest device's, whatever order the threads failed in. */
-void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report)
-{
-	if (dev >= 0 && !c->devs[dev].err) {
-		c->devs[dev].err = err;
-		c->devs[dev].err_report = strdup(report);
-	}
-	if (!c->err) {
-		c->err = err;
-		c->err_dev = dev;
-		c->err_report = report;
-	} else {
-		free(report);
-	}
-	atomic_store(&c->failed, 1);
-	for (int i = 0; i < c->cfg.ndev; i++)
-		dev_wake_locked(c, &c->devs[i], NULL);
-}
-
-static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
-
-static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
-{
-	struct emu_str s = {0};
-
-	emu_str_addf(&s, "device %d: ", d->id);
-	emu_str_vaddf(&s, fmt, ap);
-	pthread_mutex_lock(&d->c->lock);
-	cluster_fail_locked(d->c, err, d->id, s.s);
-	pthread_mutex_unlock(&d->c->lock);
-	return err;
-}
-
-int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	err = dev_vfail(d, err, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-int emu_dev_die(struct emu_dev *d, const char *fmt, ...)
-{
-	struct emu_str why = {0};
-	va_list ap;
-
-	va_start(ap, fmt);
-	emu_str_vaddf(&why, fmt, ap);
-	va_end(ap);
-	pthread_mutex_lock(&d->c->lock);
-	free(d->dead);
-	d->dead = why.s;
-	pthread_mutex_unlock(&d->c->lock);
-	return 0;
-}
-
-int emu_dev_fail(struct emu_dev *d, const char *fmt, ...)
-{
-	va_list ap;
-	int err;
-
-	va_start(ap, fmt);
-	err = dev_vfail(d, EMU_EDEVICE, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-int dev_check_failed(struct emu_dev *d)
-{
-	return atomic_load_explicit(&d->c->failed, memory_order_acquire) ? EMU_EABORTED : 0;
-}
-
-int emu_dev_check(struct emu_dev *d)
-{
-	return dev_check_failed(d);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Rendezvous                                                                           */
-
-static char *mismatch_report(const struct op *op)
-{
-	struct emu_str s = {0};
-
-	emu_str_addf(&s, "collective mismatch: call #%llu on group ", (unsigned long long)op->seq);
-	chan_describe(&s, op->ch);
-	emu_str_addf(&s, " was not the same on every member:");
-	for (int i = 0; i < op->ch->n; i++) {
-		emu_str_addf(&s, "\n  device %d: ", op->ch->devs[i]);
-		if (op->has[i])
-			coll_describe_arg(&s, op->ch, &op->arg[i]);
-		else
-			emu_str_addf(&s, "has not called it");
-	}
-	return s.s;
 }
 
 static void wake_waiters_locked(struct emu_cluster *c, struct op *op, const struct emu_dev *by)
@@ -520,7 +316,7 @@ int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct
 		fold_fill_mirrors(op);
 		op->mismatch |= coll_op_resolve(c, op);
 		if (op->mismatch) {
-			cluster_fail_locked(c, EMU_EMISMATCH, -1, mismatch_report(op));
+			cluster_fail_locked(c, EMU_EMISMATCH, -1, op_mismatch_report(op));
 		} else {
 			atomic_store_explicit(&op->ready, 1, memory_order_release);
 			wake_waiters_locked(c, op, d);
@@ -540,133 +336,6 @@ void rdv_release(struct emu_dev *d, struct op *op)
 	if (--op->refs == 0 && op->arrived == op->ch->n)
 		op_free(op);
 	pthread_mutex_unlock(&c->lock);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Deadlock                                                                             */
-
-static void describe_wait(struct emu_str *s, struct emu_cluster *c, const struct emu_dev *d)
-{
-	const struct op *op = d->wait_op;
-	int first = 1;
-
-	coll_describe_arg(s, op->ch, &op->arg[d->wait_member]);
-	emu_str_addf(s, " waits for");
-	for (int i = 0; i < op->ch->n; i++) {
-		const struct emu_dev *p;
-
-		if (op->has[i] || (op->ch->rep_member && op->ch->rep_member[i] >= 0))
-			continue;
-		p = &c->devs[op->ch->devs[i]];
-		emu_str_addf(s, "%s device %d", first ? "" : ",", p->id);
-		first = 0;
-		if (p->finished)
-			emu_str_addf(s, p->dead ? " (dead)" : " (returned)");
-		else if (p->blocked)
-			emu_str_addf(s, " (blocked in %s)",
-				     coll_op_name(p->wait_op->arg[p->wait_member].kind));
-	}
-}
-
-/* Two blocked devices, each in the other's group, waiting on different groups: they
- * called the same collective step on different member lists. */
-static char *group_mismatch_report(struct emu_cluster *c)
-{
-	for (int a = 0; a < c->cfg.ndev; a++) {
-		struct emu_dev *da = &c->devs[a];
-
-		if (!da->blocked || da->wait_op->ch->kind != CHAN_GROUP)
-			continue;
-		for (int b = a + 1; b < c->cfg.ndev; b++) {
-			struct emu_dev *db = &c->devs[b];
-			struct emu_str s = {0};
-
-			if (!db->blocked || db->wait_op->ch->kind != CHAN_GROUP ||
-			    db->wait_op->ch == da->wait_op->ch ||
-			    emu_group_rank(da->wait_op->ch, db) < 0 ||
-			    emu_group_rank(db->wait_op->ch, da) < 0)
-				continue;
-			emu_str_addf(
-				&s,
-				"collective mismatch: devices %d and %d called a collective on "
-				"different groups:",
-				a, b);
-			emu_str_addf(&s, "\n  device %d: ", a);
-			coll_describe_arg(&s, da->wait_op->ch, &da->wait_op->arg[da->wait_member]);
-			emu_str_addf(&s, "\n  device %d: ", b);
-			coll_describe_arg(&s, db->wait_op->ch, &db->wait_op->arg[db->wait_member]);
-			return s.s;
-		}
-	}
-	return NULL;
-}
-
-static int any_dead(const struct emu_cluster *c)
-{
-	for (int i = 0; i < c->cfg.ndev; i++)
-		if (c->devs[i].dead)
-			return 1;
-	return 0;
-}
-
-/* "device D died: why" for each dead device (the first few); whether there is one. */
-static int describe_dead(struct emu_str *s, const struct emu_cluster *c)
-{
-	int n = 0;
-
-	for (int i = 0; i < c->cfg.ndev; i++) {
-		if (!c->devs[i].dead)
-			continue;
-		if (n++ < REPORT_MAX_DEVS)
-			emu_str_addf(s, "%sdevice %d died: %s", n > 1 ? "; " : "", i,
-				     c->devs[i].dead);
-	}
-	return n > 0;
-}
-
-static void check_deadlock_locked(struct emu_cluster *c)
-{
-	struct emu_str s = {0};
-	char *mm;
-	int listed = 0, nfinished = 0;
-
-	if (atomic_load(&c->failed) || c->nlive == 0 || c->nblocked < c->nlive)
-		return;
-	for (int i = 0; i < c->cfg.ndev; i++) {
-		struct emu_dev *d = &c->devs[i];
-
-		if (d->blocked && d->wait_op->mismatch) {
-			cluster_fail_locked(c, EMU_EMISMATCH, -1, mismatch_report(d->wait_op));
-			return;
-		}
-	}
-	mm = group_mismatch_report(c);
-	if (mm) {
-		cluster_fail_locked(c, EMU_EMISMATCH, -1, mm);
-		return;
-	}
-	for (int i = 0; i < c->cfg.ndev; i++)
-		nfinished += c->devs[i].finished;
-	if (describe_dead(&s, c))
-		emu_str_addf(&s, "; the devices that need it wait (%d blocked, %d returned):",
-			     c->nblocked, nfinished);
-	else
-		emu_str_addf(&s, "deadlock: no device can make progress (%d blocked, %d returned)",
-			     c->nblocked, nfinished);
-	for (int i = 0; i < c->cfg.ndev; i++) {
-		struct emu_dev *d = &c->devs[i];
-
-		if (!d->blocked)
-			continue;
-		if (listed++ == REPORT_MAX_DEVS) {
-			emu_str_addf(&s, "\n  ... and %d more blocked devices",
-				     c->nblocked - REPORT_MAX_DEVS);
-			break;
-		}
-		emu_str_addf(&s, "\n  device %d: ", d->id);
-		describe_wait(&s, c, d);
-	}
-	cluster_fail_locked(c, any_dead(c) ? EMU_EDEVICE : EMU_EDEADLOCK, -1, s.s);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -697,7 +366,7 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member)
 		d->wait_op = op;
 		d->wait_member = member;
 		c->nblocked++;
-		check_deadlock_locked(c);
+		cluster_check_deadlock_locked(c);
 		while (d->blocked && !atomic_load(&c->failed)) {
 			if (c->pool)
 				fiber_park_locked(d);
@@ -779,7 +448,7 @@ void *dev_main(void *p)
 	}
 	d->finished = 1;
 	c->nlive--;
-	check_deadlock_locked(c);
+	cluster_check_deadlock_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
@@ -838,10 +507,10 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 		pthread_attr_destroy(&attr);
 	}
 	c->wall_ns = emu_wall_ns() - t0;
-	if (!c->err && any_dead(c)) { /* the others finished without it */
+	if (!c->err && cluster_any_dead(c)) { /* the others finished without it */
 		struct emu_str s = {0};
 
-		describe_dead(&s, c);
+		cluster_describe_dead(&s, c);
 		emu_str_addf(&s, "; the other devices finished without it");
 		c->err = EMU_EDEVICE;
 		c->err_dev = -1;

@@ -276,18 +276,35 @@ struct emu_group *chan_p2p(struct emu_dev *d, int src, int dst);
 /* "{0..7}" or "{2,0,1}" (the first 16 members, then the count). */
 void chan_describe(struct emu_str *s, const struct emu_group *ch);
 
-/* cluster.c: rendezvous, waiting and failing. */
+/* cluster.c: rendezvous and waiting. */
 /* Adds d's call arg as member of the next op on ch; sets *out (with a reference). */
 int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct op_arg *arg,
 	       struct op **out);
 void rdv_release(struct emu_dev *d, struct op *op);
 int dev_wait_ready(struct emu_dev *d, struct op *op, int member);
 void dev_wait_tasks(struct emu_dev *d, struct op *op);
-void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
-/* Fails d with err and a report (printf format, prefixed "device N: "); returns err. */
+/* Lets a blocked device go on: its thread's condition, or back on a run queue (that of
+ * the worker running device by, which woke it, if any). */
+void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by);
 /* The longest link latency a configuration may give, so that (n - 1) latencies of a
  * collective stay far inside the clock's horizon: 1000 s. */
 #define EMU_LAT_MAX INT64_C(1000000000000)
+
+/* fail.c: errors and their reports. */
+/* Records err (report is taken over) and wakes every device (the lock held). */
+void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
+/* Fails d with err and a report (printf format, prefixed "device N: "); returns err. */
+int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* EMU_EABORTED once any device has failed, else 0. */
+int dev_check_failed(struct emu_dev *d);
+/* "collective mismatch: ..." for op, its members' calls side by side (malloc'd). */
+char *op_mismatch_report(const struct op *op);
+/* Whether a device died (emu_dev_die); appends "device D died: why" for each. */
+int cluster_any_dead(const struct emu_cluster *c);
+int cluster_describe_dead(struct emu_str *s, const struct emu_cluster *c);
+/* With every live device blocked, fails the run with the mismatch or deadlock report. */
+void cluster_check_deadlock_locked(struct emu_cluster *c);
 
 /* coll_wait, under the calibrated model (coll_time.c; coll.h, "the SM share"): the
  * compute d ran beside req's op, since it was posted and while the op moved data, had
@@ -304,9 +321,6 @@ void clock_stretch(struct emu_dev *d, const char *name, int64_t dur);
 
 /* Fails d once if t reached the clock's horizon (clock.h) in what. 0 or the error. */
 int emu_time_check(struct emu_dev *d, int64_t t, const char *what);
-int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-int dev_check_failed(struct emu_dev *d);
 /* Runs d's function and what follows it (a thread's or a context's body). */
 void *dev_main(void *d);
 

@@ -140,9 +140,9 @@ static void test_calibrated_compute(void **state)
 	assert_int_equal(p.t[0][1], gemm_by_hand(g, 1, 108 * 128, 128, 4096));
 	assert_int_equal(p.t[0][1], 2000 + (int64_t)ceil(2.0 * 128 * 128 * (4096 + 250) /
 							 (312e12 * 0.869 / 108) * 1e9));
-	assert_int_equal(p.t[0][2],
-			 2000 + (int64_t)ceil(2.0 * 128 * 128 * (109 * 4096 / 108.0 + 3 * 250 + 400) /
-					      (312e12 * 0.869 / 108) * 1e9));
+	assert_int_equal(p.t[0][2], 2000 + (int64_t)ceil(2.0 * 128 * 128 *
+							 (109 * 4096 / 108.0 + 3 * 250 + 400) /
+							 (312e12 * 0.869 / 108) * 1e9));
 	/* tile quantization: a 1000 x 1000 output runs the tiles of a 1024 x 1024 one */
 	assert_int_equal(p.t[0][3], gemm_by_hand(g, 1, 1000, 1000, 1024));
 	assert_int_equal(p.t[0][3], gemm_by_hand(g, 1, 1024, 1024, 1024));
