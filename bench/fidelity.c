@@ -69,7 +69,9 @@ struct sweep {
 #define XXR  "xxrjun/nccl-tests-cluster nccl_N1_G8_cnode3-002.log (MPI, NCCL 2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
 /* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
- * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s) */
+ * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s). Issue
+ * 83272's reads 1.34 GB a call and is memory-bound: its error is the unnamed card's HBM
+ * (+38% against an 80 GB A100's 2.04 TB/s, about +5% against a 40 GB one's 1.555) */
 #define PT83272 "pytorch/pytorch issue 83272 (torch.bmm, CUDA 11.6; GPU not named)"
 #define ELEUTHER                                                                                   \
 	"EleutherAI/cookbook benchmarks/sizing/sample_results/transformer.out @0f810f8 "           \
