@@ -351,11 +351,12 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S);
 /* Bytes member m of an all-to-all-v sends to (recv: receives from) the other members. */
 uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
-/* coll.c: the data tasks, and reading a finished op's times into a stream. */
+/* coll.c: reading a finished op's times into a stream. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a
  * use after free). */
 void coll_req_put(struct emu_dev *d, struct coll_req *r);
+/* coll_data.c: runs task number task of op's data movement. */
 void coll_op_run_task(struct op *op, int task);
 const char *coll_op_name(enum op_kind k);
 /* Counts a completed op of kind k on d (emu/stats.c): its bytes and modelled time, under
