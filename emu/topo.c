@@ -40,9 +40,10 @@
  * nodes NCCL's rings, one a NIC, and its tree for all-reduce latency). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
- * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity fits as
- * one offset a sweep (20 us, 6 us, 4 us; -g 8 with a floor of the launching thread's,
- * G8_FLOOR_US) and adds to pemu's figure, never to the model:
+ * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity takes as
+ * one offset a sweep (-g 8: 20 us and 6 us, fitted, with a floor of the launching thread's,
+ * G8_FLOOR_US; PyTorch timing one call: 25 us, its host path, from the benchmark's
+ * author) and adds to pemu's figure, never to the model:
  *   base, LL      8.1 us and 0.633 us a step: all-reduce 16.96 us and all-gather 12.53 us
  *                 at 1 KiB on 8 A100 (microsoft/mscclpp docs/performance-ndmv4.md, NCCL
  *                 2.17, MPI, CUDA graphs; NCCL's own tuning.cc has 6.6 and 0.6); 2 GPUs
