@@ -43,7 +43,7 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
  * (topo.h; nvls_bw 0: none). */
 struct wire {
 	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn;
-	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_min;
+	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw;
 };
 
 /* beta x eff in bytes a second, beta where that is not a rate */
@@ -56,7 +56,7 @@ static uint64_t eff_bw(const struct topo_link *l, double eff)
 
 static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
 {
-	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
+	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0};
 
 	if (c->cfg.cost != EMU_COST_CALIBRATED)
 		return w;
@@ -75,7 +75,6 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	if (l->nvls_eff > 0) {
 		w.nvls = l->nvls_ns;
 		w.nvls_bw = eff_bw(l, l->nvls_eff);
-		w.nvls_min = l->nvls_min;
 	}
 	return w;
 }
@@ -133,6 +132,18 @@ static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice)
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
 
 	return proto_ns(l, steps, steps, S, (uint64_t)n);
+}
+
+/* An all-reduce of S bytes inside a node by NVLink SHARP: the switch reduces, in one
+ * pass whatever the number of GPUs. Charged only where it costs less than the ring: NCCL
+ * picks its algorithm, as its protocol, by the least time its model predicts (tuning.cc,
+ * ncclTopoGetAlgoTime), so what it runs takes at most about the ring's time. On 8 H100s
+ * from 18.3 MiB up, on 4 from 65.6 MiB. This law is a line fitted from 32 MiB up: below,
+ * where NCCL already runs NVLS (from 2 MiB on 8 H200s), its 55 us overstates the time,
+ * and the ring's law stands in (docs/formulas.md). */
+static int64_t nvls_ns(const struct wire *l, uint64_t S)
+{
+	return emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
 }
 
 /* Bytes member m of an all-to-all-v sends to (recv from) the other members. */
@@ -274,10 +285,13 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 						    S, (uint64_t)k * (uint64_t)L));
 		} else {
 			dur = ring_ns(l, n, S, 1);
-			/* NVLink SHARP: the switch reduces, in one pass whatever n */
-			if (l->nvls_bw && S >= l->nvls_min && op->ch->link == TOPO_LINK_INTRA) {
-				dur = emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
-				op->ctas = NVLS_CTAS;
+			if (l->nvls_bw && op->ch->link == TOPO_LINK_INTRA) {
+				int64_t nvls = nvls_ns(l, S);
+
+				if (nvls < dur) {
+					dur = nvls;
+					op->ctas = NVLS_CTAS;
+				}
 			}
 		}
 		work = a->count;

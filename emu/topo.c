@@ -36,13 +36,14 @@
  * of its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
  * (tuning.cc) prefers it to Simple; the bulk protocol (Simple) beyond; on NVLink4's
- * NVSwitch an all-reduce inside a node from nvls_min up by NVLink SHARP instead; across
+ * NVSwitch an all-reduce inside a node by NVLink SHARP where that costs less; across
  * nodes NCCL's rings, one a NIC, and its tree for all-reduce latency). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
- * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity fits as
- * one offset a sweep (20 us, 6 us, 4 us; -g 8 with a floor of the launching thread's,
- * G8_FLOOR_US) and adds to pemu's figure, never to the model:
+ * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity takes as
+ * one offset a sweep (-g 8: 20 us and 6 us, fitted, with a floor of the launching thread's,
+ * G8_FLOOR_US; PyTorch timing one call: 25 us, its host path, from the benchmark's
+ * author) and adds to pemu's figure, never to the model:
  *   base, LL      8.1 us and 0.633 us a step: all-reduce 16.96 us and all-gather 12.53 us
  *                 at 1 KiB on 8 A100 (microsoft/mscclpp docs/performance-ndmv4.md, NCCL
  *                 2.17, MPI, CUDA graphs; NCCL's own tuning.cc has 6.6 and 0.6); 2 GPUs
@@ -68,9 +69,13 @@
  *                 all-gather and reduce-scatter of xxrjun/nccl-tests-cluster (NCCL 2.29,
  *                 MPI), 32 MiB to 16 GiB: all 62 within 7.3%; 367.6 GB/s at 16 GiB on 8
  *                 H200 with NVLS off (Bekman, ibid.) then +3.5%. LL at 44 GB/s (assumed,
- *                 twice NVLink3's); NVLS from 2 MiB (where Bekman's 8-H200 sweep switches): 55 us
- *                 beyond base at 0.598 of beta (269 GB/s of algorithm bandwidth), fitted to
- *                 the 8-H100 NVLS all-reduce, 32 MiB to 16 GiB, of xxrjun's (2.7% at most)
+ *                 twice NVLink3's); NVLS 55 us beyond base at 0.598 of beta (269 GB/s of
+ *                 algorithm bandwidth), fitted to the 8-H100 NVLS all-reduce, 32 MiB to 16
+ *                 GiB, of xxrjun's (2.7% at most), and charged where it costs less than the
+ *                 ring (coll_time.c: from 18.3 MiB on 8 GPUs). NCCL runs NVLS from 2 MiB on
+ *                 8 H200 (Bekman's sweep, NCCL 2.27), where this line, not a latency but
+ *                 NVLS's ramp amortised (NCCL's NVLS chunks grow from 16 to 128 KiB with the
+ *                 message, enqueue.cc), overstates it; the ring's time stands in there
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
@@ -117,16 +122,16 @@ struct preset {
 
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
  * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
- * nvls_ns, nvls_eff, nvls_min; pxn_ns) below, from the sources above. */
+ * nvls_ns, nvls_eff; pxn_ns) below, from the sources above. */
 #define A100_SMS 108, 0.869, 0.6, 0.88, 2000
 #define H100_SMS 132, 0.803, 0.6, 0.92, 2000
 #define MiB      (1024ULL * 1024)
-#define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0
-#define NVLINK4  8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 2 * MiB, 0
-#define IB_HDR   8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 7500
-#define IB_NDR   8100, 6800, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 7500
-#define PCIE4    8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0
-#define ETH100   8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 0, 7500
+#define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0
+#define NVLINK4  8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0
+#define IB_HDR   8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 7500
+#define IB_NDR   8100, 6800, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 7500
+#define PCIE4    8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0
+#define ETH100   8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 7500
 
 static const struct preset presets[] = {
 	{"dgx-a100",

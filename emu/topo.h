@@ -32,15 +32,14 @@ struct topo_link {
 	/* LL128, where measured (ll128_eff 0: none): its step latency, its bus bandwidth over
 	 * beta, and the largest message NCCL sends with it (the bulk protocol above; 0: as
 	 * far as NCCL's own cost model prefers it to Simple, coll_time.c); NVLink
-	 * SHARP (nvls_eff 0: none), the all-reduce inside a node: its latency beyond base,
-	 * the fraction of beta its algorithm bandwidth reaches, and the smallest message
-	 * NCCL sends with it */
+	 * SHARP (nvls_eff 0: none), the all-reduce inside a node: its latency beyond base
+	 * and the fraction of beta its algorithm bandwidth reaches (charged where it costs
+	 * less than the ring, coll_time.c) */
 	int64_t ll128_hop_ns;
 	double ll128_eff;
 	uint64_t ll128_max;
 	int64_t nvls_ns;
 	double nvls_eff;
-	uint64_t nvls_min;
 	/* Between nodes: the fixed cost a collective adds when its nodes hold several of its
 	 * members each (NCCL's PXN path, a GPU reaching the NIC through an NVLink peer) */
 	int64_t pxn_ns;

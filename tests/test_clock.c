@@ -187,9 +187,9 @@ static void test_roofline_kinds(void **state)
 /* Collectives under the calibrated model (emu/topo.c): base 8.1 us + the faster of LL (0.633
  * us a step, 20 GB/s) and, up to 8 MiB, LL128 (4.1 us, 0.9375 of 300 GB/s) or beyond it
  * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
- * among 8 GPUs of a DGX A100; on a DGX H100 below 2 MiB the ring (LL128, as NCCL's model
- * picks it: test_nvlink4_ramp), from 2 MiB up NVLink SHARP, 55 us and S / (0.598 of 450
- * GB/s), whatever n; across nodes NCCL's rings and tree. */
+ * among 8 GPUs of a DGX A100; on a DGX H100 the ring (LL128 or Simple, as NCCL's model
+ * picks it: test_nvlink4_ramp) or NVLink SHARP, 55 us and S / (0.598 of 450 GB/s) whatever
+ * n, whichever costs less (test_nvls_where_cheaper); across nodes NCCL's rings and tree. */
 /* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB of floats */
 static const size_t ar_count[5] = {2, 262144, 2097152, 2097153, 268435456};
 
@@ -295,14 +295,15 @@ static void test_calibrated_collectives(void **state)
 	assert_int_equal(p.t[3][4], protocols_by_hand(1073741824.0));
 	emu_cluster_free(c);
 
-	/* NVLink SHARP on a DGX H100: the ring below 2 MiB, the switch from 2 MiB up, for 8
-	 * GPUs as for 4. The ring's 1 MiB goes by LL128, 1.3 us a step at 0.69 x 450 = 310.5
-	 * GB/s: NCCL's model (14 + 1.9 s us + X / (0.92 x 355.5 GB/s) against Simple's 8.4 +
-	 * 3.4 s + X / 355.5, s steps, X bus bytes) picks it, 46.2 against 61.2 us for 8 GPUs
-	 * (s = 14), 30.2 against 33.2 for 4 (s = 6); and it beats LL (0.633 us a step, 44
-	 * GB/s: 50.6 and 39.5 us). 8: 8100 + 14 x 1300 + 7/4 MiB / 310.5 GB/s = 8100 + 18200
-	 * + 5910 = 32210 ns; 4: 8100 + 6 x 1300 + 3/2 MiB / 310.5 GB/s = 8100 + 7800 + 5066 =
-	 * 20966 ns. */
+	/* A DGX H100, for 8 GPUs as for 4: the ring at 1 and 8 MiB, NVLink SHARP at 1 GiB
+	 * (test_nvls_where_cheaper). The ring's 1 MiB goes by LL128, 1.3 us a step at 0.69 x
+	 * 450 = 310.5 GB/s: NCCL's model (14 + 1.9 s us + X / (0.92 x 355.5 GB/s) against
+	 * Simple's 8.4 + 3.4 s + X / 355.5, s steps, X bus bytes) picks it, 46.2 against 61.2
+	 * us for 8 GPUs (s = 14), 30.2 against 33.2 for 4 (s = 6); and it beats LL (0.633 us
+	 * a step, 44 GB/s: 50.6 and 39.5 us). 8: 8100 + 14 x 1300 + 7/4 MiB / 310.5 GB/s =
+	 * 8100 + 18200 + 5910 = 32210 ns; 4: 8100 + 6 x 1300 + 3/2 MiB / 310.5 GB/s = 8100 +
+	 * 7800 + 5066 = 20966 ns. 8 MiB by LL128 too (NCCL's model: 63.9 against 64.2 us for
+	 * 4), 73579 and 56425 ns, under NVLS's 8100 + 55000 + 31173 = 94273. */
 	for (int n = 4; n <= 8; n += 4) {
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
@@ -310,7 +311,10 @@ static void test_calibrated_collectives(void **state)
 						    (int64_t)ceil(2.0 * (n - 1) / n * 1048576 /
 								  310.5e9 * 1e9));
 		assert_int_equal(p.t[1][1], n == 8 ? 32210 : 20966);
-		assert_int_equal(p.t[1][2], 8100 + 55000 + (int64_t)ceil(8388608 / 269.1e9 * 1e9));
+		assert_int_equal(p.t[1][2], 8100 + 2 * (n - 1) * 1300 +
+						    (int64_t)ceil(2.0 * (n - 1) / n * 8388608 /
+								  310.5e9 * 1e9));
+		assert_int_equal(p.t[1][2], n == 8 ? 73579 : 56425);
 		assert_int_equal(p.t[1][4],
 				 8100 + 55000 + (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9));
 		emu_cluster_free(c);
@@ -402,6 +406,88 @@ static void test_nvlink4_ramp(void **state)
 	/* the switch is NCCL's: at 32 MiB all-reduce goes by LL128, all-gather by Simple */
 	assert_int_equal(p.t[0][1], 8100 + 14 * 1300 + (int64_t)ceil(58720256 / 310.5));
 	assert_int_equal(p.t[0][4], 8100 + 7 * 3400 + (int64_t)ceil(29360128 / 355.5));
+	emu_cluster_free(c);
+}
+
+/* NVLink SHARP only where it costs less than the ring (coll_time.c): NCCL picks its
+ * algorithm, as its protocol, by the least predicted time. Among 8 H100 the ring goes by
+ * LL128 up to 34 MiB (test_nvlink4_ramp), 8100 + 14 x 1300 + 7/4 S / 310.5 GB/s, and
+ * NVLS costs 8100 + 55000 + S / 269.1 GB/s: equal at 4791724 floats (134326 ns each, the
+ * ring kept), NVLS the cheaper from 4791725 floats (18.28 MiB) up:
+ *   2 MiB   ring 38120 ns,  NVLS 70894 (the size rule NVLS from 2 MiB charged this)
+ *   16 MiB  ring 120858,    NVLS 125446
+ *   32 MiB  ring 215416,    NVLS 187792
+ * Among 4 the ring goes by Simple past 9.3 MB (6 steps of 3.4 us, 3/2 S / 355.5 GB/s):
+ * 64 MiB by the ring, 311660 against 312483 ns, 128 MiB by NVLS, 561866 against 594820.
+ * Each size by hand, both ways: a rule that charged NVLS by size, or never, fails. */
+static const size_t nvls_count[6] = {524288, 4194304, 4791724, 4791725, 8388608, 0};
+
+static int nvls_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int rc;
+
+	for (int i = 0; i < 6 && nvls_count[i]; i++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+
+		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, nvls_count[i], COLL_SUM)))
+			return rc;
+		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	}
+	return 0;
+}
+
+static int nvls4_device(struct emu_dev *d, void *arg)
+{
+	static const size_t count[2] = {16u << 20, 32u << 20}; /* 64, 128 MiB */
+	struct probe *p = arg;
+	int rc;
+
+	for (int i = 0; i < 2; i++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+
+		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM)))
+			return rc;
+		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	}
+	return 0;
+}
+
+static int64_t nvls_by_hand(double S)
+{
+	return 8100 + 55000 + (int64_t)ceil(S / 269.1e9 * 1e9);
+}
+
+static void test_nvls_where_cheaper(void **state)
+{
+	struct emu_cluster *c = calibrated_on("dgx-h100", 1, 8);
+	struct probe p;
+	int64_t ring[5], nvls[5];
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, nvls_device, &p), 0);
+	for (int i = 0; i < 5; i++) {
+		double S = 4.0 * (double)nvls_count[i];
+
+		ring[i] = 8100 + 14 * 1300 + (int64_t)ceil(1.75 * S / 310.5e9 * 1e9);
+		nvls[i] = nvls_by_hand(S);
+		assert_int_equal(p.t[0][i], ring[i] < nvls[i] + 1 ? ring[i] : nvls[i]);
+	}
+	assert_int_equal(p.t[0][0], 38120); /* 2 MiB: the ring, not NVLS's 70894 */
+	assert_true(nvls[0] == 70894 && ring[0] < nvls[0]);
+	assert_true(ring[1] == 120858 && nvls[1] == 125446 && p.t[0][1] == ring[1]);
+	assert_true(ring[2] == 134326 && nvls[2] == 134326 && p.t[0][2] == 134326);
+	assert_true(ring[3] == 134327 && nvls[3] == 134326 && p.t[0][3] == nvls[3]);
+	assert_true(ring[4] == 215416 && nvls[4] == 187792 && p.t[0][4] == nvls[4]);
+	emu_cluster_free(c);
+
+	c = calibrated_on("dgx-h100", 1, 4);
+	assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
+	assert_int_equal(p.t[0][0],
+			 8100 + 6 * 3400 + (int64_t)ceil(1.5 * 67108864 / 355.5e9 * 1e9));
+	assert_true(p.t[0][0] == 311660 && nvls_by_hand(67108864) == 312483);
+	assert_int_equal(p.t[0][1], nvls_by_hand(134217728));
+	assert_true(p.t[0][1] < 8100 + 6 * 3400 + (int64_t)ceil(1.5 * 134217728 / 355.5e9 * 1e9));
 	emu_cluster_free(c);
 }
 
@@ -514,6 +600,7 @@ int main(void)
 		cmocka_unit_test(test_roofline_kinds),
 		cmocka_unit_test(test_calibrated_collectives),
 		cmocka_unit_test(test_nvlink4_ramp),
+		cmocka_unit_test(test_nvls_where_cheaper),
 		cmocka_unit_test(test_sm_share),
 	};
 
