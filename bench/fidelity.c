@@ -1,15 +1,17 @@
 /* bench/fidelity: how accurate the calibrated cost model is (emu/clock.h, emu/topo.c). Every
  * microbenchmark it was calibrated against or checked with, the measured figure with its
  * source, pemu's figure under --cost-model calibrated and the error: GEMMs (the largest
- * measured, square sizes, transformer shapes), attention's two batched GEMMs (the scores'
- * and the context's), memory-bound kernels, and all-reduces: two whole sweeps (8 A100,
- * nccl-tests; 8 H200 with NVLink SHARP, all_reduce_bench.py), 2 GPUs, an H200 ring and
- * between nodes. Sweeps timed by nccl-tests -g 8 are compared with the longer of the
- * launching thread's floor and NCCL's time plus the sweep's offset (G8_FLOOR_US), never
- * changing the model. A row says whether the constants were fitted to it ("fit"), so that it
- * only shows the fit, or whether it checks the model ("check"). Writes DIR/fidelity.csv,
- * the table and a line a source (README, "How accurate is the clock"); never fails on
- * accuracy.
+ * measured, square sizes, transformer shapes), attention's batched GEMMs (the scores' and
+ * the context's), memory-bound kernels, and collectives: eight sweeps (8 A100 all-reduce
+ * and the 8-H100 ring all-reduce, all-gather and reduce-scatter under nccl-tests -g 8; the
+ * 8-H100 NVLS all-reduce, all-gather and reduce-scatter under MPI; 8 H200 timed by
+ * PyTorch), 2 GPUs, an H200 ring and between nodes. Sweeps timed by nccl-tests -g 8 are
+ * compared with the longer of the launching thread's floor (G8_FLOOR_US) and NCCL's time
+ * plus the sweep's offset (fitted); the PyTorch-timed sweep with NCCL's time plus its host
+ * path a call (25 us, not fitted); neither ever changes the model. A row says whether the
+ * constants were fitted to it ("fit"), so that it only shows the fit, or whether it checks
+ * the model ("check"). Writes DIR/fidelity.csv, the table and a line a source (README, "How
+ * accurate is the clock"); never fails on accuracy.
  * usage: bench/fidelity [DIR]   (default build/bench/out) */
 #include <math.h>
 #include <stdio.h>

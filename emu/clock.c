@@ -41,23 +41,30 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
 	return kernel_ns(g->launch_ns, flops / (g->peak_flops * g->efficiency), bytes / g->hbm_bw);
 }
 
-/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h): the faster of
- * two ways cuBLAS deals the tiles out, for each tile shape.
+/* The tiles' time of batch GEMMs (m, n, k) under the calibrated model (clock.h): the faster
+ * of two ways cuBLAS deals the tiles out, for each tile shape.
  *  - Data-parallel: a tile an SM, ceil(tiles / sms) waves; the last wave may leave SMs
  *    idle (wave quantization, NVIDIA's Matrix Multiplication Background guide).
  *  - Stream-K (Osama et al., PPoPP 2023, arXiv 2301.03598; in CUTLASS since 2.11 and in
- *    cuBLAS's kernels): every tile's k-iterations dealt out evenly over the SMs, so that no
- *    wave is part-empty; an SM pays the prologue and epilogue of every tile it works on
+ *    cuBLAS's kernels): every tile's k-iterations dealt out evenly over the SMs, so that
+ *    no wave is part-empty; an SM pays the prologue and epilogue of every tile it works on
  *    (at most ceil(tiles / sms) + 1) and GEMM_FIXUP more of k for handing partial sums to
- *    the tiles' owners. The two measured 2048^3 GEMMs (A100 SXM, cuBLASLt; A800 PCIe,
- *    PyTorch) run at 87-89% of their card's 8192^3, where data-parallel tiles alone give
- *    72% (3 waves for 2.4 of work).
- * A tile costs GEMM_TILE_K0 more of k: its prologue (the shared-memory pipeline filling)
- * and its epilogue (the output's store). The half tiles 128 x 64 and 64 x 128 reach
- * GEMM_HALF_TILE_EFF of an SM's rate: they load as much of A and B per FLOP as 2/3 of a
- * 128 x 128 tile's. The three constants are fitted to bench/fidelity's GEMM rows (A100 and
- * H100, square to skinny shapes; docs/formulas.md), the largest error kept within 10% and
- * the mean least; the ceiling stays mamf-finder's measured maximum. */
+ *    the tiles' owners. With fewer tiles than SMs each tile is shared by several SMs
+ *    (split-K's regime) and the fix-up is still charged once, though a tile's owner then
+ *    takes ceil(sms / tiles) partial sums: no measurement here has that shape, so the
+ *    fix-up's growth is left out rather than guessed. A batch's tiles are dealt as one
+ *    set (an assumption: no batched measurement where it matters).
+ * The two measured 2048^3 GEMMs (A100 SXM, cuBLASLt; A800 PCIe, PyTorch) run at 87-89% of
+ * their card's 8192^3, where data-parallel tiles alone give 73% (3 waves for 2.4 of work)
+ * and stream-K 78%. A tile costs GEMM_TILE_K0 more of k: its prologue (the shared-memory
+ * pipeline filling) and its epilogue (the output's store). The half tiles 128 x 64 and
+ * 64 x 128 reach GEMM_HALF_TILE_EFF of an SM's rate: they load as much of A and B per
+ * FLOP as 2/3 of a 128 x 128 tile's. The three constants are fitted to bench/fidelity's
+ * GEMM rows (A100 and H100, square to skinny shapes; docs/formulas.md), every fitted row
+ * kept within 10%: a mean error of 4.9% over the 13 shapes. The rows do not pin them down
+ * alone (k0 310, e 0.82 and no fix-up give 4.88%); with k0 and e as here the fix-up
+ * matters (0: 7.1%, 200: 5.5%, 400: 4.9%, 500: 5.2%). The ceiling stays mamf-finder's
+ * measured maximum. */
 #define GEMM_TILE_K0       250.0
 #define GEMM_HALF_TILE_EFF 0.78
 #define GEMM_FIXUP         400.0

@@ -2,7 +2,7 @@
  * bandwidth), nodes x GPUs per node, and the links between two GPUs: intra-node
  * (NVLink, PCIe), inter-node (InfiniBand, Ethernet) and, optionally, between datacenters.
  * Presets come from vendor data sheets (docs/formulas.md); every figure can be
- * overridden. This module only describes hardware: timing lives in clock.c and coll.c. */
+ * overridden. This module only describes hardware: timing lives in clock.c and coll_time.c. */
 #ifndef EMU_TOPO_H
 #define EMU_TOPO_H
 

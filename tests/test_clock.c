@@ -1,8 +1,8 @@
 /* Virtual time: the roofline of docs/formulas.md to the nanosecond, events ordering one stream
  * after another, ops on one stream running back to back, the posted forms of every
  * collective keeping the same data and time as the blocking ones, and the calibrated
- * cost model's GEMM law (tile and wave quantization), memory-bound and fused kernels and
- * NCCL-like protocols to the nanosecond. */
+ * cost model's GEMM law (tile and wave quantization, stream-K), memory-bound and fused
+ * kernels and NCCL-like protocols to the nanosecond. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -118,6 +118,8 @@ static int gemm_device(struct emu_dev *d, void *arg)
 	p->t[0][6] = emu_compute(d, "elementwise", 1e6, 1e9);
 	p->t[0][7] = emu_fused(d, "fused", 1e12, 1e6);
 	p->t[1][0] = emu_gemm(d, "small", 1, 512, 512, 512, 0, 0);
+	p->t[1][1] = emu_gemm(d, "split", 1, 512, 512, 65536, 0, 0);
+	p->t[1][2] = emu_gemm(d, "batched stream-K", 2, 1024, 1024, 8192, 0, 0);
 	return 0;
 }
 
@@ -151,6 +153,19 @@ static void test_calibrated_compute(void **state)
 	 * one wave either way, the half one at 0.78 of the rate on half the work */
 	assert_int_equal(p.t[1][0], 2000 + (int64_t)ceil(2.0 * 128 * 64 * (512 + 250) /
 							 (312e12 * 0.869 / 108 * 0.78) * 1e9));
+	/* fewer tiles than SMs and a long k: stream-K shares each of the 16 tiles of 128 x 128
+	 * among the 108 SMs (split-K's regime), the fix-up charged once (clock.c), where one
+	 * wave of tiles would leave 92 SMs idle */
+	assert_int_equal(p.t[1][1], gemm_by_hand(g, 1, 512, 512, 65536));
+	assert_int_equal(p.t[1][1], 2000 + (int64_t)ceil(2.0 * 128 * 128 *
+							 (16 * 65536 / 108.0 + 2 * 250 + 400) /
+							 (312e12 * 0.869 / 108) * 1e9));
+	/* a batch of two 1024 x 1024 x 8192: 128 tiles of 128 x 128 dealt as one set, stream-K's
+	 * share against two waves */
+	assert_int_equal(p.t[1][2], gemm_by_hand(g, 2, 1024, 1024, 8192));
+	assert_int_equal(p.t[1][2], 2000 + (int64_t)ceil(2.0 * 128 * 128 *
+							 (128 * 8192 / 108.0 + 3 * 250 + 400) /
+							 (312e12 * 0.869 / 108) * 1e9));
 	/* a memory-bound GEMM and kernel at 0.88 of 2.04 TB/s, the fused one at 0.6 of peak;
 	 * each kernel 2 us more */
 	assert_int_equal(p.t[0][5], 2000 + (int64_t)ceil(1e12 / (2.04e12 * 0.88) * 1e9));
@@ -412,22 +427,22 @@ static void test_nvlink4_ramp(void **state)
 /* NVLink SHARP only where it costs less than the ring (coll_time.c): NCCL picks its
  * algorithm, as its protocol, by the least predicted time. Among 8 H100 the ring goes by
  * LL128 up to 34 MiB (test_nvlink4_ramp), 8100 + 14 x 1300 + 7/4 S / 310.5 GB/s, and
- * NVLS costs 8100 + 55000 + S / 269.1 GB/s: equal at 4791724 floats (134326 ns each, the
- * ring kept), NVLS the cheaper from 4791725 floats (18.28 MiB) up:
+ * NVLS costs 8100 + 55000 + S / 269.1 GB/s: equal at 4791724 floats (134326 ns either
+ * way), NVLS the cheaper from 4791725 floats (18.28 MiB) up:
  *   2 MiB   ring 38120 ns,  NVLS 70894 (the size rule NVLS from 2 MiB charged this)
  *   16 MiB  ring 120858,    NVLS 125446
  *   32 MiB  ring 215416,    NVLS 187792
  * Among 4 the ring goes by Simple past 9.3 MB (6 steps of 3.4 us, 3/2 S / 355.5 GB/s):
  * 64 MiB by the ring, 311660 against 312483 ns, 128 MiB by NVLS, 561866 against 594820.
  * Each size by hand, both ways: a rule that charged NVLS by size, or never, fails. */
-static const size_t nvls_count[6] = {524288, 4194304, 4791724, 4791725, 8388608, 0};
+static const size_t nvls_count[5] = {524288, 4194304, 4791724, 4791725, 8388608};
 
 static int nvls_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
 	int rc;
 
-	for (int i = 0; i < 6 && nvls_count[i]; i++) {
+	for (int i = 0; i < 5; i++) {
 		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
 
 		if ((rc = coll_all_reduce(d, emu_world(d), NULL, NULL, nvls_count[i], COLL_SUM)))
@@ -473,19 +488,25 @@ static void test_nvls_where_cheaper(void **state)
 		nvls[i] = nvls_by_hand(S);
 		assert_int_equal(p.t[0][i], ring[i] < nvls[i] + 1 ? ring[i] : nvls[i]);
 	}
+	/* the times of the comment, each the cheaper of the two */
 	assert_int_equal(p.t[0][0], 38120); /* 2 MiB: the ring, not NVLS's 70894 */
-	assert_true(nvls[0] == 70894 && ring[0] < nvls[0]);
-	assert_true(ring[1] == 120858 && nvls[1] == 125446 && p.t[0][1] == ring[1]);
-	assert_true(ring[2] == 134326 && nvls[2] == 134326 && p.t[0][2] == 134326);
-	assert_true(ring[3] == 134327 && nvls[3] == 134326 && p.t[0][3] == nvls[3]);
-	assert_true(ring[4] == 215416 && nvls[4] == 187792 && p.t[0][4] == nvls[4]);
+	assert_int_equal(nvls[0], 70894);
+	assert_int_equal(p.t[0][1], 120858); /* 16 MiB: the ring, not 125446 */
+	assert_int_equal(nvls[1], 125446);
+	assert_int_equal(p.t[0][2], 134326); /* the crossing */
+	assert_int_equal(ring[2], nvls[2]);
+	assert_int_equal(p.t[0][3], 134326); /* one float more: NVLS, the ring 134327 */
+	assert_int_equal(ring[3], 134327);
+	assert_int_equal(p.t[0][4], 187792); /* 32 MiB: NVLS, not the ring's 215416 */
+	assert_int_equal(ring[4], 215416);
 	emu_cluster_free(c);
 
 	c = calibrated_on("dgx-h100", 1, 4);
 	assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
 	assert_int_equal(p.t[0][0],
 			 8100 + 6 * 3400 + (int64_t)ceil(1.5 * 67108864 / 355.5e9 * 1e9));
-	assert_true(p.t[0][0] == 311660 && nvls_by_hand(67108864) == 312483);
+	assert_int_equal(p.t[0][0], 311660);
+	assert_int_equal(nvls_by_hand(67108864), 312483);
 	assert_int_equal(p.t[0][1], nvls_by_hand(134217728));
 	assert_true(p.t[0][1] < 8100 + 6 * 3400 + (int64_t)ceil(1.5 * 134217728 / 355.5e9 * 1e9));
 	emu_cluster_free(c);
