@@ -4,7 +4,6 @@
 #include "internal.h"
 
 #include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,7 +315,7 @@ int rdv_arrive(struct emu_dev *d, struct emu_group *ch, int member, const struct
 		fold_fill_mirrors(op);
 		op->mismatch |= coll_op_resolve(c, op);
 		if (op->mismatch) {
-			cluster_fail_locked(c, EMU_EMISMATCH, -1, op_mismatch_report(op));
+			cluster_fail_locked(c, EMU_EMISMATCH, -1, fail_mismatch_report(op));
 		} else {
 			atomic_store_explicit(&op->ready, 1, memory_order_release);
 			wake_waiters_locked(c, op, d);
@@ -366,7 +365,7 @@ int dev_wait_ready(struct emu_dev *d, struct op *op, int member)
 		d->wait_op = op;
 		d->wait_member = member;
 		c->nblocked++;
-		cluster_check_deadlock_locked(c);
+		fail_check_deadlock_locked(c);
 		while (d->blocked && !atomic_load(&c->failed)) {
 			if (c->pool)
 				fiber_park_locked(d);
@@ -448,7 +447,7 @@ void *dev_main(void *p)
 	}
 	d->finished = 1;
 	c->nlive--;
-	cluster_check_deadlock_locked(c);
+	fail_check_deadlock_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
@@ -507,10 +506,10 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 		pthread_attr_destroy(&attr);
 	}
 	c->wall_ns = emu_wall_ns() - t0;
-	if (!c->err && cluster_any_dead(c)) { /* the others finished without it */
+	if (!c->err && fail_any_dead(c)) { /* the others finished without it */
 		struct emu_str s = {0};
 
-		cluster_describe_dead(&s, c);
+		fail_describe_dead(&s, c);
 		emu_str_addf(&s, "; the other devices finished without it");
 		c->err = EMU_EDEVICE;
 		c->err_dev = -1;

@@ -4,7 +4,6 @@
 #include "internal.h"
 
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,7 +119,7 @@ int emu_dev_check(struct emu_dev *d)
 /* ------------------------------------------------------------------------------------ */
 /* Mismatch and deadlock                                                                */
 
-char *op_mismatch_report(const struct op *op)
+char *fail_mismatch_report(const struct op *op)
 {
 	struct emu_str s = {0};
 
@@ -193,7 +192,7 @@ static char *group_mismatch_report(struct emu_cluster *c)
 	return NULL;
 }
 
-int cluster_any_dead(const struct emu_cluster *c)
+int fail_any_dead(const struct emu_cluster *c)
 {
 	for (int i = 0; i < c->cfg.ndev; i++)
 		if (c->devs[i].dead)
@@ -202,7 +201,7 @@ int cluster_any_dead(const struct emu_cluster *c)
 }
 
 /* "device D died: why" for each dead device (the first few); whether there is one. */
-int cluster_describe_dead(struct emu_str *s, const struct emu_cluster *c)
+int fail_describe_dead(struct emu_str *s, const struct emu_cluster *c)
 {
 	int n = 0;
 
@@ -216,7 +215,7 @@ int cluster_describe_dead(struct emu_str *s, const struct emu_cluster *c)
 	return n > 0;
 }
 
-void cluster_check_deadlock_locked(struct emu_cluster *c)
+void fail_check_deadlock_locked(struct emu_cluster *c)
 {
 	struct emu_str s = {0};
 	char *mm;
@@ -228,7 +227,7 @@ void cluster_check_deadlock_locked(struct emu_cluster *c)
 		struct emu_dev *d = &c->devs[i];
 
 		if (d->blocked && d->wait_op->mismatch) {
-			cluster_fail_locked(c, EMU_EMISMATCH, -1, op_mismatch_report(d->wait_op));
+			cluster_fail_locked(c, EMU_EMISMATCH, -1, fail_mismatch_report(d->wait_op));
 			return;
 		}
 	}
@@ -239,7 +238,7 @@ void cluster_check_deadlock_locked(struct emu_cluster *c)
 	}
 	for (int i = 0; i < c->cfg.ndev; i++)
 		nfinished += c->devs[i].finished;
-	if (cluster_describe_dead(&s, c))
+	if (fail_describe_dead(&s, c))
 		emu_str_addf(&s, "; the devices that need it wait (%d blocked, %d returned):",
 			     c->nblocked, nfinished);
 	else
@@ -258,5 +257,5 @@ void cluster_check_deadlock_locked(struct emu_cluster *c)
 		emu_str_addf(&s, "\n  device %d: ", d->id);
 		describe_wait(&s, c, d);
 	}
-	cluster_fail_locked(c, cluster_any_dead(c) ? EMU_EDEVICE : EMU_EDEADLOCK, -1, s.s);
+	cluster_fail_locked(c, fail_any_dead(c) ? EMU_EDEVICE : EMU_EDEADLOCK, -1, s.s);
 }

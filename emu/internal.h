@@ -286,8 +286,11 @@ void dev_wait_tasks(struct emu_dev *d, struct op *op);
 /* Lets a blocked device go on: its thread's condition, or back on a run queue (that of
  * the worker running device by, which woke it, if any). */
 void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_dev *by);
-/* The longest link latency a configuration may give, so that (n - 1) latencies of a
- * collective stay far inside the clock's horizon: 1000 s. */
+/* Runs d's function and what follows it (a thread's or a context's body). */
+void *dev_main(void *d);
+
+/* config.c: the longest link latency a configuration may give, so that (n - 1) latencies
+ * of a collective stay far inside the clock's horizon: 1000 s. */
 #define EMU_LAT_MAX INT64_C(1000000000000)
 
 /* fail.c: errors and their reports. */
@@ -299,12 +302,12 @@ int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 /* EMU_EABORTED once any device has failed, else 0. */
 int dev_check_failed(struct emu_dev *d);
 /* "collective mismatch: ..." for op, its members' calls side by side (malloc'd). */
-char *op_mismatch_report(const struct op *op);
+char *fail_mismatch_report(const struct op *op);
 /* Whether a device died (emu_dev_die); appends "device D died: why" for each. */
-int cluster_any_dead(const struct emu_cluster *c);
-int cluster_describe_dead(struct emu_str *s, const struct emu_cluster *c);
+int fail_any_dead(const struct emu_cluster *c);
+int fail_describe_dead(struct emu_str *s, const struct emu_cluster *c);
 /* With every live device blocked, fails the run with the mismatch or deadlock report. */
-void cluster_check_deadlock_locked(struct emu_cluster *c);
+void fail_check_deadlock_locked(struct emu_cluster *c);
 
 /* coll_wait, under the calibrated model (coll_time.c; coll.h, "the SM share"): the
  * compute d ran beside req's op, since it was posted and while the op moved data, had
@@ -315,14 +318,11 @@ void cluster_check_deadlock_locked(struct emu_cluster *c);
  * back through the span. */
 void coll_sm_share(struct emu_dev *d, const struct coll_req *req);
 
-/* Charges dur ns to d's compute stream as compute that ran slower than charged (the SM
- * share, coll_wait): no FLOPs, and the injected slowdown not again. */
+/* clock.c: charges dur ns to d's compute stream as compute that ran slower than charged
+ * (the SM share, coll_wait): no FLOPs, and the injected slowdown not again. */
 void clock_stretch(struct emu_dev *d, const char *name, int64_t dur);
-
 /* Fails d once if t reached the clock's horizon (clock.h) in what. 0 or the error. */
 int emu_time_check(struct emu_dev *d, int64_t t, const char *what);
-/* Runs d's function and what follows it (a thread's or a context's body). */
-void *dev_main(void *d);
 
 /* fiber.c: the run on a pool of workers; parking a device (under c->lock, which it
  * holds again when woken) and waking one (onto the queue of the worker running device
@@ -351,19 +351,22 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S);
 /* Bytes member m of an all-to-all-v sends to (recv: receives from) the other members. */
 uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
-/* coll.c: reading a finished op's times into a stream. */
+/* coll.c: reading a finished op's times into a stream; an op kind's name; whether two
+ * members' calls differ, and a call described for a report. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a
  * use after free). */
 void coll_req_put(struct emu_dev *d, struct coll_req *r);
-/* coll_data.c: runs task number task of op's data movement. */
-void coll_op_run_task(struct op *op, int task);
 const char *coll_op_name(enum op_kind k);
-/* Counts a completed op of kind k on d (emu/stats.c): its bytes and modelled time, under
- * traffic tag. */
-void stats_add(struct emu_dev *d, enum op_kind k, int tag, uint64_t bytes, int64_t ns);
 int coll_mismatch(const struct op_arg *a, const struct op_arg *b);
 void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const struct op_arg *a);
+
+/* coll_data.c: runs task number task of op's data movement. */
+void coll_op_run_task(struct op *op, int task);
+
+/* stats.c: counts a completed op of kind k on d, its bytes and modelled time, under
+ * traffic tag. */
+void stats_add(struct emu_dev *d, enum op_kind k, int tag, uint64_t bytes, int64_t ns);
 
 /* fold.c: a channel's folding from the cluster's plan; the members that do not run
  * filled in from their representatives once the others have arrived; after a run, their

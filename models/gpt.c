@@ -3,7 +3,6 @@
 #include "gpt.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
