@@ -351,13 +351,14 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S);
 /* Bytes member m of an all-to-all-v sends to (recv: receives from) the other members. */
 uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
-/* coll.c: reading a finished op's times into a stream; an op kind's name; whether two
- * members' calls differ, and a call described for a report. */
+/* coll.c: reading a finished op's times into a stream; an op kind's name. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a
  * use after free). */
 void coll_req_put(struct emu_dev *d, struct coll_req *r);
 const char *coll_op_name(enum op_kind k);
+
+/* coll_arg.c: whether two members' calls differ, and a call described for a report. */
 int coll_mismatch(const struct op_arg *a, const struct op_arg *b);
 void coll_describe_arg(struct emu_str *s, const struct emu_group *ch, const struct op_arg *a);
 
