@@ -33,7 +33,8 @@ all="emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch]"
 deny "$all" '[^"]*\.\./' "no include climbs out of the search path"
 deny "models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch]" 'internal\.h' \
 	"emu's private header is emu's; par's is par/internal.h"
-deny "src/cmd/*.[ch] src/run/*.[ch] src/pipe/*.[ch] tests/*.[ch] bench/*.[ch]" 'par/internal\.h' "par/internal.h is par/'s own"
+deny "src/cmd/*.[ch] src/run/*.[ch] src/pipe/*.[ch] tests/*.[ch] bench/*.[ch]" 'par/[a-z_]*internal\.h' \
+	"par/internal.h and par/cp_internal.h are par/'s own"
 deny "emu/*.[ch]" "$models\\|\\(cmd\\|run\\|pipe\\|par\\)/" "emu/ knows nothing above it"
 deny "models/*.[ch]" '\(cmd\|run\|pipe\|par\)/' "models/ knows no parallelism"
 deny "src/par/*.[ch]" '\(cmd\|run\|pipe\)/' "par/ never includes pipe/, run/ or cmd/"
