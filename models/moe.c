@@ -1,29 +1,17 @@
-/* moe: the mixture-of-experts block of moe.h. */
+/* moe: the mixture-of-experts block of moe.h: its activations and scratch, one expert's
+ * MLP, and moe_fwd and moe_bwd, whose experts run on each held expert's cap slots,
+ * zero-padded (dropless, or routed over ranks, on compact rows: moe_permute.c). The
+ * routing is moe_router.c's. */
 #include "moe.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "linear.h"
+#include "moe_internal.h"
 #include "ops.h"
 #include "util.h"
-
-/* The experts the block runs. */
-static int held(const struct moe_shape *s)
-{
-	return s->El ? s->El : s->E;
-}
-
-int moe_capacity(double capacity_factor, int M, int k, int E)
-{
-	int cap = (int)floor(capacity_factor * (double)M * k / E);
-
-	if (capacity_factor <= 0)
-		return M; /* dropless: an expert gets each token at most once */
-	return cap < 1 ? 1 : cap;
-}
 
 /* Whether the experts run on compact rows (dropless, or routed over ranks). */
 static int compact(const struct moe_shape *s)
@@ -36,18 +24,7 @@ static size_t rows_of(const struct moe_shape *s)
 {
 	if (s->rows)
 		return (size_t)s->rows;
-	return compact(s) ? (size_t)s->M * s->k : (size_t)held(s) * s->cap;
-}
-
-/* p + n, or NULL in dry-run (no arithmetic on a null pointer). */
-static float *off(float *p, size_t n)
-{
-	return p ? p + n : NULL;
-}
-
-static const float *coff(const float *p, size_t n)
-{
-	return p ? p + n : NULL;
+	return compact(s) ? (size_t)s->M * s->k : (size_t)moe_held(s) * s->cap;
 }
 
 int moe_acts_alloc(const struct kctx *k, struct moe_acts *a, const struct moe_shape *s)
@@ -115,113 +92,6 @@ void moe_expert_fwd(const struct kctx *k, float *y, float *pre, float *h, const 
 	linear_fwd(k, y, h, w2, b2, 1, n, F, C);
 }
 
-/* Each token's k choices, best first (ties: the lower index). */
-static void top_k(const struct moe_shape *s, struct moe_acts *a)
-{
-	int E = s->E, K = s->k;
-
-	for (int t = 0; t < s->M; t++) {
-		const float *p = a->probs.data + (size_t)t * E;
-
-		for (int j = 0; j < K; j++) {
-			int best = -1;
-
-			for (int e = 0; e < E; e++) {
-				int taken = j == 1 && a->choice[t * K] == e;
-
-				if (!taken && (best < 0 || p[e] > p[best]))
-					best = e;
-			}
-			a->choice[t * K + j] = best;
-		}
-	}
-}
-
-/* The micro-batch's tokens. */
-static int all_tokens(const struct moe_shape *s)
-{
-	return s->Mall ? s->Mall : s->M;
-}
-
-/* cnt[(j nruns + u) E + e]: run u's j-th choices of expert e; a->psum: the block's sums
- * of each expert's probability. */
-static void count_runs(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *len,
-		       int *cnt)
-{
-	int E = s->E, K = s->k;
-
-	memset(cnt, 0, (size_t)K * nruns * E * sizeof *cnt);
-	for (int j = 0; j < K; j++)
-		for (int u = 0, t = 0; u < nruns; u++)
-			for (int end = t + len[u]; t < end; t++)
-				cnt[(j * nruns + u) * E + a->choice[t * K + j]]++;
-	for (int e = 0; e < E; e++) {
-		double pe = 0;
-
-		for (int t = 0; t < s->M; t++)
-			pe += a->probs.data[(size_t)t * E + e];
-		a->psum[e] = pe;
-	}
-}
-
-void moe_keep(const struct moe_shape *s, struct moe_acts *a, int nruns, const int *len,
-	      const int *base, const int *all)
-{
-	int E = s->E, K = s->k, cap = s->cap;
-	int lim = s->cap_all ? s->cap_all : cap;
-	int *fill = emu_xcalloc(2 * (size_t)E, sizeof *fill), *seen = fill + E;
-	double inc = 1.0 / ((double)all_tokens(s) * K);
-
-	/* f_e as the sum of its choices' shares, one at a time: the same bits however the
-	 * micro-batch is spread */
-	for (int e = 0; e < E; e++) {
-		a->frac[e] = 0;
-		for (int c = 0; c < all[e]; c++)
-			a->frac[e] += inc;
-	}
-	for (int i = 0; i < E * cap; i++)
-		a->slot_token[i] = -1;
-	/* First choices in token order, then second choices: a choice's place is the
-	 * choices of its expert before it in the micro-batch */
-	for (int j = 0; j < K; j++)
-		for (int u = 0, t0 = 0; u < nruns; t0 += len[u++]) {
-			const int *b = base + (size_t)(j * nruns + u) * E;
-
-			memset(seen, 0, (size_t)E * sizeof *seen);
-			for (int t = t0; t < t0 + len[u]; t++) {
-				int e = a->choice[t * K + j], place = b[e] + seen[e]++;
-
-				a->slot[t * K + j] = -1;
-				if (place >= lim)
-					continue;
-				EMU_ASSERT(fill[e] < cap);
-				a->slot[t * K + j] = e * cap + fill[e];
-				a->slot_token[e * cap + fill[e]++] = t;
-			}
-		}
-	free(fill);
-}
-
-/* Top-k and capacity on the router's probabilities of the whole micro-batch (execute
- * mode only): each token's choices, the slot each got (or -1), the slots' tokens and
- * f_e. */
-static void route_local(const struct moe_shape *s, struct moe_acts *a)
-{
-	int E = s->E, K = s->k;
-	int *cnt = emu_xcalloc(3 * (size_t)K * E, sizeof *cnt), *base = cnt + K * E,
-	    *all = base + K * E;
-
-	top_k(s, a);
-	count_runs(s, a, 1, &s->M, cnt);
-	for (int j = 0; j < K; j++)
-		for (int e = 0; e < E; e++) {
-			base[j * E + e] = j ? base[(j - 1) * E + e] + cnt[(j - 1) * E + e] : 0;
-			all[e] += cnt[j * E + e];
-		}
-	moe_keep(s, a, 1, &s->M, base, all);
-	free(cnt);
-}
-
 /* The kept choices' rows of x into the slots of the experts held, a->x (El, cap, C),
  * zero-padded. */
 static void dispatch(const struct moe_shape *s, struct moe_acts *a, const float *x)
@@ -229,228 +99,10 @@ static void dispatch(const struct moe_shape *s, struct moe_acts *a, const float 
 	int C = s->C, lo = s->e0 * s->cap;
 
 	memset(a->x.data, 0, a->x.n * sizeof *a->x.data);
-	for (int i = 0; i < held(s) * s->cap; i++)
+	for (int i = 0; i < moe_held(s) * s->cap; i++)
 		if (a->slot_token[lo + i] >= 0)
 			memcpy(a->x.data + (size_t)i * C, x + (size_t)a->slot_token[lo + i] * C,
 			       (size_t)C * sizeof *x);
-}
-
-/* The router's probabilities (M, E). */
-static void router(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
-		   const float *x, const float *wr)
-{
-	int M = s->M, E = s->E;
-
-	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, s->C, E);
-	softmax_fwd(k, a->probs.data, a->probs.data, M, E);
-	emu_compute(k->d, "moe.route", (double)M * E * s->k, (double)M * E * k->ab);
-}
-
-void moe_route(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
-	       const float *wr)
-{
-	router(k, s, a, x, wr);
-	if (kctx_math(k))
-		route_local(s, a);
-}
-
-void moe_choose(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, const float *x,
-		const float *wr, int nruns, const int *len, int *cnt)
-{
-	router(k, s, a, x, wr);
-	if (!kctx_math(k))
-		return;
-	top_k(s, a);
-	count_runs(s, a, nruns, len, cnt);
-}
-
-float moe_aux(const struct moe_shape *s, const struct moe_acts *a)
-{
-	double aux = 0;
-
-	if (!a->probs.data)
-		return 0;
-	for (int e = 0; e < s->E; e++)
-		aux += a->frac[e] * a->psum[e] / all_tokens(s);
-	return (float)(s->aux_coeff * s->E * aux);
-}
-
-int moe_uniform_rows(const struct moe_shape *s, int e)
-{
-	long long mk = (long long)s->M * s->k;
-	int u = (int)(mk / s->E) + (e < (int)(mk % s->E)); /* the remainder to the first */
-
-	return u < s->cap ? u : s->cap;
-}
-
-/* The row of choice i in moe_permute's order (off[e]: the first row of held expert e),
- * or -1 if it was dropped or its expert is not held. */
-static int permuted_row(const struct moe_shape *s, const struct moe_acts *a, const int *off, int i)
-{
-	int slot = a->slot[i], e = a->choice[i];
-
-	if (slot < 0 || e < s->e0 || e >= s->e0 + held(s))
-		return -1;
-	return off[e] + slot - e * s->cap;
-}
-
-/* off[E + 1]: the first row of each held expert in moe_permute's order, from cnt. */
-static void offsets(const struct moe_shape *s, const int *cnt, int *off)
-{
-	off[0] = 0;
-	for (int e = 0; e < s->E; e++)
-		off[e + 1] = off[e] + (e >= s->e0 && e < s->e0 + held(s) ? cnt[e] : 0);
-}
-
-int moe_permute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
-		float *xp, const float *x, int *cnt)
-{
-	int n = 0, C = s->C, e1 = s->e0 + held(s);
-
-	for (int e = 0; e < s->E; e++) { /* the slots fill from the first: count them */
-		int c = 0;
-
-		if (e < s->e0 || e >= e1)
-			c = 0;
-		else if (kctx_math(k))
-			while (c < s->cap && a->slot_token[e * s->cap + c] >= 0)
-				c++;
-		else
-			c = moe_uniform_rows(s, e);
-		cnt[e] = c;
-		n += c;
-	}
-	emu_compute(k->d, "moe.permute", 0, 2.0 * n * C * k->ab);
-	if (!kctx_math(k))
-		return n;
-	for (int e = s->e0, r = 0; e < e1; e++)
-		for (int c = 0; c < cnt[e]; c++, r++)
-			memcpy(xp + (size_t)r * C, x + (size_t)a->slot_token[e * s->cap + c] * C,
-			       (size_t)C * sizeof *x);
-	return n;
-}
-
-void moe_unpermute(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
-		   float *out, const float *yp, const int *cnt)
-{
-	int M = s->M, K = s->k, C = s->C, E = s->E;
-	int *off = emu_xcalloc((size_t)E + 1, sizeof *off);
-
-	emu_compute(k->d, "moe.unpermute", 2.0 * M * K * C,
-		    ((double)M * K * C + (double)M * C) * k->ab);
-	if (kctx_math(k)) {
-		offsets(s, cnt, off);
-		memset(out, 0, (size_t)M * C * sizeof *out);
-		for (int t = 0; t < M; t++)
-			for (int j = 0; j < K; j++) {
-				int row = permuted_row(s, a, off, t * K + j);
-				float g = a->probs.data[(size_t)t * E + a->choice[t * K + j]];
-
-				if (row < 0)
-					continue;
-				for (int c = 0; c < C; c++)
-					out[(size_t)t * C + c] += g * yp[(size_t)row * C + c];
-			}
-	}
-	free(off);
-}
-
-void moe_unpermute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
-		       float *dyp, float *dprobs, const float *dout, const float *yp,
-		       const int *cnt)
-{
-	int M = s->M, K = s->k, C = s->C, E = s->E;
-	int *off = emu_xcalloc((size_t)E + 1, sizeof *off);
-
-	emu_compute(k->d, "moe.unpermute.bwd", 4.0 * M * K * C, 4.0 * M * K * C * k->ab);
-	if (kctx_math(k)) {
-		offsets(s, cnt, off);
-		for (int t = 0; t < M; t++)
-			for (int j = 0; j < K; j++) {
-				int e = a->choice[t * K + j],
-				    row = permuted_row(s, a, off, t * K + j);
-				float g = a->probs.data[(size_t)t * E + e], dot = 0;
-				const float *d = dout + (size_t)t * C, *y;
-
-				if (row < 0)
-					continue;
-				y = yp + (size_t)row * C;
-				for (int c = 0; c < C; c++) {
-					dyp[(size_t)row * C + c] = g * d[c];
-					dot += d[c] * y[c];
-				}
-				dprobs[(size_t)t * E + e] += dot;
-			}
-	}
-	free(off);
-}
-
-void moe_permute_bwd(const struct kctx *k, const struct moe_shape *s, const struct moe_acts *a,
-		     float *dx, const float *dxp, const int *cnt)
-{
-	int n = 0, C = s->C, e1 = s->e0 + held(s);
-
-	for (int e = s->e0; e < e1; e++)
-		n += cnt[e];
-	emu_compute(k->d, "moe.permute.bwd", (double)n * C, 3.0 * n * C * k->ab);
-	if (!kctx_math(k))
-		return;
-	for (int e = s->e0, r = 0; e < e1; e++)
-		for (int c = 0; c < cnt[e]; c++, r++) {
-			float *d = dx + (size_t)a->slot_token[e * s->cap + c] * C;
-
-			for (int i = 0; i < C; i++)
-				d[i] += dxp[(size_t)r * C + i];
-		}
-}
-
-/* The held experts on the rows routed to them, compact (the permuted pieces). */
-float moe_compact_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
-		      float *out, const float *x, const float *w1, const float *b1, const float *w2,
-		      const float *b2)
-{
-	int C = s->C, F = s->F, *cnt = a->rows;
-	size_t r = 0;
-
-	moe_permute(k, s, a, a->x.data, x, cnt);
-	for (int e = 0; e < held(s); e++) {
-		int n = cnt[s->e0 + e];
-
-		moe_expert_fwd(k, off(a->y.data, r * C), off(a->pre.data, r * F),
-			       off(a->h.data, r * F), off(a->x.data, r * C),
-			       coff(w1, (size_t)e * F * C), coff(b1, (size_t)e * F),
-			       coff(w2, (size_t)e * C * F), coff(b2, (size_t)e * C), n, C, F);
-		r += (size_t)n;
-	}
-	moe_unpermute(k, s, a, out, a->y.data, cnt);
-	a->aux = moe_aux(s, a);
-	return kctx_math(k) ? a->aux : 0;
-}
-
-static void compact_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
-			struct moe_scratch *sc, float *dx, const float *dout, float aux_scale,
-			const float *x, const float *wr, const float *w1, const float *w2,
-			float *dwr, float *dw1, float *db1, float *dw2, float *db2)
-{
-	int C = s->C, F = s->F, *cnt = a->rows;
-	size_t r = 0;
-
-	if (kctx_math(k))
-		memset(sc->dprobs.data, 0, sc->dprobs.n * sizeof *sc->dprobs.data);
-	moe_unpermute_bwd(k, s, a, sc->dy.data, sc->dprobs.data, dout, a->y.data, cnt);
-	for (int e = 0; e < held(s); e++) {
-		int n = cnt[s->e0 + e];
-
-		moe_expert_bwd(k, off(sc->dx.data, r * C), sc->dh.data, sc->dpre.data,
-			       off(sc->dy.data, r * C), off(a->x.data, r * C),
-			       off(a->pre.data, r * F), off(a->h.data, r * F),
-			       coff(w1, (size_t)e * F * C), coff(w2, (size_t)e * C * F),
-			       off(dw1, (size_t)e * F * C), off(db1, (size_t)e * F),
-			       off(dw2, (size_t)e * C * F), off(db2, (size_t)e * C), n, C, F);
-		r += (size_t)n;
-	}
-	moe_permute_bwd(k, s, a, dx, sc->dx.data, cnt);
-	moe_router_bwd(k, s, a, sc, dx, aux_scale, x, wr, dwr);
 }
 
 float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a, float *out,
@@ -461,7 +113,7 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 		moe_route(k, s, a, x, wr);
 		return moe_compact_fwd(k, s, a, out, x, w1, b1, w2, b2);
 	}
-	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap, El = held(s);
+	int M = s->M, E = s->E, K = s->k, C = s->C, F = s->F, cap = s->cap, El = moe_held(s);
 	size_t slots = (size_t)El * cap;
 
 	linear_fwd(k, a->probs.data, x, wr, NULL, 0, M, C, E);
@@ -469,16 +121,17 @@ float moe_fwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *
 	emu_compute(k->d, "moe.route", (double)M * E * K,
 		    ((double)M * E + (double)slots * C + (double)M * K * C) * k->ab);
 	if (kctx_math(k)) {
-		route_local(s, a);
+		moe_route_local(s, a);
 		dispatch(s, a, x);
 	}
 	for (int e = 0; e < El; e++) /* e: the held expert e0 + e */
-		moe_expert_fwd(k, off(a->y.data, (size_t)e * cap * C),
-			       off(a->pre.data, (size_t)e * cap * F),
-			       off(a->h.data, (size_t)e * cap * F),
-			       off(a->x.data, (size_t)e * cap * C), coff(w1, (size_t)e * F * C),
-			       coff(b1, (size_t)e * F), coff(w2, (size_t)e * C * F),
-			       coff(b2, (size_t)e * C), cap, C, F);
+		moe_expert_fwd(k, moe_off(a->y.data, (size_t)e * cap * C),
+			       moe_off(a->pre.data, (size_t)e * cap * F),
+			       moe_off(a->h.data, (size_t)e * cap * F),
+			       moe_off(a->x.data, (size_t)e * cap * C),
+			       moe_coff(w1, (size_t)e * F * C), moe_coff(b1, (size_t)e * F),
+			       moe_coff(w2, (size_t)e * C * F), moe_coff(b2, (size_t)e * C), cap, C,
+			       F);
 	emu_compute(k->d, "moe.combine", 2.0 * M * K * C,
 		    ((double)M * K * C + (double)M * C) * k->ab);
 	if (!kctx_math(k))
@@ -511,13 +164,13 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 	float *dp = sc->dprobs.data; /* d loss / d router probabilities */
 
 	if (compact(s)) {
-		compact_bwd(k, s, a, sc, dx, dout, aux_scale, x, wr, w1, w2, dwr, dw1, db1, dw2,
-			    db2);
+		moe_compact_bwd(k, s, a, sc, dx, dout, aux_scale, x, wr, w1, w2, dwr, dw1, db1, dw2,
+				db2);
 		return;
 	}
 	if (math)
 		memset(dp, 0, (size_t)M * E * sizeof *dp);
-	for (int le = 0; le < held(s); le++) { /* the held expert e, le-th of the block's */
+	for (int le = 0; le < moe_held(s); le++) { /* the held expert e, le-th of the block's */
 		int e = s->e0 + le;
 		size_t base = (size_t)le * cap, gbase = (size_t)e * cap;
 
@@ -544,11 +197,11 @@ void moe_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a
 		}
 		/* the expert's MLP backward on its cap rows */
 		moe_expert_bwd(k, sc->dx.data, sc->dh.data, sc->dpre.data, sc->dy.data,
-			       off(a->x.data, base * C), off(a->pre.data, base * F),
-			       off(a->h.data, base * F), coff(w1, (size_t)le * F * C),
-			       coff(w2, (size_t)le * C * F), off(dw1, (size_t)le * F * C),
-			       off(db1, (size_t)le * F), off(dw2, (size_t)le * C * F),
-			       off(db2, (size_t)le * C), cap, C, F);
+			       moe_off(a->x.data, base * C), moe_off(a->pre.data, base * F),
+			       moe_off(a->h.data, base * F), moe_coff(w1, (size_t)le * F * C),
+			       moe_coff(w2, (size_t)le * C * F), moe_off(dw1, (size_t)le * F * C),
+			       moe_off(db1, (size_t)le * F), moe_off(dw2, (size_t)le * C * F),
+			       moe_off(db2, (size_t)le * C), cap, C, F);
 		/* scatter the inputs' gradients back to their tokens */
 		emu_compute(k->d, "moe.scatter.bwd", (double)cap * C, 3.0 * cap * C * k->ab);
 		if (math)
@@ -579,27 +232,4 @@ void moe_expert_bwd(const struct kctx *k, float *dx, float *dh, float *dpre, con
 	gelu_bwd(k, dpre, pre, dh, (size_t)n * F);
 	linear_bwd_input(k, dx, dpre, w1, n, C, F);
 	linear_bwd_weight(k, dw1, db1, 1, dpre, x, n, C, F);
-}
-
-void moe_router_bwd(const struct kctx *k, const struct moe_shape *s, struct moe_acts *a,
-		    struct moe_scratch *sc, float *dx, float aux_scale, const float *x,
-		    const float *wr, float *dwr)
-{
-	int M = s->M, E = s->E, math = kctx_math(k);
-	float *dp = sc->dprobs.data;
-
-	/* aux loss: d aux / d probs[t][e] = coeff * E * f_e / Mall; then the router's
-	 * softmax and linear backward */
-	emu_compute(k->d, "moe.aux.bwd", (double)M * E, 2.0 * M * E * k->ab);
-	if (math)
-		for (int t = 0; t < M; t++)
-			for (int e = 0; e < E; e++)
-				dp[(size_t)t * E + e] +=
-					aux_scale *
-					(float)(s->aux_coeff * E * a->frac[e] / all_tokens(s));
-	if (math)
-		memset(sc->dlogits.data, 0, sc->dlogits.n * sizeof *sc->dlogits.data);
-	softmax_bwd(k, sc->dlogits.data, a->probs.data, dp, M, E);
-	linear_bwd_input(k, dx, sc->dlogits.data, wr, M, s->C, E);
-	linear_bwd_weight(k, dwr, NULL, 0, sc->dlogits.data, x, M, s->C, E);
 }

@@ -28,13 +28,15 @@ allow_par() {
 		fi
 	done
 }
-models='\(gpt\|attention\|moe\|ops\|linear\|tensor\|optim\|data\|presets\|rng\|dropout\|vmath\)\.h'
+models='\(gpt\|attention\|moe\|moe_internal\|ops\|linear\|tensor\|optim\|data\|presets\|rng\|dropout\|vmath\)\.h'
 all="emu/*.[ch] models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch]"
 deny "$all" '[^"]*\.\./' "no include climbs out of the search path"
 deny "models/*.[ch] src/*/*.[ch] tests/*.[ch] bench/*.[ch]" 'internal\.h' \
 	"emu's private header is emu's; par's is par/internal.h"
 deny "src/cmd/*.[ch] src/run/*.[ch] src/pipe/*.[ch] tests/*.[ch] bench/*.[ch]" 'par/[a-z_]*internal\.h' \
 	"par/internal.h and par/cp_internal.h are par/'s own"
+deny "src/*/*.[ch] tests/*.[ch] bench/*.[ch]" 'moe_internal\.h' \
+	"models/moe_internal.h is models/moe*.c's own"
 deny "emu/*.[ch]" "$models\\|\\(cmd\\|run\\|pipe\\|par\\)/" "emu/ knows nothing above it"
 deny "models/*.[ch]" '\(cmd\|run\|pipe\|par\)/' "models/ knows no parallelism"
 deny "src/par/*.[ch]" '\(cmd\|run\|pipe\)/' "par/ never includes pipe/, run/ or cmd/"

@@ -14,7 +14,7 @@
  * traffic, or ep's without cp). Every rank knows where every rank's runs sit in the
  * micro-batch (the layout is fixed), so each sums, for each of its runs, the counts of
  * the runs before it: a choice then has the serial model's place among its expert's, the
- * same choices are kept, f_e has the same bits (models/moe.c) and P_e the group's sum.
+ * same choices are kept, f_e has the same bits (models/moe_router.c) and P_e the group's sum.
  * The capacity is the micro-batch's (moe_shape.cap_all); each rank's experts run on the
  * rows it kept, compact. Megatron-Core computes the capacity from each rank's own
  * tokens instead (and all-reduces the counts for the aux loss alone), which keeps other
