@@ -2,10 +2,11 @@
  * microbenchmark it was calibrated against or checked with, the measured figure with its
  * source, pemu's figure under --cost-model calibrated and the error: GEMMs (the largest
  * measured, square sizes, transformer shapes), attention's batched GEMMs (the scores' and
- * the context's), memory-bound kernels, and collectives: eight sweeps (8 A100 all-reduce
+ * the context's), memory-bound kernels, and collectives: twenty sweeps (8 A100 all-reduce
  * and the 8-H100 ring all-reduce, all-gather and reduce-scatter under nccl-tests -g 8; the
  * 8-H100 NVLS all-reduce, all-gather and reduce-scatter under MPI; 8 H200 timed by
- * PyTorch), 2 GPUs, an H200 ring and between nodes. Sweeps timed by nccl-tests -g 8 are
+ * PyTorch; all-reduce, all-gather and reduce-scatter on 10 nodes of 1, 2, 4 and 8 H100s
+ * under MPI), 2 GPUs, an H200 ring and between nodes. Sweeps timed by nccl-tests -g 8 are
  * compared with the longer of the launching thread's floor (G8_FLOOR_US) and NCCL's time
  * plus the sweep's offset (fitted); the PyTorch-timed sweep with NCCL's time plus its host
  * path a call (25 us, not fitted); neither ever changes the model. A row says whether the
@@ -50,6 +51,7 @@ struct sweep {
 	double offset_us;
 	const double us[24];
 	int g8;
+	int nodes; /* the nodes the GPUs are spread over evenly (0: one) */
 };
 
 /* nccl-tests -g 8 (one thread launches the 8 GPUs' kernels, iterations back to back): a
@@ -69,6 +71,7 @@ struct sweep {
 #define MSC  "microsoft/mscclpp docs/performance-ndmv4.md (NCCL 2.17, MPI, CUDA graph)"
 #define TOG  "togethercomputer/together-nccl-tests H100 20260305_220043 (-g 8, Ring)"
 #define XXR  "xxrjun/nccl-tests-cluster nccl_N1_G8_cnode3-002.log (MPI, NCCL 2.29)"
+#define XXRN "xxrjun/nccl-tests-cluster multi-node 20260129-180219 (MPI, NCCL 2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
 /* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
  * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s). Issue
@@ -168,6 +171,7 @@ static const struct sweep sweeps[] = {
 	 20,
 	 {43.83, 46.80, 51.76,  61.38,  80.40,  101.9,  101.4, 101.5, 133.5, 276.6,
 	  424.0, 684.6, 1327.6, 2420.6, 4218.4, 8203.9, 16240, 32136, 64074, 127997},
+	 1,
 	 1},
 	/* -g 8 again: 6 us a call (fitted) and the launcher's floor (G8_FLOOR_US); below 1 MiB
 	 * the sweep is that floor alone, 34.5-40 us from 8 B to 512 KiB, and says nothing of
@@ -184,6 +188,7 @@ static const struct sweep sweeps[] = {
 	 6,
 	 {46.52, 42.06, 53.09, 80.49, 126.62, 213.96, 368.67, 702.55, 1351.28, 2641.67, 5218.59,
 	  10329.0, 20495.8, 40838.9},
+	 1,
 	 1},
 	{"all-gather, 8 H100",
 	 "dgx-h100",
@@ -197,6 +202,7 @@ static const struct sweep sweeps[] = {
 	 6,
 	 {41.67, 41.48, 41.34, 47.01, 70.80, 125.45, 210.89, 393.52, 732.87, 1399.34, 2726.97,
 	  5363.19, 10579.3, 21001.0},
+	 1,
 	 1},
 	{"reduce-scatter, 8 H100",
 	 "dgx-h100",
@@ -210,6 +216,7 @@ static const struct sweep sweeps[] = {
 	 6,
 	 {40.60, 41.66, 41.70, 50.44, 71.97, 118.78, 206.45, 381.43, 718.20, 1393.15, 2711.56,
 	  5353.24, 10450.3, 20695.6},
+	 1,
 	 1},
 	{"all-reduce NVLS, 8 H100",
 	 "dgx-h100",
@@ -222,7 +229,8 @@ static const struct sweep sweeps[] = {
 	 0,
 	 0,
 	 {182.87, 313.66, 564.78, 1081.14, 2115.28, 4000.82, 7891.00, 15668.1, 31226.8, 62340.7},
-	 0},
+	 0,
+	 1},
 	{"all-gather, 8 H100 (MPI)",
 	 "dgx-h100",
 	 XXR,
@@ -234,7 +242,8 @@ static const struct sweep sweeps[] = {
 	 0,
 	 0,
 	 {123.44, 205.21, 382.20, 721.26, 1389.46, 2719.60, 5355.86, 10562.9, 20928.4, 41542.0},
-	 0},
+	 0,
+	 1},
 	{"reduce-scatter, 8 H100 (MPI)",
 	 "dgx-h100",
 	 XXR,
@@ -246,7 +255,8 @@ static const struct sweep sweeps[] = {
 	 0,
 	 0,
 	 {111.83, 197.37, 380.31, 719.67, 1399.96, 2741.51, 5380.08, 10561.5, 20799.7, 41211.4},
-	 0},
+	 0,
+	 1},
 	/* the times: size / the algorithm bandwidth published (NCCL 2.27.7, torch 2.9.1; by
 	 * the page, NCCL ran the ring with LL up to 1 MiB and NVLS from 2 MiB). The script as
 	 * it was then (stas00/ml-engineering c53741b, timed_allreduce) timed one call on an
@@ -268,7 +278,169 @@ static const struct sweep sweeps[] = {
 	 25,
 	 {45.95, 56.88, 68.5, 94.39, 133.5, 212.9, 338.9, 584.4, 1077, 2086, 4053, 8010, 15890,
 	  31480, 62340},
-	 0},
+	 0,
+	 1},
+	/* 10 nodes of 8 H100s (NVLink4, a 400 Gb/s NDR NIC a GPU), 1, 2, 4 or 8 GPUs of each
+	 * node, one process a GPU (MPI), NCCL 2.29's default algorithms; out-of-place times.
+	 * No constant was fitted to them; the all-reduce's bulk latency, the ring's rather than
+	 * the tree's, was chosen after them (emu/coll_time.c). The 8-GPU sweeps are not
+	 * monotonic (all-gather 841 us at 128 MiB, 1766 at 256 MiB, 2426 at 512 MiB) */
+	{"all-reduce, 10 nodes x 1 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLREDUCE,
+	 10,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {1405.25, 2542.43, 5031.02, 10061.7, 19936.5, 39744.4, 79277.6, 158724, 316930, 632480},
+	 0,
+	 10},
+	{"all-gather, 10 nodes x 1 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLGATHER,
+	 10,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {721.94, 1329.46, 2607.15, 5217.67, 10310.5, 20609.1, 40966.8, 81539.4, 161737, 321112},
+	 0,
+	 10},
+	{"reduce-scatter, 10 nodes x 1 H100",
+	 "dgx-h100",
+	 XXRN,
+	 REDUCESCATTER,
+	 10,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {710.67, 1319.48, 2585.19, 5150.68, 10178.9, 20189.8, 39997.6, 80154.9, 160634, 316586},
+	 0,
+	 10},
+	{"all-reduce, 10 nodes x 2 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLREDUCE,
+	 20,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {787.43, 1451.19, 2832.27, 5270.4, 10454.1, 20875.4, 41602.8, 83034, 166421, 333590},
+	 0,
+	 10},
+	{"all-gather, 10 nodes x 2 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLGATHER,
+	 20,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {417.29, 752.33, 1378.8, 2693.54, 5292.75, 10500.9, 20852.2, 41567.3, 83441.8, 167723},
+	 0,
+	 10},
+	{"reduce-scatter, 10 nodes x 2 H100",
+	 "dgx-h100",
+	 XXRN,
+	 REDUCESCATTER,
+	 20,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {422.38, 753.21, 1384.45, 2877.23, 5274.26, 10549.7, 20830.2, 41676.9, 83055.8, 166835},
+	 0,
+	 10},
+	{"all-reduce, 10 nodes x 4 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLREDUCE,
+	 40,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {780.92, 1064.17, 1752.1, 3194.58, 5937.92, 10728.4, 21397.3, 43171.7, 85285.4, 170665},
+	 0,
+	 10},
+	{"all-gather, 10 nodes x 4 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLGATHER,
+	 40,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {362.42, 494.83, 794.22, 1551.54, 2753.67, 5421.99, 10746.7, 21422.6, 43085, 86184.2},
+	 0,
+	 10},
+	{"reduce-scatter, 10 nodes x 4 H100",
+	 "dgx-h100",
+	 XXRN,
+	 REDUCESCATTER,
+	 40,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {397.39, 491.84, 795.96, 1479, 2750.23, 5416.79, 10740.6, 21438.8, 42704, 85733.1},
+	 0,
+	 10},
+	{"all-reduce, 10 nodes x 8 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLREDUCE,
+	 80,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {798.52, 939.84, 1250.59, 1888.93, 3327.27, 6149.19, 12586.1, 27023.1, 53632.3, 105854},
+	 0,
+	 10},
+	{"all-gather, 10 nodes x 8 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLGATHER,
+	 80,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {682.2, 736.65, 840.85, 1765.69, 2426.01, 4001.42, 6976.78, 13541.4, 26724.4, 52314.1},
+	 0,
+	 10},
+	{"reduce-scatter, 10 nodes x 8 H100",
+	 "dgx-h100",
+	 XXRN,
+	 REDUCESCATTER,
+	 80,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {689.11, 885.81, 1058.78, 1820.73, 2472.99, 3786.91, 6787.9, 13502, 26865, 52458.7},
+	 0,
+	 10},
 };
 
 struct probe {
@@ -422,10 +594,21 @@ int main(int argc, char **argv)
 
 		for (int j = 0; j < w->n; j++) {
 			char size[32], what[96];
-			struct row r = {what,         w->preset, w->kind,  ldexp(1, w->lo + j),
-					w->gpus,      1,         w->us[j], w->source,
-					w->fit,       0,         0,        w->no_nvls,
-					w->offset_us, 0,         w->g8};
+			struct row r = {what,
+					w->preset,
+					w->kind,
+					ldexp(1, w->lo + j),
+					w->gpus,
+					w->nodes > 1 ? w->nodes : 1,
+					w->us[j],
+					w->source,
+					w->fit,
+					0,
+					0,
+					w->no_nvls,
+					w->offset_us,
+					0,
+					w->g8};
 
 			size_name(size, sizeof size, r.a);
 			snprintf(what, sizeof what, "%s %s", w->what, size);

@@ -207,21 +207,27 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
  * (its tuning.cc's structure, the constants measured: emu/topo.c): the bus bytes at the
  * slower of the NVLink ring and the L NICs of a node side by side (one ring a NIC); the
  * latency of the hops a chunk takes, the node's at the intra link's step and the network's
- * at the inter link's: an all-reduce by NCCL's tree, 2 (L - 1) + 2 ceil(log2 k) hops, the
- * others by the ring, n - k and k - 1; plus the network's fixed cost when L > 1 (pxn).
- * The faster of the two protocols, LL and the bulk one. */
+ * at the inter link's: the ring's, n - k and k - 1, twice for all-reduce, except an
+ * all-reduce by LL, which NCCL's tree carries in 2 (L - 1) + 2 ceil(log2 k); plus the
+ * network's fixed cost when L > 1 (pxn). The faster of the two protocols, LL and the bulk
+ * one. (Bulk all-reduces take the ring's latency, measured: on 10 nodes of 4 and of 8
+ * H100s, from 32 MiB up, topo.c.) */
 static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int n, int k, int L,
 			     uint64_t S, int twice)
 {
-	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), hi, hx, lg = 0;
+	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), lg = 0;
+	uint64_t hi = (uint64_t)(n - k) * (twice ? 2 : 1), hx = (uint64_t)(k - 1) * (twice ? 2 : 1);
+	uint64_t ti = hi, tx = hx; /* LL's hops: the tree's for all-reduce */
 	int64_t ll, bulk;
 
 	while ((1 << lg) < k)
 		lg++;
-	hi = twice ? 2 * (uint64_t)(L - 1) : (uint64_t)(n - k);
-	hx = twice ? 2 * lg : (uint64_t)(k - 1);
+	if (twice) {
+		ti = 2 * (uint64_t)(L - 1);
+		tx = 2 * lg;
+	}
 	ll = emu_time_add(
-		(int64_t)(hi * in->ll_hop + hx * net->ll_hop),
+		(int64_t)(ti * in->ll_hop + tx * net->ll_hop),
 		bw_ns(steps, S, (uint64_t)n, min_u64(in->ll_bw, (uint64_t)L * net->ll_bw)));
 	bulk = emu_time_add((int64_t)(hi * in->hop + hx * net->hop),
 			    bw_ns(steps, S, (uint64_t)n, min_u64(in->bw, (uint64_t)L * net->bw)));

@@ -81,7 +81,13 @@
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
  *                 all-gather; 2 x 1's 1 GiB, at 18.7 and 15.8 GB/s of a 25 GB/s NIC, left
  *                 out); NDR 0.94 (46-48 GB/s a NIC, nccl-tests issue 290), its steps HDR's;
- *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc)
+ *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc). Checked, not
+ *                 fitted, on 10 nodes of 1, 2, 4 and 8 H100s with NDR, 32 MiB to 16 GiB
+ *                 (xxrjun/nccl-tests-cluster, multi-node, NCCL 2.29, MPI): 48.6-48.9 GB/s
+ *                 a NIC at 1 GiB and up (0.97 of it), and all-reduces from 32 MiB paying
+ *                 the ring's latency, 2 (n - k) NVLink steps and 2 (k - 1) network ones,
+ *                 not the tree's (coll_time.c: the tree's latency with the ring's
+ *                 bandwidth had been 44% fast at 32 MiB on 40 GPUs, 62% on 80)
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
  *                 InfiniBand at 0.9 (assumptions).

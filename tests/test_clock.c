@@ -335,13 +335,16 @@ static void test_calibrated_collectives(void **state)
 		emu_cluster_free(c);
 	}
 
-	/* 2 nodes of 8: NCCL's tree latency, 2 x 7 NVLink steps and 2 InfiniBand ones, 7.5 us
-	 * of PXN, and the bus bytes 2 x 15/16 S at the node's 8 NICs (8 x 0.89 x 25 GB/s,
-	 * slower than NVLink's 234); 1 member a node: 1 NIC, no PXN */
+	/* 2 nodes of 8: by Simple the ring's latency, 2 x 14 NVLink steps and 2 InfiniBand
+	 * ones, 7.5 us of PXN, and the bus bytes 2 x 15/16 S at the node's 8 NICs (8 x 0.89 x
+	 * 25 GB/s, slower than NVLink's 234); by LL, 8 B, NCCL's tree's latency, 2 x 7 NVLink
+	 * steps and 2 ceil(log2 2) InfiniBand ones, at NVLink3's LL 20 GB/s */
 	c = calibrated(2, 16);
 	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
-	assert_int_equal(p.t[9][4], 8100 + 14 * 10800 + 2 * 6800 + 7500 +
+	assert_int_equal(p.t[9][4], 8100 + 28 * 10800 + 2 * 6800 + 7500 +
 					    (int64_t)ceil(30 / 16.0 * 1073741824.0 / 178e9 * 1e9));
+	assert_int_equal(p.t[9][0], 8100 + 14 * 633 + 2 * 6800 + 7500 +
+					    (int64_t)ceil(30 / 16.0 * 8 / 20e9 * 1e9));
 	/* and each member is one of the 8 rings' way out of its node: 1/8 of its bus bytes
 	 * go over InfiniBand, the rest over NVLink */
 	{
@@ -539,6 +542,61 @@ static int stream_device(struct emu_dev *d, void *arg)
 	return 0;
 }
 
+/* Across 10 nodes of 4 H100s (emu/coll_time.c, multi_node_ns): a 32 MiB all-reduce by
+ * Simple pays the ring's latency, 2 (n - k) = 60 NVLink4 steps of 3.4 us and 2 (k - 1) =
+ * 18 InfiniBand ones of 6.8, not the tree's 2 (L - 1) + 2 ceil(log2 k) = 6 + 8, with the
+ * bus bytes 2 x 39/40 S at the node's 4 NICs (4 x 0.94 x 50 GB/s = 188, slower than
+ * NVLink4's 355.5), plus 8.1 us and 7.5 us of PXN: 690.0 us, where NCCL took 780.9
+ * (xxrjun/nccl-tests-cluster, in bench/fidelity) and the tree's latency gave 438.4. An
+ * all-gather of 32 MiB in all: 30 + 9 steps, 39/40 S. A 1 KiB all-reduce by LL keeps the
+ * tree's latency (6 steps of 0.633 us and 8 of 6.8) at NVLink4's LL 44 GB/s. */
+static int across_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int64_t t[3];
+	int rc;
+
+	for (int i = 0; i < 3; i++) {
+		t[i] = emu_stream_time(d, EMU_STREAM_COMM);
+		rc = i == 1 ? coll_all_gather(d, emu_world(d), NULL, NULL, (8u << 20) / 40)
+			    : coll_all_reduce(d, emu_world(d), NULL, NULL, i ? 256 : 8u << 20,
+					      COLL_SUM);
+		if (rc)
+			return rc;
+		t[i] = emu_stream_time(d, EMU_STREAM_COMM) - t[i];
+	}
+	if (emu_dev_id(d) == 0)
+		memcpy(p->t[0], t, sizeof t);
+	return 0;
+}
+
+static void test_across_nodes(void **state)
+{
+	struct emu_config cfg;
+	struct emu_cluster *c;
+	struct probe p;
+	const double S = 33554432, ag = (8u << 20) / 40 * 40 * 4.0;
+
+	(void)state;
+	if (emu_config_default(&cfg, "dgx-h100"))
+		abort();
+	cfg.topo.nodes = 10;
+	cfg.topo.gpus_per_node = 4;
+	cfg.ndev = 40;
+	cfg.dry_run = 1;
+	cfg.cost = EMU_COST_CALIBRATED;
+	c = emu_cluster_new(&cfg);
+	assert_int_equal(emu_cluster_run(c, across_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 60 * 3400 + 18 * 6800 + 7500 +
+					    (int64_t)ceil(78 / 40.0 * S / 188e9 * 1e9));
+	assert_int_equal(p.t[0][0], 690038);
+	assert_int_equal(p.t[0][1], 8100 + 30 * 3400 + 9 * 6800 + 7500 +
+					    (int64_t)ceil(39 / 40.0 * ag / 188e9 * 1e9));
+	assert_int_equal(p.t[0][2], 8100 + 6 * 633 + 8 * 6800 + 7500 +
+					    (int64_t)ceil(78 / 40.0 * 1024 / 44e9 * 1e9));
+	emu_cluster_free(c);
+}
+
 static void test_streams_and_events(void **state)
 {
 	struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
@@ -622,6 +680,7 @@ int main(void)
 		cmocka_unit_test(test_calibrated_collectives),
 		cmocka_unit_test(test_nvlink4_ramp),
 		cmocka_unit_test(test_nvls_where_cheaper),
+		cmocka_unit_test(test_across_nodes),
 		cmocka_unit_test(test_sm_share),
 	};
 
