@@ -37,7 +37,7 @@
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
  * (tuning.cc) prefers it to Simple; the bulk protocol (Simple) beyond; on NVLink4's
  * NVSwitch an all-reduce inside a node by NVLink SHARP where that costs less; across
- * nodes NCCL's rings, one a NIC, and its tree for all-reduce latency). The latency of small
+ * nodes NCCL's rings, one a NIC, and its tree for small all-reduces). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
  * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity takes as

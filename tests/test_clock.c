@@ -204,7 +204,8 @@ static void test_roofline_kinds(void **state)
  * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
  * among 8 GPUs of a DGX A100; on a DGX H100 the ring (LL128 or Simple, as NCCL's model
  * picks it: test_nvlink4_ramp) or NVLink SHARP, 55 us and S / (0.598 of 450 GB/s) whatever
- * n, whichever costs less (test_nvls_where_cheaper); across nodes NCCL's rings and tree. */
+ * n, whichever costs less (test_nvls_where_cheaper); across nodes NCCL's rings, and its
+ * tree for LL (test_across_nodes). */
 /* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB of floats */
 static const size_t ar_count[5] = {2, 262144, 2097152, 2097153, 268435456};
 
