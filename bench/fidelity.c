@@ -281,10 +281,10 @@ static const struct sweep sweeps[] = {
 	 0,
 	 1},
 	/* 10 nodes of 8 H100s (NVLink4, a 400 Gb/s NDR NIC a GPU), 1, 2, 4 or 8 GPUs of each
-	 * node, one process a GPU (MPI), NCCL 2.29's default algorithms; out-of-place times.
-	 * No constant was fitted to them; the all-reduce's bulk latency, the ring's rather than
-	 * the tree's, was chosen after them (emu/coll_time.c). The 8-GPU sweeps are not
-	 * monotonic (all-gather 841 us at 128 MiB, 1766 at 256 MiB, 2426 at 512 MiB) */
+	 * node, one process a GPU (MPI), NCCL 2.29's default algorithms (not logged);
+	 * out-of-place times, which differ from the in-place ones by up to 27% (8 GPUs a
+	 * node, reduce-scatter at 64 MiB). No constant was fitted to them. The 8-GPU sweeps
+	 * are not monotonic (all-gather 841 us at 128 MiB, 1766 at 256 MiB, 2426 at 512 MiB) */
 	{"all-reduce, 10 nodes x 1 H100",
 	 "dgx-h100",
 	 XXRN,

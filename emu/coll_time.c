@@ -202,22 +202,49 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/* NCCL's correction of its tree's bandwidth for an all-reduce of S bytes by Simple,
+ * "Trees are not perfectly sticking to the model for medium sizes" (tuning.cc,
+ * treeCorrectionFactor, indexed by log2(S / 64) below 2^23), in tenths. */
+static uint64_t tree_tenths(uint64_t S)
+{
+	static const uint8_t f[23] = {9, 9, 9, 9, 9, 9, 9, 8, 7, 6, 6, 5,
+				      5, 5, 5, 6, 7, 8, 7, 7, 8, 9, 9};
+	int lg = 0;
+
+	if (S < 64)
+		return 10;
+	while ((S >> 6) >> (lg + 1))
+		lg++;
+	return lg < 23 ? f[lg] : 10;
+}
+
+/* a x p + b x q ns, at most EMU_TIME_MAX */
+static int64_t hops_ns(uint64_t a, int64_t p, uint64_t b, int64_t q)
+{
+	double t = (double)a * (double)p + (double)b * (double)q;
+
+	return t < (double)EMU_TIME_MAX ? (int64_t)(a * (uint64_t)p + b * (uint64_t)q)
+					: EMU_TIME_MAX;
+}
+
 /* A ring collective (all-reduce twice = 1, else reduce-scatter or all-gather) of S bytes
  * in all over n members on k nodes, L on each, under the calibrated model, as NCCL runs it
  * (its tuning.cc's structure, the constants measured: emu/topo.c): the bus bytes at the
- * slower of the NVLink ring and the L NICs of a node side by side (one ring a NIC); the
+ * slower of the NVLink ring and the L NICs of a node side by side (one ring a NIC), B; the
  * latency of the hops a chunk takes, the node's at the intra link's step and the network's
- * at the inter link's: the ring's, n - k and k - 1, twice for all-reduce, except an
- * all-reduce by LL, which NCCL's tree carries in 2 (L - 1) + 2 ceil(log2 k); plus the
- * network's fixed cost when L > 1 (pxn). The faster of the two protocols, LL and the bulk
- * one. (Bulk all-reduces take the ring's latency, measured: on 10 nodes of 4 and of 8
- * H100s, from 32 MiB up, topo.c.) */
+ * at the inter link's: the ring's, n - k and k - 1; plus the network's fixed cost when
+ * L > 1 (pxn). The faster of the two protocols, LL and the bulk one. An all-reduce has
+ * NCCL's tree besides, 2 (L - 1) + 2 ceil(log2 k) hops, and NCCL runs the faster by its
+ * model: by LL the tree's hops with the ring's bus bytes (small messages), by Simple the
+ * ring (2 (n - k) + 2 (k - 1) hops, 2 (n - 1) / n S at B) or the tree (2 S at 0.92 B, times
+ * NCCL's correction for medium sizes, tree_tenths). */
 static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int n, int k, int L,
 			     uint64_t S, int twice)
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), lg = 0;
 	uint64_t hi = (uint64_t)(n - k) * (twice ? 2 : 1), hx = (uint64_t)(k - 1) * (twice ? 2 : 1);
 	uint64_t ti = hi, tx = hx; /* LL's hops: the tree's for all-reduce */
+	uint64_t B = min_u64(in->bw, (uint64_t)L * net->bw);
 	int64_t ll, bulk;
 
 	while ((1 << lg) < k)
@@ -227,10 +254,15 @@ static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int 
 		tx = 2 * lg;
 	}
 	ll = emu_time_add(
-		(int64_t)(ti * in->ll_hop + tx * net->ll_hop),
+		hops_ns(ti, in->ll_hop, tx, net->ll_hop),
 		bw_ns(steps, S, (uint64_t)n, min_u64(in->ll_bw, (uint64_t)L * net->ll_bw)));
-	bulk = emu_time_add((int64_t)(hi * in->hop + hx * net->hop),
-			    bw_ns(steps, S, (uint64_t)n, min_u64(in->bw, (uint64_t)L * net->bw)));
+	bulk = emu_time_add(hops_ns(hi, in->hop, hx, net->hop), bw_ns(steps, S, (uint64_t)n, B));
+	if (twice) { /* 2 S / (0.92 x tenths / 10 x B) = 500 S / (23 x tenths x B) */
+		int64_t tree = emu_time_add(hops_ns(ti, in->hop, tx, net->hop),
+					    bw_ns(500, S, 23 * tree_tenths(S), B));
+
+		bulk = tree < bulk ? tree : bulk;
+	}
 	return emu_time_add(ll < bulk ? ll : bulk, L > 1 ? net->pxn : 0);
 }
 

@@ -37,7 +37,7 @@
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
  * (tuning.cc) prefers it to Simple; the bulk protocol (Simple) beyond; on NVLink4's
  * NVSwitch an all-reduce inside a node by NVLink SHARP where that costs less; across
- * nodes NCCL's rings, one a NIC, and its tree for small all-reduces). The latency of small
+ * nodes NCCL's rings, one a NIC, and its tree where faster). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
  * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity takes as
@@ -81,13 +81,14 @@
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
  *                 all-gather; 2 x 1's 1 GiB, at 18.7 and 15.8 GB/s of a 25 GB/s NIC, left
  *                 out); NDR 0.94 (46-48 GB/s a NIC, nccl-tests issue 290), its steps HDR's;
- *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc). Checked, not
- *                 fitted, on 10 nodes of 1, 2, 4 and 8 H100s with NDR, 32 MiB to 16 GiB
- *                 (xxrjun/nccl-tests-cluster, multi-node, NCCL 2.29, MPI): 48.6-48.9 GB/s
- *                 a NIC at 1 GiB and up (0.97 of it), and all-reduces from 32 MiB paying
- *                 the ring's latency, 2 (n - k) NVLink steps and 2 (k - 1) network ones,
- *                 not the tree's (coll_time.c: the tree's latency with the ring's
- *                 bandwidth had been 44% fast at 32 MiB on 40 GPUs, 62% on 80)
+ *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc). These were
+ *                 fitted when an all-reduce across nodes took the tree's steps at the
+ *                 ring's bandwidth; now that it takes the faster of NCCL's ring and tree
+ *                 (coll_time.c), mscclpp's 2 x 8 all-reduce at 1 and 4 GiB (on the ring)
+ *                 comes out at +6.3% and +6.5%, not +4.9% and +6.1%. Checked, not fitted,
+ *                 on 10 nodes of 1, 2, 4 and 8 H100s with NDR, 32 MiB to 16 GiB
+ *                 (xxrjun/nccl-tests-cluster, multi-node, NCCL 2.29, MPI): 46.9-49.1 GB/s
+ *                 a NIC from 1 GiB up (0.94-0.98 of it); errors in bench/fidelity
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
  *                 InfiniBand at 0.9 (assumptions).

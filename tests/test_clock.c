@@ -204,8 +204,8 @@ static void test_roofline_kinds(void **state)
  * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
  * among 8 GPUs of a DGX A100; on a DGX H100 the ring (LL128 or Simple, as NCCL's model
  * picks it: test_nvlink4_ramp) or NVLink SHARP, 55 us and S / (0.598 of 450 GB/s) whatever
- * n, whichever costs less (test_nvls_where_cheaper); across nodes NCCL's rings, and its
- * tree for LL (test_across_nodes). */
+ * n, whichever costs less (test_nvls_where_cheaper); across nodes NCCL's rings, and for
+ * all-reduce its tree where that costs less (test_across_nodes). */
 /* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB of floats */
 static const size_t ar_count[5] = {2, 262144, 2097152, 2097153, 268435456};
 
@@ -336,10 +336,11 @@ static void test_calibrated_collectives(void **state)
 		emu_cluster_free(c);
 	}
 
-	/* 2 nodes of 8: by Simple the ring's latency, 2 x 14 NVLink steps and 2 InfiniBand
-	 * ones, 7.5 us of PXN, and the bus bytes 2 x 15/16 S at the node's 8 NICs (8 x 0.89 x
-	 * 25 GB/s, slower than NVLink's 234); by LL, 8 B, NCCL's tree's latency, 2 x 7 NVLink
-	 * steps and 2 ceil(log2 2) InfiniBand ones, at NVLink3's LL 20 GB/s */
+	/* 2 nodes of 8: 1 GiB by Simple on the ring (its tree's 2 S at 0.92 of the bus
+	 * bandwidth costs 1.65 ms more), 2 x 14 NVLink steps and 2 InfiniBand ones, 7.5 us of
+	 * PXN, and the bus bytes 2 x 15/16 S at the node's 8 NICs (8 x 0.89 x 25 GB/s, slower
+	 * than NVLink's 234); 8 B by LL, the tree's 2 x 7 NVLink steps and 2 ceil(log2 2)
+	 * InfiniBand ones, at NVLink3's LL 20 GB/s */
 	c = calibrated(2, 16);
 	assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
 	assert_int_equal(p.t[9][4], 8100 + 28 * 10800 + 2 * 6800 + 7500 +
@@ -543,25 +544,26 @@ static int stream_device(struct emu_dev *d, void *arg)
 	return 0;
 }
 
-/* Across 10 nodes of 4 H100s (emu/coll_time.c, multi_node_ns): a 32 MiB all-reduce by
- * Simple pays the ring's latency, 2 (n - k) = 60 NVLink4 steps of 3.4 us and 2 (k - 1) =
- * 18 InfiniBand ones of 6.8, not the tree's 2 (L - 1) + 2 ceil(log2 k) = 6 + 8, with the
- * bus bytes 2 x 39/40 S at the node's 4 NICs (4 x 0.94 x 50 GB/s = 188, slower than
- * NVLink4's 355.5), plus 8.1 us and 7.5 us of PXN: 690.0 us, where NCCL took 780.9
- * (xxrjun/nccl-tests-cluster, in bench/fidelity) and the tree's latency gave 438.4. An
- * all-gather of 32 MiB in all: 30 + 9 steps, 39/40 S. A 1 KiB all-reduce by LL keeps the
- * tree's latency (6 steps of 0.633 us and 8 of 6.8) at NVLink4's LL 44 GB/s. */
+/* Across 10 nodes of 4 H100s (emu/coll_time.c, multi_node_ns), an all-reduce by Simple as
+ * NCCL picks it, by the least time: the ring, 2 (n - k) = 60 NVLink4 steps of 3.4 us and
+ * 2 (k - 1) = 18 InfiniBand ones of 6.8, with the bus bytes 2 x 39/40 S at the node's 4
+ * NICs (B = 4 x 0.94 x 50 GB/s = 188, slower than NVLink4's 355.5), or the tree, 2 (L - 1)
+ * = 6 and 2 ceil(log2 k) = 8 steps, with 2 S at 0.92 B times NCCL's correction for the
+ * size (0.7 at 32 MiB, 0.9 at 128 MiB); plus 8.1 us and 7.5 us of PXN. At 32 MiB the tree
+ * (644.7 us; the ring 690.0), at 128 MiB the ring (1734.2 us; the tree 1814.9). An
+ * all-gather of 32 MiB in all: the ring, 30 + 9 steps, 39/40 S. A 1 KiB all-reduce by LL:
+ * the tree's steps (0.633 us and 6.8) with the ring's bus bytes at NVLink4's LL 44 GB/s. */
 static int across_device(struct emu_dev *d, void *arg)
 {
+	static const size_t count[4] = {8u << 20, (8u << 20) / 40, 256, 32u << 20};
 	struct probe *p = arg;
-	int64_t t[3];
+	int64_t t[4];
 	int rc;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		t[i] = emu_stream_time(d, EMU_STREAM_COMM);
-		rc = i == 1 ? coll_all_gather(d, emu_world(d), NULL, NULL, (8u << 20) / 40)
-			    : coll_all_reduce(d, emu_world(d), NULL, NULL, i ? 256 : 8u << 20,
-					      COLL_SUM);
+		rc = i == 1 ? coll_all_gather(d, emu_world(d), NULL, NULL, count[i])
+			    : coll_all_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM);
 		if (rc)
 			return rc;
 		t[i] = emu_stream_time(d, EMU_STREAM_COMM) - t[i];
@@ -588,13 +590,20 @@ static void test_across_nodes(void **state)
 	cfg.cost = EMU_COST_CALIBRATED;
 	c = emu_cluster_new(&cfg);
 	assert_int_equal(emu_cluster_run(c, across_device, &p), 0);
-	assert_int_equal(p.t[0][0], 8100 + 60 * 3400 + 18 * 6800 + 7500 +
-					    (int64_t)ceil(78 / 40.0 * S / 188e9 * 1e9));
-	assert_int_equal(p.t[0][0], 690038);
+	/* 32 MiB by the tree: cheaper than the ring's 8100 + 60 x 3400 + 18 x 6800 + 7500 +
+	 * 78/40 S / 188 GB/s = 690038 */
+	assert_int_equal(p.t[0][0], 8100 + 6 * 3400 + 8 * 6800 + 7500 +
+					    (int64_t)ceil(2 * S / (0.92 * 0.7 * 188e9) * 1e9));
+	assert_int_equal(p.t[0][0], 644689);
 	assert_int_equal(p.t[0][1], 8100 + 30 * 3400 + 9 * 6800 + 7500 +
 					    (int64_t)ceil(39 / 40.0 * ag / 188e9 * 1e9));
 	assert_int_equal(p.t[0][2], 8100 + 6 * 633 + 8 * 6800 + 7500 +
 					    (int64_t)ceil(78 / 40.0 * 1024 / 44e9 * 1e9));
+	/* 128 MiB by the ring: cheaper than the tree's 8100 + 6 x 3400 + 8 x 6800 + 7500 +
+	 * 2 x 4 S / (0.92 x 0.9 x 188 GB/s) = 1814855 */
+	assert_int_equal(p.t[0][3], 8100 + 60 * 3400 + 18 * 6800 + 7500 +
+					    (int64_t)ceil(78 / 40.0 * 4 * S / 188e9 * 1e9));
+	assert_int_equal(p.t[0][3], 1734152);
 	emu_cluster_free(c);
 }
 
