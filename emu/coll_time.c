@@ -243,13 +243,13 @@ static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int 
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), lg = 0;
 	uint64_t hi = (uint64_t)(n - k) * (twice ? 2 : 1), hx = (uint64_t)(k - 1) * (twice ? 2 : 1);
-	uint64_t ti = hi, tx = hx; /* LL's hops: the tree's for all-reduce */
+	uint64_t ti = hi, tx = hx; /* LL's hops: for all-reduce the tree's, as its Simple's */
 	uint64_t B = min_u64(in->bw, (uint64_t)L * net->bw);
 	int64_t ll, bulk;
 
-	while ((1 << lg) < k)
-		lg++;
 	if (twice) {
+		while ((1 << lg) < k)
+			lg++;
 		ti = 2 * (uint64_t)(L - 1);
 		tx = 2 * lg;
 	}
