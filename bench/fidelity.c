@@ -23,7 +23,7 @@
 #include "cluster.h"
 #include "coll.h"
 
-enum kind { GEMM, MEM, ALLREDUCE, ALLGATHER, REDUCESCATTER };
+enum kind { GEMM, MEM, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL };
 
 struct row {
 	const char *what;   /* the microbenchmark */
@@ -72,6 +72,9 @@ struct sweep {
 #define TOG  "togethercomputer/together-nccl-tests H100 20260305_220043 (-g 8, Ring)"
 #define XXR  "xxrjun/nccl-tests-cluster nccl_N1_G8_cnode3-002.log (MPI, NCCL 2.29)"
 #define XXRN "xxrjun/nccl-tests-cluster multi-node 20260129-180219 (MPI, NCCL 2.29)"
+#define XXRP                                                                               \
+	"xxrjun/nccl-tests-cluster pairwise 20260128-010702, cnode3-002 and -003 (MPI, NCCL " \
+	"2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
 /* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
  * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s). Issue
@@ -441,6 +444,123 @@ static const struct sweep sweeps[] = {
 	 {689.11, 885.81, 1058.78, 1820.73, 2472.99, 3786.91, 6787.9, 13502, 26865, 52458.7},
 	 0,
 	 10},
+	{"all-to-all, 8 H100 (MPI)",
+	 "dgx-h100",
+	 XXR,
+	 ALLTOALL,
+	 8,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {124.79, 215.51, 393.32, 777.88, 1511.21, 2830, 5474.24, 10920.9, 21708.4, 43193.3},
+	 0,
+	 1},
+	{"all-to-all, 2 nodes x 1 H100",
+	 "dgx-h100",
+	 XXRP,
+	 ALLTOALL,
+	 2,
+	 32,
+	 3,
+	 0,
+	 0,
+	 0,
+	 {55165.9, 110523, 221176},
+	 0,
+	 2},
+	{"all-to-all, 2 nodes x 2 H100",
+	 "dgx-h100",
+	 XXRP,
+	 ALLTOALL,
+	 4,
+	 32,
+	 3,
+	 0,
+	 0,
+	 0,
+	 {44765.4, 89464.2, 178619},
+	 0,
+	 2},
+	{"all-to-all, 2 nodes x 4 H100",
+	 "dgx-h100",
+	 XXRP,
+	 ALLTOALL,
+	 8,
+	 32,
+	 3,
+	 0,
+	 0,
+	 0,
+	 {45401.4, 89995.2, 181499},
+	 0,
+	 2},
+	{"all-to-all, 2 nodes x 8 H100",
+	 "dgx-h100",
+	 XXRP,
+	 ALLTOALL,
+	 16,
+	 32,
+	 3,
+	 0,
+	 0,
+	 0,
+	 {43852.6, 87635.7, 174994},
+	 0,
+	 2},
+	{"all-to-all, 10 nodes x 1 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLTOALL,
+	 10,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {792.6, 1441.35, 2795.45, 5482.62, 10863.4, 21624.7, 43176.9, 86308.9, 172538, 346210},
+	 0,
+	 10},
+	{"all-to-all, 10 nodes x 2 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLTOALL,
+	 20,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {811.34, 1434.53, 2798.17, 5485.89, 10836.4, 21499.9, 42962, 86026.4, 171558, 341262},
+	 0,
+	 10},
+	{"all-to-all, 10 nodes x 4 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLTOALL,
+	 40,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {975.05, 1728.72, 2964.53, 5622.04, 10753.6, 21521, 42158.2, 84912.8, 168877, 338186},
+	 0,
+	 10},
+	{"all-to-all, 10 nodes x 8 H100",
+	 "dgx-h100",
+	 XXRN,
+	 ALLTOALL,
+	 80,
+	 25,
+	 10,
+	 0,
+	 0,
+	 0,
+	 {970.33, 1662.12, 2944.85, 5334.88, 10656, 21159.9, 42267.6, 84157.5, 167847, 336737},
+	 0,
+	 10},
 };
 
 struct probe {
@@ -475,9 +595,12 @@ static int device(struct emu_dev *d, void *arg)
 		else if (r->kind == ALLGATHER)
 			rc = coll_all_gather(d, emu_world(d), NULL, NULL,
 					     (size_t)(r->a / 4 / r->b));
-		else
+		else if (r->kind == REDUCESCATTER)
 			rc = coll_reduce_scatter(d, emu_world(d), NULL, NULL,
 						 (size_t)(r->a / 4 / r->b), COLL_SUM);
+		else
+			rc = coll_all_to_all(d, emu_world(d), NULL, NULL,
+					     (size_t)(r->a / 4 / r->b));
 		if (!rc && emu_dev_id(d) == 0)
 			p->ns = emu_stream_time(d, EMU_STREAM_COMM) - t0;
 		return rc;
@@ -547,7 +670,7 @@ struct tally {
 
 static void emit(FILE *csv, struct tally *t, const struct row *r)
 {
-	static const char *const unit[] = {"TFLOP/s", "GB/s", "us", "us", "us"};
+	static const char *const unit[] = {"TFLOP/s", "GB/s", "us", "us", "us", "us"};
 	double got = predict(r), err = (got - r->measured) / r->measured;
 
 	printf("| %s | %.4g %s | %.4g | %+.1f%% | %s | %s |\n", r->what, r->measured, unit[r->kind],

@@ -69,7 +69,8 @@ void coll_set_wire_bytes(struct emu_dev *d, int bytes)
 /* Bytes member m puts on each link class for op, by the algorithm's traffic. On NCCL's
  * rings over the nodes, one per NIC (op->nic_rings = L members a node), each member is a
  * ring's way out of its node once in L rings: 1/L of its bytes go over the network, the
- * rest over NVLink. */
+ * rest over NVLink. An all-to-all timed node by node (op->by_node) puts what a member
+ * sends its own node's members on NVLink, the rest on the network. */
 static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
 {
 	const struct op_arg *a = &op->arg[m];
@@ -110,13 +111,23 @@ static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
 			lb[op->link] += 2 * (uint64_t)(n - 1) * S / (uint64_t)n;
 		}
 		break;
+	case OP_ALL_TO_ALL:
+	case OP_ALL_TO_ALL_V:
+		if (op->by_node) {
+			uint64_t local, remote;
+
+			coll_a2a_split(d->c, op, m, 0, &local, &remote);
+			lb[TOPO_LINK_INTRA] += local;
+			lb[op->link] += remote;
+		} else if (a->kind == OP_ALL_TO_ALL) {
+			lb[op->link] += (uint64_t)(n - 1) * S / (uint64_t)n;
+		} else {
+			lb[op->link] += coll_a2av_cross(op, m, 0);
+		}
+		break;
 	case OP_REDUCE_SCATTER:
 	case OP_ALL_GATHER:
-	case OP_ALL_TO_ALL:
 		lb[op->link] += (uint64_t)(n - 1) * S / (uint64_t)n;
-		break;
-	case OP_ALL_TO_ALL_V:
-		lb[op->link] += coll_a2av_cross(op, m, 0);
 		break;
 	default:
 		break;

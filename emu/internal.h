@@ -78,6 +78,9 @@ struct op {
 	int hier;             /* 1 if run as the hierarchical (node-aware) algorithm */
 	int nic_rings;        /* >0: run as NCCL's rings over the nodes, one per NIC, this
 			       * many members a node (the calibrated model's; coll_time.c) */
+	int by_node;          /* 1: an all-to-all(-v) over nodes timed as NCCL runs it, a
+			       * member's bytes for its own node on the node's links, the rest
+			       * through its NIC (the calibrated model's; coll_time.c) */
 	int ctas;             /* the SMs it takes from the compute beside it (the calibrated
 			       * model's SM share, coll.h; 0: none) */
 	int ntasks;           /* data-movement tasks (0 in dry-run) */
@@ -351,6 +354,10 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S);
 /* Bytes member m of an all-to-all-v sends to (recv: receives from) the other members. */
 uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
+/* Bytes member m of an all-to-all(-v) sends to (recv: receives from) the other members of
+ * its node, *local, and the members on other nodes, *remote. */
+void coll_a2a_split(const struct emu_cluster *c, const struct op *op, int m, int recv,
+		    uint64_t *local, uint64_t *remote);
 /* coll.c: reading a finished op's times into a stream; an op kind's name. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a

@@ -37,7 +37,8 @@
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
  * (tuning.cc) prefers it to Simple; the bulk protocol (Simple) beyond; on NVLink4's
  * NVSwitch an all-reduce inside a node by NVLink SHARP where that costs less; across
- * nodes NCCL's rings, one a NIC, and its tree where faster). The latency of small
+ * nodes NCCL's rings, one a NIC, and its tree where faster; an all-to-all through each
+ * member's NIC beside NVLink). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
  * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity takes as
@@ -88,7 +89,8 @@
  *                 comes out at +6.3% and +6.5%, not +4.9% and +6.1%. Checked, not fitted,
  *                 on 10 nodes of 1, 2, 4 and 8 H100s with NDR, 32 MiB to 16 GiB
  *                 (xxrjun/nccl-tests-cluster, multi-node, NCCL 2.29, MPI): 46.9-49.1 GB/s
- *                 a NIC from 1 GiB up (0.94-0.98 of it); errors in bench/fidelity
+ *                 a NIC from 1 GiB up (0.94-0.98 of it), and all-to-all on the same
+ *                 cluster, 2 nodes (pairwise runs) and 10; errors in bench/fidelity
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
  *                 InfiniBand at 0.9 (assumptions).

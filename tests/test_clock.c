@@ -607,6 +607,73 @@ static void test_across_nodes(void **state)
 	emu_cluster_free(c);
 }
 
+/* An all-to-all over nodes (emu/coll_time.c, a2a_across), as NCCL runs one, every pair
+ * at once: a member's bytes for its own node's members on NVLink, those for the other
+ * node through its NIC, side by side; the slower of the two for the member that moves
+ * the most, sending or receiving, with n - 1 = 15 steps. On 2 nodes of 8 H100s, 4 GiB a
+ * member: 2 GiB through the NIC at 0.94 x 50 GB/s and 15 InfiniBand steps of 6.8 us, 8.1
+ * us besides (the whole 15/16 of 4 GiB at the NIC would take 85.8 ms). The all-to-all-v,
+ * 64 Ki floats x (1 + m + 2 j) from member m to member j, by its busiest member's
+ * traffic with the other node. */
+static size_t a2av_count(int from, int to)
+{
+	return (size_t)(1 + from + 2 * to) << 16;
+}
+
+static int a2a_nodes_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	size_t send[16], recv[16];
+	int id = emu_dev_id(d), rc;
+	int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+
+	if ((rc = coll_all_to_all(d, emu_world(d), NULL, NULL, 64u << 20)))
+		return rc;
+	p->t[id][0] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	p->t[id][1] = (int64_t)coll_link_bytes(d, TOPO_LINK_INTRA);
+	p->t[id][2] = (int64_t)coll_link_bytes(d, TOPO_LINK_INTER);
+	for (int j = 0; j < 16; j++) {
+		send[j] = a2av_count(id, j);
+		recv[j] = a2av_count(j, id);
+	}
+	t0 = emu_stream_time(d, EMU_STREAM_COMM);
+	if ((rc = coll_all_to_all_v(d, emu_world(d), NULL, send, NULL, recv)))
+		return rc;
+	p->t[id][3] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	return 0;
+}
+
+static void test_all_to_all_across_nodes(void **state)
+{
+	struct emu_cluster *c = calibrated_on("dgx-h100", 2, 16);
+	const double nic = 0.94 * 50e9, chunk = (64u << 20) * 4.0;
+	double worst = 0;
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, a2a_nodes_device, &p), 0);
+	for (int m = 0; m < 16; m++) { /* the most a member sends to or gets from the other node */
+		double out = 0, in = 0;
+
+		for (int j = 0; j < 16; j++)
+			if (j / 8 != m / 8) {
+				out += 4.0 * (double)a2av_count(m, j);
+				in += 4.0 * (double)a2av_count(j, m);
+			}
+		worst = fmax(worst, fmax(out, in));
+	}
+	for (int m = 0; m < 16; m++) {
+		assert_int_equal(p.t[m][0], 8100 + 15 * 6800 + (int64_t)ceil(8 * chunk / nic * 1e9));
+		assert_int_equal(p.t[m][0], 45801242);
+		assert_int_equal(p.t[m][1], (int64_t)(7 * chunk)); /* to its own node: NVLink */
+		assert_int_equal(p.t[m][2], (int64_t)(8 * chunk)); /* to the other: the NIC */
+		assert_int_equal(p.t[m][3], 8100 + 15 * 6800 + (int64_t)ceil(worst / nic * 1e9));
+	}
+	/* member 15's receipts from node 0: 64 Ki floats x (1 + j + 30), j = 0..7 */
+	assert_int_equal(worst, 4.0 * 65536 * (8 * 31 + 28));
+	emu_cluster_free(c);
+}
+
 static void test_streams_and_events(void **state)
 {
 	struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
@@ -691,6 +758,7 @@ int main(void)
 		cmocka_unit_test(test_nvlink4_ramp),
 		cmocka_unit_test(test_nvls_where_cheaper),
 		cmocka_unit_test(test_across_nodes),
+		cmocka_unit_test(test_all_to_all_across_nodes),
 		cmocka_unit_test(test_sm_share),
 	};
 
