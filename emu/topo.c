@@ -90,7 +90,9 @@
  *                 on 10 nodes of 1, 2, 4 and 8 H100s with NDR, 32 MiB to 16 GiB
  *                 (xxrjun/nccl-tests-cluster, multi-node, NCCL 2.29, MPI): 46.9-49.1 GB/s
  *                 a NIC from 1 GiB up (0.94-0.98 of it), and all-to-all on the same
- *                 cluster, 2 nodes (pairwise runs) and 10; errors in bench/fidelity
+ *                 cluster, 2 nodes (pairwise runs) and 10; all-reduce on 2, 4 and 8
+ *                 nodes of 8 H100s under NCCL's defaults, NVLSTree, which pemu does not
+ *                 model (NVIDIA/nccl-tests issue 309); errors in bench/fidelity
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
  *                 InfiniBand at 0.9 (assumptions).
