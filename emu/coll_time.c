@@ -329,8 +329,7 @@ static int64_t calibrated_across(const struct emu_cluster *c, struct op *op, con
  * of a member's sends at that link's step; the network's is the group's slowest link.
  * Measured: 2 nodes x 8 H100 move 4 GiB a member in 43.9 ms, the 2 GiB for the other
  * node at 49 GB/s, one NIC's (xxrjun/nccl-tests-cluster pairwise; bench/fidelity). */
-static int64_t a2a_across(const struct emu_cluster *c, const struct op *op,
-			  const struct wire *net)
+static int64_t a2a_across(const struct emu_cluster *c, const struct op *op, const struct wire *net)
 {
 	const struct wire in = wire_of(c, &c->cfg.topo.link[TOPO_LINK_INTRA]);
 	uint64_t steps = (uint64_t)(op->ch->n - 1), local = 0, remote = 0;

@@ -663,7 +663,8 @@ static void test_all_to_all_across_nodes(void **state)
 		worst = fmax(worst, fmax(out, in));
 	}
 	for (int m = 0; m < 16; m++) {
-		assert_int_equal(p.t[m][0], 8100 + 15 * 6800 + (int64_t)ceil(8 * chunk / nic * 1e9));
+		assert_int_equal(p.t[m][0],
+				 8100 + 15 * 6800 + (int64_t)ceil(8 * chunk / nic * 1e9));
 		assert_int_equal(p.t[m][0], 45801242);
 		assert_int_equal(p.t[m][1], (int64_t)(7 * chunk)); /* to its own node: NVLink */
 		assert_int_equal(p.t[m][2], (int64_t)(8 * chunk)); /* to the other: the NIC */
