@@ -169,6 +169,15 @@ static void test_bad_input(void **state)
 		 "as fp32 data, 128.0 GiB on the largest)"},
 		{"verify --model gpt3-175b --mem-cap 4TB",
 		 "of host memory (the emulated GPUs' tensors as fp32 data"},
+		/* and what a run holds before it fails as its sizing dry-run does */
+		{"train --model gpt3-175b --mem-cap 2T --steps 1",
+		 "execute mode would hold about 2.0 TiB of host memory (the emulated GPUs' tensors "
+		 "as fp32 data, 2.0 TiB on the largest) before it fails as its dry-run does "
+		 "(device 0: out of memory allocating 'layers.75.fc.weight.grad'"},
+		{"run --model gpt3-175b --dp 2 --mem-cap 2T --steps 1",
+		 "execute mode would hold about 3.5 TiB of host memory (the emulated GPUs' tensors "
+		 "as fp32 data, 1.7 TiB on the largest) before it fails as its dry-run does "
+		 "(device 0: out of memory allocating 'adam state'"},
 		{"run --model tiny --trace /nonexistent/dir/x.json",
 		 "--trace: cannot write '/nonexistent/dir/x.json' (No such file or directory)"},
 		{"run --model moe-tiny --ep 2 --dp 2 --expert-tensor-parallel-size 2",

@@ -1087,12 +1087,13 @@ static void test_host_need(void **state)
 		struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
 		struct run_out o;
 		uint64_t largest, need, held = 0, big = 0;
+		char why[256];
 
 		test_make_cfg(&cfg, k ? "moe-tiny" : "tiny", 2, k ? 1 : 2, k ? 2 : 1, &corpus);
 		cfg.zero = 1 - k;
 		if (k)
 			cfg.model.num_layers = 4;
-		need = run_host_need(&cfg, emu_cluster_config(c), 1, 0, &largest);
+		need = run_host_need(&cfg, emu_cluster_config(c), 1, 0, &largest, why, sizeof why);
 		run_alloc(&o, &cfg, 0);
 		if (run_parallel(c, &cfg, &o))
 			fail_msg("run failed: %s", emu_cluster_report(c));
@@ -1103,6 +1104,7 @@ static void test_host_need(void **state)
 			big = h > big ? h : big;
 		}
 		assert_true(need > 0);
+		assert_string_equal(why, "");
 		assert_int_equal(need, held);
 		assert_int_equal(largest, big);
 		run_free(&o);

@@ -261,7 +261,7 @@ void cli_cluster_faults(const struct cli_cluster *cc, const struct cli *c, struc
 	}
 }
 
-void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest)
+void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest, const char *fails)
 {
 	const char *off = getenv("PEMU_HOST_CHECK");
 	uint64_t have = run_host_available();
@@ -272,6 +272,13 @@ void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest)
 	units_fmt_bytes(n, sizeof n, need);
 	units_fmt_bytes(l, sizeof l, largest);
 	units_fmt_bytes(h, sizeof h, have);
+	if (fails[0])
+		cli_fail(c,
+			 "execute mode would hold about %s of host memory (the emulated GPUs' "
+			 "tensors as fp32 data, %s on the largest) before it fails as its "
+			 "dry-run does (%s), and this host has %s available: add --dry-run for "
+			 "the whole report",
+			 n, l, fails, h);
 	cli_fail(c,
 		 "execute mode would hold about %s of host memory (the emulated GPUs' tensors as "
 		 "fp32 data, %s on the largest), and this host has %s available: add --dry-run "

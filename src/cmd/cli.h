@@ -116,8 +116,10 @@ void cli_cluster_faults(const struct cli_cluster *cc, const struct cli *c, struc
 
 /* Execute mode holds the emulated devices' memory as host memory: refuses (exit 2) a run
  * that needs more than 90% of what the host has available, naming the need (need in
- * all, largest on one device) and what is there, and suggesting --dry-run. Nothing if
- * the host's figure is unknown or PEMU_HOST_CHECK=off. */
-void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest);
+ * all, largest on one device) and what is there, and suggesting --dry-run. need is
+ * what the run holds before it fails where its sizing dry-run failed (fails: that
+ * failure's first line, which the message names; "" if none). Nothing if the host's
+ * figure is unknown or PEMU_HOST_CHECK=off. */
+void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest, const char *fails);
 
 #endif

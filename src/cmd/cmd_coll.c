@@ -354,7 +354,7 @@ int cmd_coll(int argc, char **argv)
 
 		set_size(&big, maxb);
 		one = ((uint64_t)big.nsend + big.nrecv) * sizeof(float);
-		cli_host_check(&c, one * (uint64_t)b->n, one);
+		cli_host_check(&c, one * (uint64_t)b->n, one, "");
 	}
 	if (cc.cfg.dry_run)
 		b->check = 0;

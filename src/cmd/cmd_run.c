@@ -425,12 +425,14 @@ static int run_or_verify(int argc, char **argv, int verify)
 		return 0;
 	}
 	if (!cc.cfg.dry_run) { /* before the data is loaded or anything allocated */
-		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 1, verify, &largest);
+		char fails[256];
+		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 1, verify, &largest, fails,
+						       sizeof fails);
 
 		if (cfg.save) /* (the full tensors the devices save through) */
 			need += ckpt_bytes(&cfg.model);
 
-		cli_host_check(&c, need, largest);
+		cli_host_check(&c, need, largest, fails);
 	}
 	cli_model_load(&mo, &cfg, &c);
 	if (!cc.json)

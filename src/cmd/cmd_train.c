@@ -232,6 +232,20 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	printf("}\n");
 }
 
+/* A failed run's report as one JSON object, as pemu run's: the configuration, the error
+ * (its kind and the cluster's report) and the memory up to the failure. */
+static void json_failure(const struct run_cfg *cfg, const struct emu_config *ecfg,
+			 struct emu_cluster *cl, int rc)
+{
+	printf("{\"command\":\"train\",");
+	report_config_json_train(stdout, cfg, ecfg);
+	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_err_name(rc));
+	report_json_string(stdout, emu_cluster_report(cl));
+	printf("},");
+	report_memory_json(stdout, cl, 1);
+	printf(",\"comm\":{},\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
+}
+
 /* Trains cfg on one device of cc's cluster and prints the report; the exit code. */
 static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sample)
 {
@@ -263,7 +277,9 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 		fflush(stdout);
 		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_err_name(rc),
 			emu_cluster_report(cl));
-		if (!t.json)
+		if (t.json) /* the report all the same, its error beside the configuration */
+			json_failure(cfg, &cc->cfg, cl, rc);
+		else
 			report_memory_line(stderr, emu_cluster_dev(cl, 0));
 	} else {
 		print_report(&t, cl, &cc->cfg);
@@ -319,12 +335,14 @@ int cmd_train(int argc, char **argv)
 		cli_fail(&c, "--inject-fault fail: pemu train runs the serial model on one device; "
 			     "a device's failure is for pemu run and verify");
 	if (!cc.cfg.dry_run) {
-		uint64_t largest, need = run_host_need(&cfg, &cc.cfg, 0, 1, &largest);
+		char fails[256];
+		uint64_t largest,
+			need = run_host_need(&cfg, &cc.cfg, 0, 1, &largest, fails, sizeof fails);
 
 		if (cfg.save) /* (the full tensors the device saves through) */
 			need += ckpt_bytes(&cfg.model);
 
-		cli_host_check(&c, need, largest);
+		cli_host_check(&c, need, largest, fails);
 	}
 	cli_parsed();
 	cli_model_load(&mo, &cfg, &c);

@@ -158,9 +158,10 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)
 }
 
 /* The host bytes a dry-run of cfg (parallel, or the reference on one device) would have
- * held, summed, with the largest device's. */
+ * held, summed, with the largest device's; if it fails, what it held by then, and the
+ * failure's first line in why. */
 static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
-			 uint64_t *largest)
+			 uint64_t *largest, char *why, size_t n)
 {
 	struct emu_config e = *ecfg;
 	struct run_cfg dry = *cfg;
@@ -185,27 +186,31 @@ static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecf
 	c = emu_cluster_new(&e);
 	run_alloc(&o, &dry, 0);
 	rc = parallel ? run_parallel(c, &dry, &o) : run_reference(c, &dry, &o);
-	for (int i = 0; !rc && i < e.ndev; i++) {
+	for (int i = 0; i < e.ndev; i++) {
 		uint64_t h = mem_host_peak(emu_cluster_dev(c, i));
 
 		sum += h;
 		*largest = h > *largest ? h : *largest;
 	}
+	if (rc && !why[0])
+		snprintf(why, n, "%.*s", (int)strcspn(emu_cluster_report(c), "\n"),
+			 emu_cluster_report(c));
 	run_free(&o);
 	emu_cluster_free(c);
-	return rc ? 0 : sum;
+	return sum;
 }
 
 uint64_t run_host_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
-		       int reference, uint64_t *largest)
+		       int reference, uint64_t *largest, char *why, size_t n)
 {
 	uint64_t need = 0;
 
 	*largest = 0;
+	why[0] = 0;
 	if (parallel)
-		need += dry_need(cfg, ecfg, 1, largest);
+		need += dry_need(cfg, ecfg, 1, largest, why, n);
 	if (reference)
-		need += dry_need(cfg, ecfg, 0, largest);
+		need += dry_need(cfg, ecfg, 0, largest, why, n);
 	return need;
 }
 

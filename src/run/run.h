@@ -89,9 +89,11 @@ int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_o
 /* The host memory an execute run of cfg on a cluster like ecfg would hold, by a dry-run
  * of the same code (run_parallel if parallel, and run_reference if reference; its
  * blocks count the fp32 data they would hold): the sum over the devices, and the largest
- * device's in *largest. 0 if the dry-run fails (the execute run will report why). */
+ * device's in *largest. If the dry-run fails, so would the execute run, after holding
+ * what the dry-run had held by then (what this returns): the failure's first line goes
+ * into why (n bytes; "" if none failed). */
 uint64_t run_host_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
-		       int reference, uint64_t *largest);
+		       int reference, uint64_t *largest, char *why, size_t n);
 /* The host memory available now (Linux's MemAvailable), or 0 if unknown. */
 uint64_t run_host_available(void);
 
