@@ -390,6 +390,14 @@ static void test_failed_json(void **state)
 	len = ftell(f);
 	fclose(f);
 	assert_true(len > 1000); /* the ops up to the failure */
+	/* pemu train's too, in execute mode */
+	assert_int_equal(run("train --model tiny --lr 10 --clip-grad 0 --json", 0, out, sizeof out),
+			 1);
+	assert_true(out[0] == '{');
+	assert_non_null(strstr(out, "{\"command\":\"train\",\"config\":{"));
+	assert_non_null(strstr(out, "\"report\":\"device 0: the loss is inf at step 3: training "
+				    "diverged"));
+	assert_non_null(strstr(out, "\"memory\":["));
 }
 
 /* The pemu run line that the JSON string at key (in out) holds, run with extra: its
