@@ -302,9 +302,9 @@ static void test_divergence(void **state)
 static void test_clock_horizon(void **state)
 {
 	static const char *const cmds[] = {
-		"train --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2",
-		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2",
-		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1 --steps 2 --cost-model "
+		"train --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2",
+		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2",
+		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2 --cost-model "
 		"roofline"};
 	static char out[65536];
 
@@ -315,7 +315,7 @@ static void test_clock_horizon(void **state)
 			strstr(out, "the virtual clock passed its horizon (2^62 ns, 146 years)"));
 		assert_null(strstr(out, "step     1/2"));
 	}
-	assert_int_equal(run("coll -g 2 -b 1G -e 1G --dry-run --intra-bw 1", 1, out, sizeof out),
+	assert_int_equal(run("coll -g 2 -b 1G -e 1G --dry-run --intra-bw 1B/s", 1, out, sizeof out),
 			 1);
 	assert_non_null(strstr(out, "the virtual clock passed its horizon"));
 }

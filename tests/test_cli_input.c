@@ -32,6 +32,13 @@ static void test_bad_input(void **state)
 		{"coll -g", "option -g needs a value"},
 		{"coll --cluster tpu-v9", "unknown preset 'tpu-v9'"},
 		{"coll --inter-bw fast", "malformed bandwidth 'fast'"},
+		/* a unit is needed: a bare 300 was 300 bytes a second, a bare 5 5 ns */
+		{"coll --intra-bw 300", "--intra-bw 300: give the unit (for example 50GB/s or "
+					"200Gb/s); a bare number is not taken as bytes a second"},
+		{"coll --intra-lat 5",
+		 "--intra-lat 5: give the unit (for example 5us, 2ms or 100ns)"},
+		{"coll --inter-bw 0GB/s", "--inter-bw 0GB/s: a bandwidth must be more than 0"},
+		{"train --model tiny --hbm-bw 2", "--hbm-bw 2: give the unit (for example 2TB/s)"},
 		{"coll --inter-lat 5parsecs", "malformed time '5parsecs'"},
 		{"coll --op allreduce", "unknown collective 'allreduce'"},
 		{"coll -b 1M -e 1K", "is larger than -e"},

@@ -203,12 +203,40 @@ int cli_cluster_opt(struct cli_cluster *cc, int id, const char *val)
 	}
 }
 
+/* Whether s is a number alone, with no unit after it. */
+static int bare_number(const char *s)
+{
+	char *end;
+
+	(void)strtod(s, &end);
+	return end != s && !*end;
+}
+
+/* --opt s, a bandwidth with its unit, into *out (exits with code 2 if it is not one). */
+static void parse_bw(const struct cli *c, const char *opt, const char *s, const char *example,
+		     uint64_t *out)
+{
+	if (bare_number(s))
+		cli_fail(c,
+			 "--%s %s: give the unit (for example %s); a bare number is not taken "
+			 "as bytes a second",
+			 opt, s, example);
+	if (units_parse_bw(s, out) && strtod(s, NULL) == 0 && strchr("0.", s[0]))
+		cli_fail(c, "--%s %s: a bandwidth must be more than 0", opt, s);
+	if (units_parse_bw(s, out))
+		cli_fail(c, "--%s: malformed bandwidth '%s' (for example %s)", opt, s, example);
+}
+
 static void link_override(const struct cli *c, struct topo_link *l, const char *bw_opt,
 			  const char *bw, const char *lat_opt, const char *lat)
 {
-	if (bw && units_parse_bw(bw, &l->bw_bytes))
-		cli_fail(c, "--%s: malformed bandwidth '%s' (for example 50GB/s or 200Gb/s)",
-			 bw_opt, bw);
+	if (bw)
+		parse_bw(c, bw_opt, bw, "50GB/s or 200Gb/s", &l->bw_bytes);
+	if (lat && bare_number(lat))
+		cli_fail(c,
+			 "--%s %s: give the unit (for example 5us, 2ms or 100ns); a bare number "
+			 "is not taken as nanoseconds",
+			 lat_opt, lat);
 	if (lat && units_parse_time(lat, &l->lat_ns))
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
@@ -345,9 +373,7 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 	if (OV(CLI_HBM_BW)) {
 		uint64_t bw;
 
-		if (units_parse_bw(OV(CLI_HBM_BW), &bw))
-			cli_fail(c, "--hbm-bw: malformed bandwidth '%s' (for example 2TB/s)",
-				 OV(CLI_HBM_BW));
+		parse_bw(c, "hbm-bw", OV(CLI_HBM_BW), "2TB/s", &bw);
 		cfg->topo.gpu.hbm_bw = (double)bw;
 	}
 	if (OV(CLI_MEM_CAP)) {
