@@ -24,6 +24,10 @@ static void test_bad_input(void **state)
 	} cases[] = {
 		{"coll --frobnicate", "unknown option '--frobnicate'"},
 		{"coll -b 8Q", "malformed size '8Q'"},
+		{"plan --oases --model tiny",
+		 "--oases searches the degrees of a tensor-parallel layout: give --tp > 1"},
+		{"coll --op send-recv -g 1",
+		 "--op send-recv -g 1: a send and its receive need 2 devices or more"},
 		{"coll -e 12XB", "malformed size '12XB'"},
 		{"coll -g 16 --nodes 1",
 		 "16 devices are more than the cluster has (1 node x 8 GPUs = 8)"},

@@ -9,7 +9,8 @@
 
 const struct cli_opt cli_model_opts[] = {
 	{"model", 0, 1, CLI_MODEL_MODEL, "NAME",
-	 "tiny, small (default), gpt2-124m, gpt2-1.5b, llama-7b-shape, gpt3-175b"},
+	 "tiny, small (default), moe-tiny, moe-small, gpt2-124m, gpt2-1.5b, llama-7b-shape, "
+	 "gpt3-175b"},
 	{"num-layers", 0, 1, CLI_MODEL_LAYERS, "N", "transformer layers"},
 	{"hidden-size", 0, 1, CLI_MODEL_HIDDEN, "N", "hidden size h"},
 	{"num-attention-heads", 0, 1, CLI_MODEL_HEADS, "N", "attention heads (must divide h)"},

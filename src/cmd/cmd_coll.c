@@ -342,6 +342,9 @@ int cmd_coll(int argc, char **argv)
 	if (b->root >= b->n)
 		cli_fail(&c, "-r %d: the root must be a rank of the group (0..%d)", b->root,
 			 b->n - 1);
+	if (b->op == C_SEND_RECV && b->n < 2)
+		cli_fail(&c, "--op send-recv -g %d: a send and its receive need 2 devices or more",
+			 b->n);
 	cli_cluster_finish(&cc, &c, b->n);
 	if (cc.nfail)
 		cli_fail(&c, "--inject-fault fail:DEV@STEP: pemu coll has no steps; a device's "

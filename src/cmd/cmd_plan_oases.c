@@ -171,6 +171,10 @@ int cmd_plan_oases(int argc, char **argv, const struct cli *c, struct run_cfg *c
 	char err[512];
 	int rc;
 
+	if (cfg->mesh.size[MESH_TP] < 2)
+		cli_fail(c,
+			 "--oases searches the degrees of a tensor-parallel layout: give --tp > 1 "
+			 "(the group its blocks' degrees divide), for example --tp 4");
 	cfg->steps = 1;
 	cfg->log_every = 0;
 	cfg->tp_overlap = PAR_OVERLAP_OASES;

@@ -24,9 +24,10 @@ static void usage(FILE *f)
 		"--zero-stage, ...\n"
 		"  verify    the same plus the serial reference, compared; exit 1 on a mismatch\n"
 		"  coll      collective benchmark in the manner of nccl-tests\n"
-		"  plan      --oases: Oases's search for tensor-parallel degrees, in dry-run\n"
-		"'pemu COMMAND --help' lists a command's options. The full layout search is\n"
-		"not in this build.\n\n"
+		"  plan      which layout to run: every layout of a model on a cluster in "
+		"dry-run,\n"
+		"            ranked by step time (--oases: Oases's tensor-parallel degrees)\n"
+		"'pemu COMMAND --help' lists a command's options.\n\n"
 		"cluster presets (--cluster):");
 	for (int i = 0; topo_preset_names[i]; i++) {
 		struct topo t;
