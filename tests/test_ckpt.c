@@ -553,7 +553,13 @@ static void test_command_line(void **state)
 	/* (the first launch's learning rate decayed over 3: the relaunch says so) */
 	assert_int_equal(pemu(args, 1, out, sizeof out), 0);
 	assert_non_null(strstr(out, "note: the run differs"));
-	assert_int_equal(pemu(args, 0, out, sizeof out), 2); /* already at 6 */
+	/* launched again once done: nothing to train, and a success, as Megatron's relaunch */
+	assert_int_equal(pemu(args, 1, out, sizeof out), 0);
+	assert_non_null(
+		strstr(out, "is at iteration 6, the --train-iters asked: nothing to train"));
+	snprintf(args, sizeof args, "run %s --steps 5 --load %s", common, dir);
+	assert_int_equal(pemu(args, 1, out, sizeof out), 2); /* past the iteration asked */
+	assert_non_null(strstr(out, "--train-iters 5: the checkpoint in"));
 	remove_dir(dir);
 	temp_dir(dir, sizeof dir);
 	snprintf(args, sizeof args, "run %s --steps 6 --save %s --save-interval 3 --json", common,

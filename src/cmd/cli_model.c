@@ -2,6 +2,7 @@
 #include "cmd/cli_model.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -325,7 +326,16 @@ void cli_model_checkpoint(struct cli_model *m, struct run_cfg *cfg, const struct
 	if (ckpt_load(m->load, &m->ck, err, sizeof err))
 		cli_fail(c, "%s", err);
 	cfg->step0 = m->ck.iter;
-	if (cfg->steps && cfg->steps <= cfg->step0)
+	if (cfg->steps && cfg->steps == cfg->step0) { /* a relaunch of a finished job */
+		fprintf(stderr,
+			"%s: the checkpoint in %s is at iteration %d, the --train-iters asked: "
+			"nothing to train\n",
+			c->prog, m->load, cfg->step0);
+		if (cli_exit_hook)
+			cli_exit_hook(0);
+		exit(0);
+	}
+	if (cfg->steps && cfg->steps < cfg->step0)
 		cli_fail(c,
 			 "--train-iters %d: the checkpoint in %s is at iteration %d already (with "
 			 "--load, --train-iters is the iteration to reach)",
