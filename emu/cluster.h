@@ -70,11 +70,14 @@ struct emu_config {
 	enum emu_cost cost; /* the cost model */
 	int nslow;          /* slowdowns injected */
 	struct emu_slow slow[EMU_MAX_SLOW];
-	int ndev;         /* devices to start: the first ndev of the topology */
-	int dry_run;      /* 1: no data, only shapes, time and memory accounting */
-	uint64_t mem_cap; /* bytes per device; 0: the GPU's HBM size */
-	double pace;      /* >0: wall clock follows virtual clock * pace (a demo aid) */
-	int trace;        /* 1: record every op for trace_write_json / trace_timeline */
+	int ndev;          /* devices to start: the first ndev of the topology */
+	int dry_run;       /* 1: no data, only shapes, time and memory accounting */
+	uint64_t mem_cap;  /* bytes per device; 0: the GPU's HBM size */
+	double pace;       /* >0: wall clock follows virtual clock * pace (a demo aid) */
+	int trace;         /* 1: record every op for trace_write_json / trace_timeline */
+	int trace_devices; /* >0: the trace keeps devices 0 .. trace_devices - 1 (a folded
+			    * dry-run copies its representatives' ops to those only, and
+			    * trace_write_json writes those); 0: every device */
 	/* Host threads that run the devices, each device a user-level context on them: 0
 	 * (the default) one per online core in execute mode and one in dry-run, N > 0 that
 	 * many (never more than the devices that run); -1 one OS thread per device

@@ -171,7 +171,7 @@ void fold_copy_results(struct emu_cluster *c)
 		d->mem.peak_total = r->mem.peak_total;
 		d->mem.host_cur = r->mem.host_cur;
 		d->mem.host_peak = r->mem.host_peak;
-		if (c->cfg.trace)
+		if (c->cfg.trace && (!c->cfg.trace_devices || d->id < c->cfg.trace_devices))
 			copy_trace(d, r);
 	}
 }

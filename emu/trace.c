@@ -162,19 +162,26 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 	}
 }
 
+int trace_devices_written(const struct emu_cluster *c)
+{
+	int n = c->cfg.trace_devices;
+
+	return n > 0 && n < c->cfg.ndev ? n : c->cfg.ndev;
+}
+
 int trace_write_json(const struct emu_cluster *c, const char *path)
 {
 	FILE *f = fopen(path, "w");
-	int err;
+	int err, n = trace_devices_written(c);
 
 	if (!f)
 		return -1;
 	fprintf(f,
 		"{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"pemu\",\"cluster\":\"%"
-		"s\",\"devices\":%d},\n\"traceEvents\":[\n",
-		c->cfg.topo.name, c->cfg.ndev);
+		"s\",\"devices\":%d,\"traced_devices\":%d},\n\"traceEvents\":[\n",
+		c->cfg.topo.name, c->cfg.ndev, n);
 	fputs("{\"name\":\"pemu\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{}}", f);
-	for (int i = 0; i < c->cfg.ndev; i++)
+	for (int i = 0; i < n; i++)
 		write_device(f, c, &c->devs[i]);
 	fputs("\n]}\n", f);
 	err = ferror(f);

@@ -12,8 +12,11 @@
 struct emu_cluster;
 struct emu_dev;
 
-/* Writes the last run's trace of c to path. 0, or -1 with errno if it cannot write. */
+/* Writes the last run's trace of c to path: devices 0 .. trace_devices_written(c) - 1.
+ * 0, or -1 with errno if it cannot write. */
 int trace_write_json(const struct emu_cluster *c, const char *path);
+/* The devices c's trace keeps: emu_config's trace_devices, or every device. */
+int trace_devices_written(const struct emu_cluster *c);
 
 /* Draws the last run of c as rows of width characters, one per device and stream that
  * did something, at most max_devs devices (the rest are counted). */

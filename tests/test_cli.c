@@ -304,7 +304,8 @@ static void test_clock_horizon(void **state)
 	static const char *const cmds[] = {
 		"train --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2",
 		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2",
-		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2 --cost-model "
+		"run --model gpt3-175b --dry-run --mem-cap 4TB --hbm-bw 1B/s --steps 2 "
+		"--cost-model "
 		"roofline"};
 	static char out[65536];
 
@@ -398,6 +399,45 @@ static void test_failed_json(void **state)
 	assert_non_null(strstr(out, "\"report\":\"device 0: the loss is inf at step 3: training "
 				    "diverged"));
 	assert_non_null(strstr(out, "\"memory\":["));
+}
+
+/* A trace keeps devices 0 to 15 unless told (--trace-devices N or all), and says so:
+ * a large model's step is tens of MB of trace a device. */
+static void test_trace_devices(void **state)
+{
+	static char out[1 << 16], file[1 << 22];
+	FILE *f;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(run("run --model tiny --dp 32 --dry-run --steps 1 --trace "
+			     "build/t32.json",
+			     1, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "pemu run: the trace in build/t32.json keeps devices 0 to 15 "
+				    "of 32 (--trace-devices N or all for more)"));
+	assert_non_null(f = fopen("build/t32.json", "r"));
+	n = fread(file, 1, sizeof file - 1, f);
+	fclose(f);
+	assert_true(n > 0 && n < sizeof file - 1);
+	file[n] = 0;
+	assert_non_null(strstr(file, "\"devices\":32,\"traced_devices\":16"));
+	assert_non_null(strstr(file, "\"pid\":15,"));
+	assert_null(strstr(file, "\"pid\":16,")); /* device 16 on: not in the trace */
+	assert_int_equal(run("run --model tiny --dp 32 --dry-run --steps 1 --trace "
+			     "build/t32.json --trace-devices all",
+			     1, out, sizeof out),
+			 0);
+	assert_null(strstr(out, "keeps devices"));
+	assert_non_null(f = fopen("build/t32.json", "r"));
+	n = fread(file, 1, sizeof file - 1, f);
+	fclose(f);
+	assert_true(n > 0 && n < sizeof file - 1);
+	file[n] = 0;
+	assert_non_null(strstr(file, "\"devices\":32,\"traced_devices\":32"));
+	assert_non_null(strstr(file, "\"pid\":31,"));
+	assert_int_equal(run("run --model tiny --trace-devices 0", 1, out, sizeof out), 2);
+	remove("build/t32.json");
 }
 
 /* The pemu run line that the JSON string at key (in out) holds, run with extra: its
@@ -497,6 +537,7 @@ int main(void)
 		cmocka_unit_test(test_plan_search),
 		cmocka_unit_test(test_divergence),
 		cmocka_unit_test(test_failed_json),
+		cmocka_unit_test(test_trace_devices),
 		cmocka_unit_test(test_clock_horizon),
 		cmocka_unit_test(test_comm_exposed),
 	};

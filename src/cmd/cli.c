@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "run/run.h"
+#include "trace.h"
 #include "units.h"
 
 const struct cli_opt cli_cluster_opts[] = {
@@ -43,6 +44,9 @@ const struct cli_opt cli_cluster_opts[] = {
 	 "OPENBLAS_NUM_THREADS, else the cores) the rest help one GPU's kernels at a time"},
 	{"dry-run", 0, 0, CLI_DRY_RUN, NULL, "shapes only: account time and memory, move no data"},
 	{"trace", 0, 1, CLI_TRACE, "FILE", "write a Chrome trace (open it in Perfetto)"},
+	{"trace-devices", 0, 1, CLI_TRACE_DEVICES, "N|all",
+	 "devices the trace keeps, 0 to N-1 (default 16: a large model's step is tens of MB "
+	 "of trace a device, and Perfetto opens about 1-2 GB)"},
 	{"timeline", 0, 0, CLI_TIMELINE, NULL, "draw an ASCII timeline per device and stream"},
 	{"json", 0, 0, CLI_JSON, NULL, "print one JSON object instead of the table"},
 	{NULL, 0, 0, 0, NULL, NULL},
@@ -388,6 +392,12 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 			!strcmp(OV(CLI_HOST_THREADS), "per-gpu")
 				? -1
 				: (int)cli_int(c, "--host-threads", OV(CLI_HOST_THREADS), 1, 1024);
+	cfg->trace_devices = CLI_TRACE_DEVICES_DEFAULT;
+	if (OV(CLI_TRACE_DEVICES))
+		cfg->trace_devices = !strcmp(OV(CLI_TRACE_DEVICES), "all")
+					     ? 0
+					     : (int)cli_int(c, "--trace-devices",
+							    OV(CLI_TRACE_DEVICES), 1, 1 << 20);
 #undef OV
 	cfg->trace = cc->trace_path || cc->timeline;
 	cfg->ndev = devices > 0 ? devices : topo_ndev(&cfg->topo);
@@ -418,6 +428,25 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 				 strerror(errno));
 		fclose(f);
 	}
+}
+
+int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, const char *prog)
+{
+	int n = trace_devices_written(cl), all = emu_cluster_config(cl)->ndev;
+
+	if (!cc->trace_path)
+		return 0;
+	if (trace_write_json(cl, cc->trace_path)) {
+		fprintf(stderr, "%s: cannot write trace '%s': %s\n", prog, cc->trace_path,
+			strerror(errno));
+		return -1;
+	}
+	if (n < all)
+		fprintf(stderr,
+			"%s: the trace in %s keeps devices 0 to %d of %d (--trace-devices N or "
+			"all for more)\n",
+			prog, cc->trace_path, n - 1, all);
+	return 0;
 }
 
 /* One argument as a shell reads it back: as is if it is plain, else in single quotes;

@@ -81,15 +81,21 @@ enum {
 	CLI_HOST_THREADS,
 	CLI_DRY_RUN,
 	CLI_TRACE,
+	CLI_TRACE_DEVICES,
 	CLI_TIMELINE,
 	CLI_JSON,
 };
 extern const struct cli_opt cli_cluster_opts[];
 
+/* A trace keeps devices 0 to 15 unless told: gpt3-175b's step at tp 8 pp 8 is 27 MB of
+ * JSON a device (1.75 GB for 64 of them), and Perfetto opens about 1-2 GB. */
+#define CLI_TRACE_DEVICES_DEFAULT 16
+
 struct cli_cluster {
 	struct emu_config cfg;  /* the cluster, after the options */
 	int nodes_given;        /* --nodes was on the command line */
-	const char *trace_path; /* --trace FILE, or NULL */
+	const char *trace_path; /* --trace FILE, or NULL (it keeps --trace-devices devices,
+				 * CLI_TRACE_DEVICES_DEFAULT if not given) */
 	int timeline;           /* --timeline */
 	int json;               /* --json */
 	int no_nvls;            /* --no-nvls */
@@ -121,5 +127,9 @@ void cli_cluster_faults(const struct cli_cluster *cc, const struct cli *c, struc
  * failure's first line, which the message names; "" if none). Nothing if the host's
  * figure is unknown or PEMU_HOST_CHECK=off. */
 void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest, const char *fails);
+
+/* Writes cl's trace to cc's --trace path, if any, saying on stderr (prog: the command)
+ * which devices it keeps when not all; 0, or -1 (said) if it cannot write. */
+int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, const char *prog);
 
 #endif

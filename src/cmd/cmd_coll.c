@@ -469,15 +469,10 @@ int cmd_coll(int argc, char **argv)
 		printf("# Avg bus bandwidth    : %.4g GB/s\n",
 		       sum_bus_n ? sum_bus / (double)sum_bus_n : 0);
 	}
-	if (cc.trace_path) {
-		if (trace_write_json(cl, cc.trace_path))
-			fprintf(stderr, "pemu coll: cannot write trace '%s': %s\n", cc.trace_path,
-				strerror(errno));
-		else if (!cc.json && !csv)
-			printf("# trace of the last size written to %s (open it in "
-			       "https://ui.perfetto.dev)\n",
-			       cc.trace_path);
-	}
+	if (cc.trace_path && !cli_write_trace(&cc, cl, "pemu coll") && !cc.json && !csv)
+		printf("# trace of the last size written to %s (open it in "
+		       "https://ui.perfetto.dev)\n",
+		       cc.trace_path);
 	if (cc.timeline)
 		trace_timeline(cl, cc.json ? stderr : stdout, 100, 16);
 	emu_cluster_free(cl);

@@ -232,8 +232,7 @@ static void trace_winner(const struct plan_cmd *p)
 	cl = emu_cluster_new(&ec);
 	run_alloc(&o, &cfg, 0);
 	rc = run_parallel(cl, &cfg, &o);
-	if (p->cc->trace_path && trace_write_json(cl, p->cc->trace_path))
-		fprintf(stderr, "pemu: cannot write trace '%s'\n", p->cc->trace_path);
+	cli_write_trace(p->cc, cl, "pemu plan");
 	if (p->cc->timeline) {
 		fprintf(out, "# the winner's step:\n");
 		trace_timeline(cl, out, 100, 16);

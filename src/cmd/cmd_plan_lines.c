@@ -62,7 +62,8 @@ static int is_plan_only(int id)
 				   CLI_DRY_RUN,
 				   CLI_JSON,
 				   CLI_TIMELINE,
-				   CLI_TRACE};
+				   CLI_TRACE,
+				   CLI_TRACE_DEVICES};
 
 	if (id >= CLI_PLAN_OASES || cmd_plan_dim(id) >= 0)
 		return 1;

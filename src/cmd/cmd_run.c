@@ -328,8 +328,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 	if (verify)
 		run_free(&ref);
 out: /* the trace and the timeline, of a failed run too: up to the failure */
-	if (cc->trace_path && trace_write_json(cl, cc->trace_path))
-		fprintf(stderr, "pemu: cannot write trace '%s'\n", cc->trace_path);
+	cli_write_trace(cc, cl, verify ? "pemu verify" : "pemu run");
 	if (cc->timeline)
 		trace_timeline(cl, cc->json ? stderr : stdout, 100, 16);
 	if (cc->timeline && cfg->tp_overlap)

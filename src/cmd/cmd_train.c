@@ -283,8 +283,7 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 			report_memory_line(stderr, emu_cluster_dev(cl, 0));
 	} else {
 		print_report(&t, cl, &cc->cfg);
-		if (cc->trace_path && trace_write_json(cl, cc->trace_path))
-			fprintf(stderr, "pemu train: cannot write trace '%s'\n", cc->trace_path);
+		cli_write_trace(cc, cl, "pemu train");
 		if (cc->timeline)
 			trace_timeline(cl, t.json ? stderr : stdout, 100, 1);
 	}
