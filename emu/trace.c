@@ -178,8 +178,11 @@ int trace_write_json(const struct emu_cluster *c, const char *path)
 		return -1;
 	fprintf(f,
 		"{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"pemu\",\"cluster\":\"%"
-		"s\",\"devices\":%d,\"traced_devices\":%d},\n\"traceEvents\":[\n",
-		c->cfg.topo.name, c->cfg.ndev, n);
+		"s\",\"devices\":%d",
+		c->cfg.topo.name, c->cfg.ndev);
+	if (n < c->cfg.ndev) /* (a trace of every device reads as before) */
+		fprintf(f, ",\"traced_devices\":%d", n);
+	fputs("},\n\"traceEvents\":[\n", f);
 	fputs("{\"name\":\"pemu\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{}}", f);
 	for (int i = 0; i < n; i++)
 		write_device(f, c, &c->devs[i]);

@@ -27,7 +27,7 @@ while read -r name want args; do
 	ok=1
 	for fold in on off; do
 		# shellcheck disable=SC2086
-		"$pemu" $args --dry-run --fold $fold --json --trace "$tmp/$fold.trace" \
+		"$pemu" $args --dry-run --fold $fold --json --trace-devices all --trace "$tmp/$fold.trace" \
 			>"$tmp/$fold.out" 2>"$tmp/$fold.err"
 		echo "exit $?" >>"$tmp/$fold.out"
 		strip "$tmp/$fold.out" >"$tmp/$fold.json"
@@ -57,7 +57,7 @@ for op in all-reduce reduce-scatter all-gather all-to-all broadcast reduce; do
 	selected "coll-$op" || continue
 	for fold in on off; do
 		"$pemu" coll --op $op -g 16 -r 5 -b 8 -e 1M --nodes 2 --dry-run --fold $fold --json \
-			--trace "$tmp/$fold.trace" 2>&1 | sed 's/"wall_[a-z]*":[-+.eE0-9]*//g' \
+			--trace-devices all --trace "$tmp/$fold.trace" 2>&1 | sed 's/"wall_[a-z]*":[-+.eE0-9]*//g' \
 			>"$tmp/$fold.json"
 	done
 	if cmp -s "$tmp/on.json" "$tmp/off.json" && cmp -s "$tmp/on.trace" "$tmp/off.trace"; then

@@ -32,7 +32,7 @@ while read -r name args; do
 		case "$name" in *"$PEMU_GOLDEN_FILTER"*) ;; *) continue ;; esac
 	fi
 	# shellcheck disable=SC2086
-	OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=Prescott "$pemu" $args --json --trace "$tmp/$name.trace.json" \
+	OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=Prescott "$pemu" $args --json --trace-devices all --trace "$tmp/$name.trace.json" \
 		>"$tmp/$name.out" 2>"$tmp/$name.err"
 	rc=$?
 	strip "$tmp/$name.out" >"$tmp/$name.json"
