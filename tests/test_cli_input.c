@@ -26,6 +26,9 @@ static void test_bad_input(void **state)
 		{"coll -b 8Q", "malformed size '8Q'"},
 		{"plan --oases --model tiny",
 		 "--oases searches the degrees of a tensor-parallel layout: give --tp > 1"},
+		{"train --model tiny --vocab-size 100",
+		 "--vocab-size 100 (padded to 128): the data is bytes, so training needs a "
+		 "vocabulary of at least 256"},
 		{"coll --op send-recv -g 1",
 		 "--op send-recv -g 1: a send and its receive need 2 devices or more"},
 		{"coll -e 12XB", "malformed size '12XB'"},

@@ -413,10 +413,16 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	}
 	if (cfg->data && cfg->model.vocab < 256) {
-		snprintf(err, n,
-			 "--vocab-size %d: the data is bytes, so training needs a vocabulary of at "
-			 "least 256",
-			 cfg->model.vocab);
+		if (cfg->vocab_orig && cfg->vocab_orig != cfg->model.vocab)
+			snprintf(err, n,
+				 "--vocab-size %d (padded to %d): the data is bytes, so training "
+				 "needs a vocabulary of at least 256",
+				 cfg->vocab_orig, cfg->model.vocab);
+		else
+			snprintf(err, n,
+				 "--vocab-size %d: the data is bytes, so training needs a "
+				 "vocabulary of at least 256",
+				 cfg->model.vocab);
 		return -1;
 	}
 	if (m->world != ndev) {
