@@ -143,7 +143,7 @@ static void test_rules(void **state)
 		{1, 1, 2, 1, 1, 4, "pp 2 x 3 layers a chunk does not divide the 2 layers"},
 		{1, 1, 2, 1, 1, 5, "--vpp 2: virtual stages need --schedule interleaved"},
 		{1, 1, 1, 1, 1, 6, "--schedule gpipe: a pipeline schedule needs --pp > 1"},
-		{1, 1, 3, 1, 1, 7, "--vocab-size 128: the data is bytes"},
+		{1, 1, 3, 1, 1, 7, "--vocab-size 100 (padded to 128): the data is bytes"},
 		{3, 1, 1, 1, 1, 0, "--tp 3 does not divide the 4 attention heads"},
 		{1, 1, 2, 1, 1, 8, "--mlp-chunks with --schedule zb-h1"},
 		{1, 1, 1, 1, 1, 9, "--sequence-parallel needs --tp > 1"},
