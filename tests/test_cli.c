@@ -27,9 +27,10 @@ static void test_coll_checks_every_op(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		/* (the first with --timeline, which goes to stderr: stdout stays CSV) */
 		snprintf(args, sizeof args,
-			 "coll --op %s -g 12 --nodes 2 -b 4 -e 1M -f 16 -n 2 -w 1 -r 3 --csv",
-			 ops[i]);
+			 "coll --op %s -g 12 --nodes 2 -b 4 -e 1M -f 16 -n 2 -w 1 -r 3 --csv%s",
+			 ops[i], i ? "" : " --timeline");
 		assert_int_equal(run(args, 0, out, sizeof out), 0);
 		/* Header plus one line per size (4, 64, 1K, 16K, 256K), and no wrong element. */
 		assert_int_equal(lines(out), 6);
@@ -494,10 +495,18 @@ static void test_plan_search(void **state)
 
 	(void)state;
 	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 "
-			     "--max-micro-batch-size 2 --commands 1 --json",
+			     "--max-micro-batch-size 2 --commands 1 --json --steps 5",
 			     0, out, sizeof out),
 			 0);
 	assert_non_null(strstr(out, "\"command\":\"plan\""));
+	{ /* the pemu run line runs the one step ranked: the plan's own --steps is not in it */
+		const char *line = strstr(out, "\"pemu_run\":\"");
+
+		assert_non_null(line);
+		assert_true(strstr(line, "--steps 1 --dry-run\"") < strchr(line + 12, '"') + 1);
+		assert_true(!strstr(line, "--steps 5") ||
+			    strstr(line, "--steps 5") > strchr(line + 12, '"'));
+	}
 	assert_non_null(strstr(out, "\"pruned_by_memory_bound\":"));
 	assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));
 	assert_non_null(r = strstr(r, "\"step_time_s\":"));

@@ -474,7 +474,7 @@ int cmd_coll(int argc, char **argv)
 		       "https://ui.perfetto.dev)\n",
 		       cc.trace_path);
 	if (cc.timeline)
-		trace_timeline(cl, cc.json ? stderr : stdout, 100, 16);
+		trace_timeline(cl, cc.json || csv ? stderr : stdout, 100, 16);
 	emu_cluster_free(cl);
 	free(b->wrong);
 	free(b);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cmd/cli.h"
+#include "cmd/cli_model.h"
 #include "cmd/cli_par.h"
 #include "cmd/cmd.h"
 #include "cmd/cmd_plan.h"
@@ -63,7 +64,8 @@ static int is_plan_only(int id)
 				   CLI_JSON,
 				   CLI_TIMELINE,
 				   CLI_TRACE,
-				   CLI_TRACE_DEVICES};
+				   CLI_TRACE_DEVICES,
+				   CLI_MODEL_STEPS}; /* (the line runs the one step ranked) */
 
 	if (id >= CLI_PLAN_OASES || cmd_plan_dim(id) >= 0)
 		return 1;
