@@ -501,11 +501,12 @@ static void test_plan_search(void **state)
 	assert_non_null(strstr(out, "\"command\":\"plan\""));
 	{ /* the pemu run line runs the one step ranked: the plan's own --steps is not in it */
 		const char *line = strstr(out, "\"pemu_run\":\"");
+		char cmd[4096];
 
 		assert_non_null(line);
-		assert_true(strstr(line, "--steps 1 --dry-run\"") < strchr(line + 12, '"') + 1);
-		assert_true(!strstr(line, "--steps 5") ||
-			    strstr(line, "--steps 5") > strchr(line + 12, '"'));
+		assert_int_equal(sscanf(line, "\"pemu_run\":\"%4095[^\"]", cmd), 1);
+		assert_non_null(strstr(cmd, " --steps 1 --dry-run"));
+		assert_null(strstr(cmd, "--steps 5"));
 	}
 	assert_non_null(strstr(out, "\"pruned_by_memory_bound\":"));
 	assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));

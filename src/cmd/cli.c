@@ -220,15 +220,18 @@ static int bare_number(const char *s)
 static void parse_bw(const struct cli *c, const char *opt, const char *s, const char *example,
 		     uint64_t *out)
 {
+	char *end;
+
 	if (bare_number(s))
 		cli_fail(c,
 			 "--%s %s: give the unit (for example %s); a bare number is not taken "
 			 "as bytes a second",
 			 opt, s, example);
-	if (units_parse_bw(s, out) && strtod(s, NULL) == 0 && strchr("0.", s[0]))
+	if (!units_parse_bw(s, out))
+		return;
+	if (strtod(s, &end) == 0 && end != s) /* a number, 0, before the unit */
 		cli_fail(c, "--%s %s: a bandwidth must be more than 0", opt, s);
-	if (units_parse_bw(s, out))
-		cli_fail(c, "--%s: malformed bandwidth '%s' (for example %s)", opt, s, example);
+	cli_fail(c, "--%s: malformed bandwidth '%s' (for example %s)", opt, s, example);
 }
 
 static void link_override(const struct cli *c, struct topo_link *l, const char *bw_opt,
@@ -432,10 +435,11 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 
 int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, const char *prog)
 {
-	int n = trace_devices_written(cl), all = emu_cluster_config(cl)->ndev;
+	int n, all = emu_cluster_config(cl)->ndev;
 
 	if (!cc->trace_path)
 		return 0;
+	n = trace_devices_written(cl);
 	if (trace_write_json(cl, cc->trace_path)) {
 		fprintf(stderr, "%s: cannot write trace '%s': %s\n", prog, cc->trace_path,
 			strerror(errno));
