@@ -2,12 +2,13 @@
  * microbenchmark it was calibrated against or checked with, the measured figure with its
  * source, pemu's figure under --cost-model calibrated and the error: GEMMs (the largest
  * measured, square sizes, transformer shapes), attention's batched GEMMs (the scores' and
- * the context's), memory-bound kernels, and collectives: thirty-four sweeps (8 A100
+ * the context's), memory-bound kernels, and collectives: thirty-five sweeps (8 A100
  * all-reduce and the 8-H100 ring all-reduce, all-gather and reduce-scatter under
  * nccl-tests -g 8; the 8-H100 NVLS all-reduce, all-gather, reduce-scatter and all-to-all
  * under MPI; 8 H200 timed by PyTorch; all-reduce, all-gather, reduce-scatter and
  * all-to-all on 10 nodes of 1, 2, 4 and 8 H100s, all-to-all on 2 nodes of them, and
- * all-reduce on 2, 4 and 8 nodes of 8 under NCCL's defaults, all under MPI), 2 GPUs, an
+ * all-reduce on 2, 4 and 8 nodes of 8 under NCCL's defaults, one split where NVLSTree
+ * takes over, all under MPI), 2 GPUs, an
  * H200 ring and between nodes. Sweeps timed by nccl-tests -g 8 are
  * compared with the longer of the launching thread's floor (G8_FLOOR_US) and NCCL's time
  * plus the sweep's offset (fitted); the PyTorch-timed sweep with NCCL's time plus its host
@@ -576,13 +577,27 @@ static const struct sweep sweeps[] = {
 	 ALLREDUCE,
 	 16,
 	 3,
-	 32,
+	 23,
 	 0,
 	 0,
 	 0,
-	 {24.70, 24.93, 25.02, 25.21,  25.62,  25.90,  26.31,  26.65, 28.22, 29.72, 31.67,
-	  32.24, 33.47, 33.08, 38.12,  46.79,  70.33,  71.47,  76.62, 94.22, 131.4, 183.8,
-	  267.7, 466.3, 749.2, 1276.0, 2355.1, 4470.2, 8717.2, 17284, 34365, 68668},
+	 {24.70, 24.93, 25.02, 25.21, 25.62, 25.90, 26.31, 26.65, 28.22, 29.72, 31.67, 32.24,
+	  33.47, 33.08, 38.12, 46.79, 70.33, 71.47, 76.62, 94.22, 131.4, 183.8, 267.7},
+	 0,
+	 2},
+	/* the same sweep from 64 MiB, where NCCL's NVLSTree runs: its ramp (emu/topo.c) fitted
+	 * here, and checked on gj-aion's 2 nodes below */
+	{"all-reduce, 2 nodes x 8 H100 (IB NDR), NVLSTree",
+	 "dgx-h100",
+	 I309Q,
+	 ALLREDUCE,
+	 16,
+	 26,
+	 9,
+	 1,
+	 0,
+	 0,
+	 {466.3, 749.2, 1276.0, 2355.1, 4470.2, 8717.2, 17284, 34365, 68668},
 	 0,
 	 2},
 	{"all-reduce, 4 nodes x 8 H100 (VMs)",

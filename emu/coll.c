@@ -69,8 +69,10 @@ void coll_set_wire_bytes(struct emu_dev *d, int bytes)
 /* Bytes member m puts on each link class for op, by the algorithm's traffic. On NCCL's
  * rings over the nodes, one per NIC (op->nic_rings = L members a node), each member is a
  * ring's way out of its node once in L rings: 1/L of its bytes go over the network, the
- * rest over NVLink. An all-to-all timed node by node (op->by_node) puts what a member
- * sends its own node's members on NVLink, the rest on the network. */
+ * rest over NVLink. By NVLSTree over 2 nodes (op->nvls_tree = L), a member sends its 1/L
+ * of the node's sum through its NIC, and its node's all-reduce is counted on NVLink as a
+ * ring's. An all-to-all timed node by node (op->by_node) puts what a member sends its own
+ * node's members on NVLink, the rest on the network. */
 static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
 {
 	const struct op_arg *a = &op->arg[m];
@@ -86,6 +88,13 @@ static void count_link_bytes(struct emu_dev *d, const struct op *op, int m)
 
 		lb[op->link] += all / (uint64_t)op->nic_rings;
 		lb[TOPO_LINK_INTRA] += all - all / (uint64_t)op->nic_rings;
+		return;
+	}
+	if (op->nvls_tree > 0) {
+		uint64_t L = (uint64_t)op->nvls_tree;
+
+		lb[op->link] += S / L;
+		lb[TOPO_LINK_INTRA] += 2 * (L - 1) * S / L;
 		return;
 	}
 	switch (a->kind) {

@@ -1,8 +1,8 @@
 /* coll_time: when a collective ends, under the run's cost model (emu/clock.h): the
  * roofline's ring formulas on the data sheets' links, or the calibrated model's NCCL-like
- * protocols, NVLink SHARP, rings over nodes and all-to-alls node by node (constants and
- * their sources in topo.c,
- * the formulas in docs/formulas.md). The last member to arrive calls coll_op_resolve.
+ * protocols, NVLink SHARP, rings and trees over nodes, NVLSTree on 2 nodes and
+ * all-to-alls node by node (constants and their sources in topo.c, the formulas in
+ * docs/formulas.md). The last member to arrive calls coll_op_resolve.
  * Under the calibrated model also the SMs a collective takes from the compute beside it,
  * charged at its wait (coll_sm_share). */
 #include <stdint.h>
@@ -40,11 +40,12 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 /* A link under the run's cost model (clock.h): a collective's fixed cost, and its
  * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta for each, or
  * the calibrated base and NCCL-like LL, LL128 (ll128_bw 0: none; up to ll128_max, or
- * where NCCL's model picks it when that is 0) and bulk protocols, and NVLink SHARP
- * (topo.h; nvls_bw 0: none). */
+ * where NCCL's model picks it when that is 0) and bulk protocols, NVLink SHARP (topo.h;
+ * nvls_bw 0: none) and, between nodes, NVLSTree's ramp and a NIC's bandwidth (nvt_bw 0:
+ * none). */
 struct wire {
-	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn;
-	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw;
+	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn, nvt;
+	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvt_bw;
 };
 
 /* beta x eff in bytes a second, beta where that is not a rate */
@@ -57,7 +58,7 @@ static uint64_t eff_bw(const struct topo_link *l, double eff)
 
 static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
 {
-	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0};
+	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
 
 	if (c->cfg.cost != EMU_COST_CALIBRATED)
 		return w;
@@ -76,6 +77,10 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	if (l->nvls_eff > 0) {
 		w.nvls = l->nvls_ns;
 		w.nvls_bw = eff_bw(l, l->nvls_eff);
+	}
+	if (l->nvls_tree_eff > 0) {
+		w.nvt = l->nvls_tree_ns;
+		w.nvt_bw = eff_bw(l, l->nvls_tree_eff);
 	}
 	return w;
 }
@@ -269,6 +274,24 @@ static int64_t hops_ns(uint64_t a, int64_t p, uint64_t b, int64_t q)
 					: EMU_TIME_MAX;
 }
 
+/* An all-reduce of S bytes over n members on 2 nodes, L on each, by NCCL's NVLSTree (its
+ * tuning.cc's structure): each node's switch reduces (NVLink SHARP) and the two nodes
+ * exchange their sums a NIC at a time, each NIC carrying 1/L of the message both ways at
+ * once. A NIC's bus bandwidth is nvt_bw, NCCL's own ceiling for NVLSTree on 2 nodes, at
+ * most twice the NIC's; the algorithm bandwidth L of them times n / (2 (n - 1)), and at
+ * most the node's NVLink SHARP all-reduce's. The fixed cost nvt (a ramp, as NVLink
+ * SHARP's in a node) and the 2 levels of the exchange at the network's step (topo.c). */
+static int64_t nvls_tree_ns(const struct wire *in, const struct wire *net, int n, int L, uint64_t S)
+{
+	uint64_t nic = net->nvt_bw / 2 < net->bw ? net->nvt_bw : 2 * net->bw;
+	/* S / (L nic n / (2 (n - 1))) */
+	int64_t by_net = bw_ns(2 * (uint64_t)(n - 1), S, (uint64_t)n * (uint64_t)L, nic);
+	int64_t by_node = bw_ns(1, S, 1, in->nvls_bw);
+
+	return emu_time_add(emu_time_add(hops_ns(2, net->hop, 0, 0), net->nvt),
+			    by_net > by_node ? by_net : by_node);
+}
+
 /* A ring collective (all-reduce twice = 1, else reduce-scatter or all-gather) of S bytes
  * in all over n members on k nodes, L on each, under the calibrated model, as NCCL runs it
  * (its tuning.cc's structure, the constants measured: emu/topo.c): the bus bytes at the
@@ -279,9 +302,10 @@ static int64_t hops_ns(uint64_t a, int64_t p, uint64_t b, int64_t q)
  * NCCL's tree besides, 2 (L - 1) + 2 ceil(log2 k) hops, and NCCL runs the faster by its
  * model: by LL the tree's hops with the ring's bus bytes (small messages), by Simple the
  * ring (2 (n - k) + 2 (k - 1) hops, 2 (n - 1) / n S at B) or the tree (2 S at 0.92 B, times
- * NCCL's correction for medium sizes, tree_tenths). */
+ * NCCL's correction for medium sizes, tree_tenths); on 2 nodes of NVLink SHARP GPUs also
+ * NVLSTree (nvls_tree_ns), where it costs less still, which sets *nvls. */
 static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int n, int k, int L,
-			     uint64_t S, int twice)
+			     uint64_t S, int twice, int *nvls)
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), lg = 0;
 	uint64_t hi = (uint64_t)(n - k) * (twice ? 2 : 1), hx = (uint64_t)(k - 1) * (twice ? 2 : 1);
@@ -305,7 +329,16 @@ static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int 
 
 		bulk = tree < bulk ? tree : bulk;
 	}
-	return emu_time_add(ll < bulk ? ll : bulk, L > 1 ? net->pxn : 0);
+	bulk = emu_time_add(ll < bulk ? ll : bulk, L > 1 ? net->pxn : 0);
+	if (twice && k == 2 && L > 1 && in->nvls_bw && net->nvt_bw) {
+		int64_t nvt = nvls_tree_ns(in, net, n, L, S);
+
+		if (nvt < bulk) {
+			*nvls = 1;
+			return nvt;
+		}
+	}
+	return bulk;
 }
 
 /* A ring collective over nodes: evenly spread (chan.c found its nodes), or else taken as
@@ -315,10 +348,17 @@ static int64_t calibrated_across(const struct emu_cluster *c, struct op *op, con
 {
 	const struct emu_group *ch = op->ch;
 	const struct wire in = wire_of(c, &c->cfg.topo.link[TOPO_LINK_INTRA]);
-	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n;
+	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n, nvls = 0;
+	int64_t t;
 
 	op->nic_rings = ch->n / k;
-	return multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice);
+	t = multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice, &nvls);
+	if (nvls) {
+		op->nvls_tree = op->nic_rings;
+		op->nic_rings = 0;
+		op->ctas = NVLS_CTAS;
+	}
+	return t;
 }
 
 /* An all-to-all(-v) over nodes under the calibrated model, as NCCL runs one (nccl-tests'
@@ -359,6 +399,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 
 	op->t_start = 0;
 	op->nic_rings = 0;
+	op->nvls_tree = 0;
 	op->by_node = 0;
 	op->ctas = 0;
 	for (int i = 0; i < n; i++)

@@ -78,6 +78,8 @@ struct op {
 	int hier;             /* 1 if run as the hierarchical (node-aware) algorithm */
 	int nic_rings;        /* >0: run as NCCL's rings over the nodes, one per NIC, this
 			       * many members a node (the calibrated model's; coll_time.c) */
+	int nvls_tree;        /* >0: an all-reduce over 2 nodes run as NCCL's NVLSTree, this
+			       * many members a node (the calibrated model's; coll_time.c) */
 	int by_node;          /* 1: an all-to-all(-v) over nodes timed as NCCL runs it, a
 			       * member's bytes for its own node on the node's links, the rest
 			       * through its NIC (the calibrated model's; coll_time.c) */

@@ -37,8 +37,9 @@
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
  * (tuning.cc) prefers it to Simple; the bulk protocol (Simple) beyond; on NVLink4's
  * NVSwitch an all-reduce inside a node by NVLink SHARP where that costs less; across
- * nodes NCCL's rings, one a NIC, and its tree where faster; an all-to-all through each
- * member's NIC beside NVLink). The latency of small
+ * nodes NCCL's rings, one a NIC, and its tree where faster, and on 2 nodes of NVLink
+ * SHARP GPUs its NVLSTree where faster still; an all-to-all through each member's NIC
+ * beside NVLink). The latency of small
  * messages is taken from runs of one process a GPU under CUDA graphs, where NCCL's own
  * time shows; sweeps run as nccl-tests -g 8 (one thread launching every GPU's kernels) or
  * timed from PyTorch carry their launcher's cost a call too, which bench/fidelity takes as
@@ -81,8 +82,8 @@
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
  *                 all-gather; 2 x 1's 1 GiB, at 18.7 and 15.8 GB/s of a 25 GB/s NIC, left
- *                 out); NDR 0.94 (46-48 GB/s a NIC, nccl-tests issue 290), its steps HDR's;
- *                 LL at half the bulk bandwidth (NCCL's factor, tuning.cc). These were
+ *                 out); NDR 0.94 (46-48 GB/s a NIC, nccl-tests issue 290), its bulk steps
+ *                 HDR's; LL at half the bulk bandwidth (NCCL's factor, tuning.cc). These were
  *                 fitted when an all-reduce across nodes took the tree's steps at the
  *                 ring's bandwidth; now that it takes the faster of NCCL's ring and tree
  *                 (coll_time.c), mscclpp's 2 x 8 all-reduce at 1 and 4 GiB (on the ring)
@@ -91,8 +92,23 @@
  *                 (xxrjun/nccl-tests-cluster, multi-node, NCCL 2.29, MPI): 46.9-49.1 GB/s
  *                 a NIC from 1 GiB up (0.94-0.98 of it), and all-to-all on the same
  *                 cluster, 2 nodes (pairwise runs) and 10; all-reduce on 2, 4 and 8
- *                 nodes of 8 H100s under NCCL's defaults, NVLSTree, which pemu does not
- *                 model (NVIDIA/nccl-tests issue 309); errors in bench/fidelity
+ *                 nodes of 8 H100s under NCCL's defaults (NVIDIA/nccl-tests issue 309);
+ *                 errors in bench/fidelity. NDR's small messages by NCCL's own model
+ *                 (tuning.cc): LL 5.0 us a step (hwLat, NET, Tree LL) and no PXN cost (its
+ *                 model has none); the 8 B all-reduce on 2 and 4 nodes of 8 H100s takes
+ *                 24.7 and 34.75 us (issue 309), pemu 27.0 and 37.0 (the HDR fit's 6.8 us
+ *                 steps and 7.5 us of PXN gave 38.1 and 51.7)
+ *   NVLSTree      an all-reduce over 2 nodes of NVLink SHARP GPUs (coll_time.c): 57.7 GB/s
+ *                 a NIC, NCCL's ceiling a channel for it on 2 nodes of Hoppers
+ *                 (tuning.cc, perChMaxNVLSTreeBws; its model gives the NIC twice its
+ *                 bandwidth there, the two nodes sending both ways at once), 1.154 of
+ *                 NDR's 50 GB/s; a ramp of 170 us beyond base and 2 steps, fitted to
+ *                 qoofyk's 2 x 8 H100 sweep from 64 MiB to 16 GiB (issue 309: 250 GB/s of
+ *                 algorithm bandwidth at 16 GiB, the model within 2.3%) and checked on
+ *                 gj-aion's 2 nodes (within 1.9% from 64 MiB). Not on more nodes: there
+ *                 NCCL's ceiling, 45.5 GB/s a channel, is under its ring's 48 (the NIC's
+ *                 speed, search.cc), so its model runs the ring where bandwidth decides,
+ *                 and pemu's ring is within 10% of 4 and 8 nodes from 2 GiB up
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
  *                 InfiniBand at 0.9 (assumptions).
@@ -133,53 +149,56 @@ struct preset {
 
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
  * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
- * nvls_ns, nvls_eff; pxn_ns) below, from the sources above. */
-#define A100_SMS 108, 0.869, 0.6, 0.88, 2000
-#define H100_SMS 132, 0.803, 0.6, 0.92, 2000
-#define MiB      (1024ULL * 1024)
-#define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0
-#define NVLINK4  8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0
-#define IB_HDR   8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 7500
-#define IB_NDR   8100, 6800, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 7500
-#define PCIE4    8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0
-#define ETH100   8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 7500
+ * nvls_ns, nvls_eff; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_eff) below, from the sources
+ * above. */
+#define A100_SMS      108, 0.869, 0.6, 0.88, 2000
+#define H100_SMS      132, 0.803, 0.6, 0.92, 2000
+#define MiB           (1024ULL * 1024)
+#define NVLINK3       8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0
+#define NVLINK4       8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0
+#define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 7500
+#define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0
+#define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0
+#define NDR_NVLS_TREE 170000, 1.154 /* nvls_tree_ns, nvls_tree_eff */
+#define NO_NVLS_TREE  0, 0
+#define ETH100        8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 7500
 
 static const struct preset presets[] = {
 	{"dgx-a100",
 	 {"A100-SXM-80GB", 312e12, 0.7, 80 * GiB, 2.04e12, 3000, A100_SMS},
 	 8,
-	 {"NVLink3", 3000, 300000000000ULL, NVLINK3, 24},
-	 {"IB HDR 200Gb/s", 5000, 25000000000ULL, IB_HDR, 16}},
+	 {"NVLink3", 3000, 300000000000ULL, NVLINK3, 24, NO_NVLS_TREE},
+	 {"IB HDR 200Gb/s", 5000, 25000000000ULL, IB_HDR, 16, NO_NVLS_TREE}},
 	{"dgx-h100",
 	 {"H100-SXM-80GB", 989e12, 0.7, 80 * GiB, 3.35e12, 3000, H100_SMS},
 	 8,
-	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24},
-	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16}},
+	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
+	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"dgx-h200",
 	 {"H200-SXM-141GB", 989e12, 0.7, 141 * GiB, 4.8e12, 3000, H100_SMS},
 	 8,
-	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24},
-	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16}},
+	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
+	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"h20",
 	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.6, 0.92, 2000},
 	 8,
-	 {"NVLink", 3000, 450000000000ULL, NVLINK4, 24},
-	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR, 16}},
+	 {"NVLink", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
+	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"rtx3090-pcie",
 	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2}},
+	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2, NO_NVLS_TREE},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 	{"rtx3090-nvlink",
 	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3, 2},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2}},
+	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3, 2, NO_NVLS_TREE},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 	{"rtx4090-pcie",
 	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.6, 0.88, 2000},
 	 8,
-	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2},
-	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2}},
+	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2, NO_NVLS_TREE},
+	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 };
 
 const char *const topo_preset_names[] = {"dgx-a100",     "dgx-h100",       "dgx-h200",     "h20",

@@ -47,6 +47,11 @@ struct topo_link {
 	 * runs on this link at full size; compute beside it gets the other SMs (the
 	 * calibrated model, coll.h; 0: not modelled) */
 	int ctas;
+	/* Between 2 nodes with NVLink SHARP (the intra link's nvls_eff), NCCL's NVLSTree, an
+	 * all-reduce reduced in each node by the switch and between the nodes a NIC at a time:
+	 * its fixed cost beyond base, and its bus bandwidth a NIC over beta (0: none) */
+	int64_t nvls_tree_ns;
+	double nvls_tree_eff;
 };
 
 struct topo_gpu {

@@ -76,6 +76,21 @@ static struct emu_cluster *calibrated_on(const char *preset, int nodes, int ndev
 	return emu_cluster_new(&cfg);
 }
 
+/* nodes x per_node GPUs of preset, every one a member */
+static struct emu_cluster *calibrated_grid(const char *preset, int nodes, int per_node)
+{
+	struct emu_config cfg;
+
+	if (emu_config_default(&cfg, preset))
+		abort();
+	cfg.topo.nodes = nodes;
+	cfg.topo.gpus_per_node = per_node;
+	cfg.ndev = nodes * per_node;
+	cfg.dry_run = 1;
+	cfg.cost = EMU_COST_CALIBRATED;
+	return emu_cluster_new(&cfg);
+}
+
 static struct emu_cluster *calibrated(int nodes, int ndev)
 {
 	return calibrated_on("dgx-a100", nodes, ndev);
@@ -549,10 +564,11 @@ static int stream_device(struct emu_dev *d, void *arg)
  * 2 (k - 1) = 18 InfiniBand ones of 6.8, with the bus bytes 2 x 39/40 S at the node's 4
  * NICs (B = 4 x 0.94 x 50 GB/s = 188, slower than NVLink4's 355.5), or the tree, 2 (L - 1)
  * = 6 and 2 ceil(log2 k) = 8 steps, with 2 S at 0.92 B times NCCL's correction for the
- * size (0.7 at 32 MiB, 0.9 at 128 MiB); plus 8.1 us and 7.5 us of PXN. At 32 MiB the tree
- * (644.7 us; the ring 690.0), at 128 MiB the ring (1734.2 us; the tree 1814.9). An
- * all-gather of 32 MiB in all: the ring, 30 + 9 steps, 39/40 S. A 1 KiB all-reduce by LL:
- * the tree's steps (0.633 us and 6.8) with the ring's bus bytes at NVLink4's LL 44 GB/s. */
+ * size (0.7 at 32 MiB, 0.9 at 128 MiB); plus 8.1 us (NDR has no PXN cost, NCCL's model
+ * none). At 32 MiB the tree (637.2 us; the ring 682.5), at 128 MiB the ring (1726.7 us;
+ * the tree 1807.4). An all-gather of 32 MiB in all: the ring, 30 + 9 steps, 39/40 S. A 1
+ * KiB all-reduce by LL: the tree's steps (0.633 us and NDR's LL 5.0) with the ring's bus
+ * bytes at NVLink4's LL 44 GB/s. 10 nodes: no NVLSTree, which pemu runs on 2. */
 static int across_device(struct emu_dev *d, void *arg)
 {
 	static const size_t count[4] = {8u << 20, (8u << 20) / 40, 256, 32u << 20};
@@ -575,35 +591,88 @@ static int across_device(struct emu_dev *d, void *arg)
 
 static void test_across_nodes(void **state)
 {
-	struct emu_config cfg;
-	struct emu_cluster *c;
+	struct emu_cluster *c = calibrated_grid("dgx-h100", 10, 4);
 	struct probe p;
 	const double S = 33554432, ag = (8u << 20) / 40 * 40 * 4.0;
 
 	(void)state;
-	if (emu_config_default(&cfg, "dgx-h100"))
-		abort();
-	cfg.topo.nodes = 10;
-	cfg.topo.gpus_per_node = 4;
-	cfg.ndev = 40;
-	cfg.dry_run = 1;
-	cfg.cost = EMU_COST_CALIBRATED;
-	c = emu_cluster_new(&cfg);
 	assert_int_equal(emu_cluster_run(c, across_device, &p), 0);
-	/* 32 MiB by the tree: cheaper than the ring's 8100 + 60 x 3400 + 18 x 6800 + 7500 +
-	 * 78/40 S / 188 GB/s = 690038 */
-	assert_int_equal(p.t[0][0], 8100 + 6 * 3400 + 8 * 6800 + 7500 +
+	/* 32 MiB by the tree: cheaper than the ring's 8100 + 60 x 3400 + 18 x 6800 + 78/40 S /
+	 * 188 GB/s = 682538 */
+	assert_int_equal(p.t[0][0], 8100 + 6 * 3400 + 8 * 6800 +
 					    (int64_t)ceil(2 * S / (0.92 * 0.7 * 188e9) * 1e9));
-	assert_int_equal(p.t[0][0], 644689);
-	assert_int_equal(p.t[0][1], 8100 + 30 * 3400 + 9 * 6800 + 7500 +
-					    (int64_t)ceil(39 / 40.0 * ag / 188e9 * 1e9));
-	assert_int_equal(p.t[0][2], 8100 + 6 * 633 + 8 * 6800 + 7500 +
-					    (int64_t)ceil(78 / 40.0 * 1024 / 44e9 * 1e9));
-	/* 128 MiB by the ring: cheaper than the tree's 8100 + 6 x 3400 + 8 x 6800 + 7500 +
-	 * 2 x 4 S / (0.92 x 0.9 x 188 GB/s) = 1814855 */
-	assert_int_equal(p.t[0][3], 8100 + 60 * 3400 + 18 * 6800 + 7500 +
+	assert_int_equal(p.t[0][0], 637189);
+	assert_int_equal(p.t[0][1],
+			 8100 + 30 * 3400 + 9 * 6800 + (int64_t)ceil(39 / 40.0 * ag / 188e9 * 1e9));
+	assert_int_equal(p.t[0][2],
+			 8100 + 6 * 633 + 8 * 5000 + (int64_t)ceil(78 / 40.0 * 1024 / 44e9 * 1e9));
+	/* 128 MiB by the ring: cheaper than the tree's 8100 + 6 x 3400 + 8 x 6800 + 2 x 4 S /
+	 * (0.92 x 0.9 x 188 GB/s) = 1807355 */
+	assert_int_equal(p.t[0][3], 8100 + 60 * 3400 + 18 * 6800 +
 					    (int64_t)ceil(78 / 40.0 * 4 * S / 188e9 * 1e9));
-	assert_int_equal(p.t[0][3], 1734152);
+	assert_int_equal(p.t[0][3], 1726652);
+	emu_cluster_free(c);
+}
+
+/* NCCL's NVLSTree on 2 nodes of 8 H100s (emu/coll_time.c, nvls_tree_ns): each node's
+ * switch reduces, and the nodes exchange their sums a NIC at a time, both ways at once, at
+ * NCCL's ceiling of 57.7 GB/s a NIC; the algorithm bandwidth 8 x 57.7 x 16/30 GB/s. A 1
+ * GiB all-reduce: 8.1 us, 2 InfiniBand steps of 6.8 and the 170 us ramp, 4553.2 us (the
+ * ring 5780.1). At 32 MiB the ring is cheaper, 28 NVLink4 steps of 3.4 us, 2 of 6.8 and
+ * 30/16 S at NVLink4's 355.5 GB/s: 293.9 us (NVLSTree 328.0). Not on 4 nodes, where
+ * NCCL's ceiling (45.5 GB/s a channel) is under its ring's: the ring, 6091.3 us; nor with
+ * one GPU a node (no switch to reduce in): the ring over the 2 NICs' 47 GB/s. A member's
+ * NIC carries its 1/8 of the node's sum; NVLink the node's all-reduce, counted as a
+ * ring's. */
+static int all_reduce_device(struct emu_dev *d, void *arg)
+{
+	static const size_t count[2] = {256u << 20, 8u << 20};
+	struct probe *p = arg;
+
+	for (int i = 0; i < 2; i++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+		int rc = coll_all_reduce(d, emu_world(d), NULL, NULL, count[i], COLL_SUM);
+
+		if (rc)
+			return rc;
+		if (emu_dev_id(d) >= 16) /* (the probe's devices) */
+			continue;
+		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+		if (i == 0) { /* the bytes the first put on each link */
+			p->t[emu_dev_id(d)][2] = (int64_t)coll_link_bytes(d, TOPO_LINK_INTER);
+			p->t[emu_dev_id(d)][3] = (int64_t)coll_link_bytes(d, TOPO_LINK_INTRA);
+		}
+	}
+	return 0;
+}
+
+static void test_nvls_tree(void **state)
+{
+	const double G = 1073741824, M32 = 33554432;
+	struct emu_cluster *c = calibrated_on("dgx-h100", 2, 16);
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, all_reduce_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 2 * 6800 + 170000 +
+					    (int64_t)ceil(30 * G / (16 * 8 * 57.7e9) * 1e9));
+	assert_int_equal(p.t[0][0], 4553195);
+	assert_int_equal(p.t[15][0], p.t[0][0]);
+	assert_int_equal(p.t[0][2], (int64_t)(G / 8)); /* its 1/8 of the node's sum, once */
+	assert_int_equal(p.t[0][3], (int64_t)(2 * 7 * G / 8));
+	assert_int_equal(p.t[0][1], 8100 + 28 * 3400 + 2 * 6800 +
+					    (int64_t)ceil(30 * M32 / (16 * 355.5e9) * 1e9));
+	emu_cluster_free(c);
+
+	c = calibrated_on("dgx-h100", 4, 32);
+	assert_int_equal(emu_cluster_run(c, all_reduce_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 56 * 3400 + 6 * 6800 +
+					    (int64_t)ceil(62 * G / (32 * 355.5e9) * 1e9));
+	emu_cluster_free(c);
+
+	c = calibrated_grid("dgx-h100", 2, 1);
+	assert_int_equal(emu_cluster_run(c, all_reduce_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 2 * 6800 + (int64_t)ceil(G / 47e9 * 1e9));
 	emu_cluster_free(c);
 }
 
@@ -759,6 +828,7 @@ int main(void)
 		cmocka_unit_test(test_nvlink4_ramp),
 		cmocka_unit_test(test_nvls_where_cheaper),
 		cmocka_unit_test(test_across_nodes),
+		cmocka_unit_test(test_nvls_tree),
 		cmocka_unit_test(test_all_to_all_across_nodes),
 		cmocka_unit_test(test_sm_share),
 	};

@@ -34,7 +34,8 @@ const struct cli_opt cli_cluster_opts[] = {
 	 "calibrated (default: GEMM tiles and waves, measured ceilings, NCCL's achieved bus "
 	 "bandwidth and latency) or roofline (the data sheets, one GEMM efficiency)"},
 	{"no-nvls", 0, 0, CLI_NO_NVLS, NULL,
-	 "calibrated: no NVLink SHARP (NCCL_NVLS_ENABLE=0), all-reduces in a node on the ring"},
+	 "calibrated: no NVLink SHARP (NCCL_NVLS_ENABLE=0): all-reduces on the ring or tree, "
+	 "not NVLS in a node or NVLSTree on 2 nodes"},
 	{"hbm-bw", 0, 1, CLI_HBM_BW, "BW", "memory bandwidth of a GPU, e.g. 2.04TB/s"},
 	{"mem-cap", 0, 1, CLI_MEM_CAP, "SIZE", "memory cap per GPU, e.g. 80GB (default: its HBM)"},
 	{"pace", 0, 1, CLI_PACE, "X", "wall clock follows virtual time times X (default 0: off)"},
