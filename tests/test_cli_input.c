@@ -66,6 +66,8 @@ static void test_bad_input(void **state)
 		{"train --num-experts 1 --moe-top-k 2",
 		 "--moe-top-k 2 is larger than the 1 experts"},
 		{"train --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
+		{"train --lr 1e-4 --min-lr 1e-3",
+		 "--min-lr 0.001 is above --lr 0.0001: the learning rate decays from --lr"},
 		{"train --tp 2", "unknown option '--tp'"},
 		{"run --model tiny --tp 3", "--tp 3 does not divide the 4 attention heads"},
 		{"run --model tiny --dp 3 --global-batch-size 8 --micro-batch-size 2",

@@ -407,6 +407,13 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 			 cfg->save ? "save" : "load");
 		return -1;
 	}
+	if (cfg->opt.min_lr > cfg->opt.lr) { /* (Megatron asserts min_lr <= max_lr too) */
+		snprintf(err, n,
+			 "--min-lr %g is above --lr %g: the learning rate decays from --lr down to "
+			 "--min-lr",
+			 (double)cfg->opt.min_lr, (double)cfg->opt.lr);
+		return -1;
+	}
 	if (cfg->save_interval && !cfg->save) {
 		snprintf(err, n, "--save-interval %d: saves to --save DIR, which is not given",
 			 cfg->save_interval);
