@@ -69,6 +69,8 @@ static void test_bad_input(void **state)
 		{"train --lr 1e-4 --min-lr 1e-3",
 		 "--min-lr 0.001 is above --lr 0.0001: the learning rate decays from --lr"},
 		{"train --tp 2", "unknown option '--tp'"},
+		{"train --inter-bw 10GB/s",
+		 "--inter-bw: pemu train runs one GPU, which has no links (pemu run takes it)"},
 		{"run --model tiny --tp 3", "--tp 3 does not divide the 4 attention heads"},
 		{"run --model tiny --dp 3 --global-batch-size 8 --micro-batch-size 2",
 		 "which --dp 3 does not divide"},

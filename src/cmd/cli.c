@@ -151,11 +151,13 @@ double cli_double(const struct cli *c, const char *opt, const char *val, double 
 	return v;
 }
 
-void cli_print_opts(FILE *f, const struct cli_opt *opts)
+void cli_print_opts_but(FILE *f, const struct cli_opt *opts, int (*skip)(int id))
 {
 	for (const struct cli_opt *o = opts; o->name; o++) {
 		char left[64];
 
+		if (skip && skip(o->id))
+			continue;
 		if (o->shortname)
 			snprintf(left, sizeof left, "-%c, --%s%s%s", o->shortname, o->name,
 				 o->arg ? " " : "", o->arg ? o->arg : "");
@@ -166,7 +168,25 @@ void cli_print_opts(FILE *f, const struct cli_opt *opts)
 	}
 }
 
+void cli_print_opts(FILE *f, const struct cli_opt *opts)
+{
+	cli_print_opts_but(f, opts, NULL);
+}
+
+const char *cli_opt_name(const struct cli_opt *opts, int id)
+{
+	for (const struct cli_opt *o = opts; o->name; o++)
+		if (o->id == id)
+			return o->name;
+	return "?";
+}
+
 /* ------------------------------------------------------------------------------------ */
+
+int cli_link_opt(int id)
+{
+	return (id >= CLI_NODES && id <= CLI_DC_LAT) || id == CLI_NO_NVLS;
+}
 
 void cli_cluster_init(struct cli_cluster *cc)
 {

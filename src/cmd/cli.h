@@ -55,8 +55,12 @@ double cli_double(const struct cli *c, const char *opt, const char *val, double 
  * single quotes; with json, escaped for a JSON string too. */
 void cli_put_arg(FILE *f, const char *a, int json);
 
-/* Prints the options of a table for --help. */
+/* Prints the options of a table for --help; cli_print_opts_but leaves out those skip
+ * says 1 for. */
 void cli_print_opts(FILE *f, const struct cli_opt *opts);
+void cli_print_opts_but(FILE *f, const struct cli_opt *opts, int (*skip)(int id));
+/* The long name of option id in opts ("?" if none). */
+const char *cli_opt_name(const struct cli_opt *opts, int id);
 
 /* The cluster options. */
 enum {
@@ -86,6 +90,9 @@ enum {
 	CLI_JSON,
 };
 extern const struct cli_opt cli_cluster_opts[];
+/* Whether cluster option id describes the links between GPUs (nodes, their bandwidths and
+ * latencies, NVLink SHARP), which a run on one GPU (pemu train) has none of. */
+int cli_link_opt(int id);
 
 /* A trace keeps devices 0 to 15 unless told: gpt3-175b's step at tp 8 pp 8 is 27 MB of
  * JSON a device (1.75 GB for 64 of them), and Perfetto opens about 1-2 GB. */

@@ -47,8 +47,9 @@ static void usage(FILE *f)
 		   "  pemu train --model gpt3-175b --dry-run --mem-cap 4TB\n\n");
 	fprintf(f, "Model and training options (Megatron-LM's names):\n");
 	cli_print_opts(f, cli_model_opts);
-	fprintf(f, "\nCluster options (one GPU of the preset is used):\n");
-	cli_print_opts(f, cli_cluster_opts);
+	fprintf(f,
+		"\nCluster options (one GPU of the preset; the links' options are pemu run's):\n");
+	cli_print_opts_but(f, cli_cluster_opts, cli_link_opt);
 }
 
 /* The progress line of step s (0-based). */
@@ -315,6 +316,11 @@ int cmd_train(int argc, char **argv)
 	cli_model_init(&mo);
 	cli_cluster_init(&cc);
 	while ((id = cli_next(&c, &v))) {
+		if (cli_link_opt(id))
+			cli_fail(&c,
+				 "--%s: pemu train runs one GPU, which has no links (pemu run "
+				 "takes it)",
+				 cli_opt_name(cli_cluster_opts, id));
 		if (cli_cluster_opt(&cc, id, v) || cli_model_opt(&mo, &cfg, &c, id, v))
 			continue;
 		if (id == CLI_MODEL_HELP) {
