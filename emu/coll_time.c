@@ -29,23 +29,25 @@ int coll_channels(const struct topo_link *l, uint64_t bytes)
 	return channels(l->ctas, bytes);
 }
 
-/* ceil(num * S / (den * beta)) seconds, in ns. */
+/* ceil(num * S / (den * beta)) seconds, in ns, at most EMU_TIME_MAX; the products in 128
+ * bits (a --inter-bw of exabytes a second times the members still divides). */
 static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 {
-	uint64_t t = emu_muldiv_ceil(num * S, 1000000000ULL, den * beta);
+	__extension__ typedef unsigned __int128 u128;
+	u128 d = (u128)den * beta, t = ((u128)num * S * 1000000000U + d - 1) / d;
 
-	return t > (uint64_t)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
+	return t > (u128)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
 }
 
 /* A link under the run's cost model (clock.h): a collective's fixed cost, and its
  * protocols' step latency and bandwidth: the roofline's 0 and alpha, beta for each, or
  * the calibrated base and NCCL-like LL, LL128 (ll128_bw 0: none; up to ll128_max, or
  * where NCCL's model picks it when that is 0) and bulk protocols, NVLink SHARP (topo.h;
- * nvls_bw 0: none) and, between nodes, NVLSTree's ramp and a NIC's bandwidth (nvt_bw 0:
+ * nvls_bw 0: none) and, between nodes, NVLSTree's ramp and ceiling a NIC (nvls_tree_bw 0:
  * none). */
 struct wire {
-	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn, nvt;
-	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvt_bw;
+	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn, nvls_tree;
+	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_tree_bw;
 };
 
 /* beta x eff in bytes a second, beta where that is not a rate */
@@ -58,7 +60,8 @@ static uint64_t eff_bw(const struct topo_link *l, double eff)
 
 static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *l)
 {
-	struct wire w = {0, l->lat_ns, l->lat_ns, 0, 0, 0, 0, l->bw_bytes, l->bw_bytes, 0, 0, 0, 0};
+	struct wire w = {
+		.ll_hop = l->lat_ns, .hop = l->lat_ns, .ll_bw = l->bw_bytes, .bw = l->bw_bytes};
 
 	if (c->cfg.cost != EMU_COST_CALIBRATED)
 		return w;
@@ -78,10 +81,8 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 		w.nvls = l->nvls_ns;
 		w.nvls_bw = eff_bw(l, l->nvls_eff);
 	}
-	if (l->nvls_tree_eff > 0) {
-		w.nvt = l->nvls_tree_ns;
-		w.nvt_bw = eff_bw(l, l->nvls_tree_eff);
-	}
+	w.nvls_tree = l->nvls_tree_ns;
+	w.nvls_tree_bw = l->nvls_tree_bw;
 	return w;
 }
 
@@ -249,6 +250,12 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/* L NICs' bandwidth, at most UINT64_MAX */
+static uint64_t times_sat(uint64_t bw, int L)
+{
+	return bw > UINT64_MAX / (uint64_t)L ? UINT64_MAX : bw * (uint64_t)L;
+}
+
 /* NCCL's correction of its tree's bandwidth for an all-reduce of S bytes by Simple,
  * "Trees are not perfectly sticking to the model for medium sizes" (tuning.cc,
  * treeCorrectionFactor, indexed by log2(S / 64) below 2^23), in tenths. */
@@ -277,18 +284,20 @@ static int64_t hops_ns(uint64_t a, int64_t p, uint64_t b, int64_t q)
 /* An all-reduce of S bytes over n members on 2 nodes, L on each, by NCCL's NVLSTree (its
  * tuning.cc's structure): each node's switch reduces (NVLink SHARP) and the two nodes
  * exchange their sums a NIC at a time, each NIC carrying 1/L of the message both ways at
- * once. A NIC's bus bandwidth is nvt_bw, NCCL's own ceiling for NVLSTree on 2 nodes, at
- * most twice the NIC's; the algorithm bandwidth L of them times n / (2 (n - 1)), and at
- * most the node's NVLink SHARP all-reduce's. The fixed cost nvt (a ramp, as NVLink
- * SHARP's in a node) and the 2 levels of the exchange at the network's step (topo.c). */
-static int64_t nvls_tree_ns(const struct wire *in, const struct wire *net, int n, int L, uint64_t S)
+ * once. A NIC's bus bandwidth is the lesser of NCCL's ceiling for NVLSTree on 2 nodes
+ * (nvls_tree_bw) and twice the NIC's own; the algorithm bandwidth L of them times n / (2
+ * (n - 1)), and at most the node's NVLink SHARP all-reduce's. The fixed cost: the ramp
+ * nvls_tree (as NVLink SHARP's in a node, a line's intercept, not a latency) and the 2
+ * levels of the exchange at the network's step (topo.c). */
+static int64_t nvls_tree_time(const struct wire *in, const struct wire *net, int n, int L,
+			      uint64_t S)
 {
-	uint64_t nic = net->nvt_bw / 2 < net->bw ? net->nvt_bw : 2 * net->bw;
+	uint64_t nic = net->nvls_tree_bw / 2 < net->bw ? net->nvls_tree_bw : 2 * net->bw;
 	/* S / (L nic n / (2 (n - 1))) */
 	int64_t by_net = bw_ns(2 * (uint64_t)(n - 1), S, (uint64_t)n * (uint64_t)L, nic);
 	int64_t by_node = bw_ns(1, S, 1, in->nvls_bw);
 
-	return emu_time_add(emu_time_add(hops_ns(2, net->hop, 0, 0), net->nvt),
+	return emu_time_add(emu_time_add(hops_ns(2, net->hop, 0, 0), net->nvls_tree),
 			    by_net > by_node ? by_net : by_node);
 }
 
@@ -303,14 +312,14 @@ static int64_t nvls_tree_ns(const struct wire *in, const struct wire *net, int n
  * model: by LL the tree's hops with the ring's bus bytes (small messages), by Simple the
  * ring (2 (n - k) + 2 (k - 1) hops, 2 (n - 1) / n S at B) or the tree (2 S at 0.92 B, times
  * NCCL's correction for medium sizes, tree_tenths); on 2 nodes of NVLink SHARP GPUs also
- * NVLSTree (nvls_tree_ns), where it costs less still, which sets *nvls. */
+ * NVLSTree (nvls_tree_time), where it costs less still, which sets *nvls_tree. */
 static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int n, int k, int L,
-			     uint64_t S, int twice, int *nvls)
+			     uint64_t S, int twice, int *nvls_tree)
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1), lg = 0;
 	uint64_t hi = (uint64_t)(n - k) * (twice ? 2 : 1), hx = (uint64_t)(k - 1) * (twice ? 2 : 1);
 	uint64_t ti = hi, tx = hx; /* LL's hops: for all-reduce the tree's, as its Simple's */
-	uint64_t B = min_u64(in->bw, (uint64_t)L * net->bw);
+	uint64_t B = min_u64(in->bw, times_sat(net->bw, L));
 	int64_t ll, bulk;
 
 	if (twice) {
@@ -321,7 +330,7 @@ static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int 
 	}
 	ll = emu_time_add(
 		hops_ns(ti, in->ll_hop, tx, net->ll_hop),
-		bw_ns(steps, S, (uint64_t)n, min_u64(in->ll_bw, (uint64_t)L * net->ll_bw)));
+		bw_ns(steps, S, (uint64_t)n, min_u64(in->ll_bw, times_sat(net->ll_bw, L))));
 	bulk = emu_time_add(hops_ns(hi, in->hop, hx, net->hop), bw_ns(steps, S, (uint64_t)n, B));
 	if (twice) { /* 2 S / (0.92 x tenths / 10 x B) = 500 S / (23 x tenths x B) */
 		int64_t tree = emu_time_add(hops_ns(ti, in->hop, tx, net->hop),
@@ -330,30 +339,31 @@ static int64_t multi_node_ns(const struct wire *in, const struct wire *net, int 
 		bulk = tree < bulk ? tree : bulk;
 	}
 	bulk = emu_time_add(ll < bulk ? ll : bulk, L > 1 ? net->pxn : 0);
-	if (twice && k == 2 && L > 1 && in->nvls_bw && net->nvt_bw) {
-		int64_t nvt = nvls_tree_ns(in, net, n, L, S);
+	if (twice && k == 2 && L > 1 && in->nvls_bw && net->nvls_tree_bw) {
+		int64_t tree = nvls_tree_time(in, net, n, L, S);
 
-		if (nvt < bulk) {
-			*nvls = 1;
-			return nvt;
+		if (tree < bulk) {
+			*nvls_tree = 1;
+			return tree;
 		}
 	}
 	return bulk;
 }
 
-/* A ring collective over nodes: evenly spread (chan.c found its nodes), or else taken as
+/* A ring collective over nodes (or an all-reduce by NCCL's tree or NVLSTree, which sets
+ * op->nvls_tree and its CTAs): evenly spread (chan.c found its nodes), or else taken as
  * one member a node, the slower case. */
 static int64_t calibrated_across(const struct emu_cluster *c, struct op *op, const struct wire *net,
 				 uint64_t S, int twice)
 {
 	const struct emu_group *ch = op->ch;
 	const struct wire in = wire_of(c, &c->cfg.topo.link[TOPO_LINK_INTRA]);
-	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n, nvls = 0;
+	int k = ch->hier_nodes > 1 ? ch->hier_nodes : ch->n, nvls_tree = 0;
 	int64_t t;
 
 	op->nic_rings = ch->n / k;
-	t = multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice, &nvls);
-	if (nvls) {
+	t = multi_node_ns(&in, net, ch->n, k, ch->n / k, S, twice, &nvls_tree);
+	if (nvls_tree) {
 		op->nvls_tree = op->nic_rings;
 		op->nic_rings = 0;
 		op->ctas = NVLS_CTAS;

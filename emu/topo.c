@@ -94,15 +94,19 @@
  *                 cluster, 2 nodes (pairwise runs) and 10; all-reduce on 2, 4 and 8
  *                 nodes of 8 H100s under NCCL's defaults (NVIDIA/nccl-tests issue 309);
  *                 errors in bench/fidelity. NDR's small messages by NCCL's own model
- *                 (tuning.cc): LL 5.0 us a step (hwLat, NET, Tree LL) and no PXN cost (its
- *                 model has none); the 8 B all-reduce on 2 and 4 nodes of 8 H100s takes
+ *                 (tuning.cc): LL 5.0 us a step (hwLat, NET, Tree LL, which the
+ *                 all-reduce's small messages take; its ring's, 2.7 us, would serve
+ *                 all-gather and reduce-scatter, unmeasured here, which take 5.0 too) and
+ *                 no PXN cost (its model has none); the 8 B all-reduce on 2 and 4 nodes of
+ *                 8 H100s takes
  *                 24.7 and 34.75 us (issue 309), pemu 27.0 and 37.0 (the HDR fit's 6.8 us
  *                 steps and 7.5 us of PXN gave 38.1 and 51.7)
  *   NVLSTree      an all-reduce over 2 nodes of NVLink SHARP GPUs (coll_time.c): 57.7 GB/s
  *                 a NIC, NCCL's ceiling a channel for it on 2 nodes of Hoppers
  *                 (tuning.cc, perChMaxNVLSTreeBws; its model gives the NIC twice its
- *                 bandwidth there, the two nodes sending both ways at once), 1.154 of
- *                 NDR's 50 GB/s; a ramp of 170 us beyond base and 2 steps, fitted to
+ *                 bandwidth there, the two nodes sending both ways at once, and takes the
+ *                 lesser; NCCL's figure, whatever --inter-bw says); a ramp of 170 us
+ *                 beyond base and 2 steps, fitted to
  *                 qoofyk's 2 x 8 H100 sweep from 64 MiB to 16 GiB (issue 309: 250 GB/s of
  *                 algorithm bandwidth at 16 GiB, the model within 2.3%) and checked on
  *                 gj-aion's 2 nodes (within 1.9% from 64 MiB). Not on more nodes: there
@@ -149,7 +153,7 @@ struct preset {
 
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
  * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
- * nvls_ns, nvls_eff; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_eff) below, from the sources
+ * nvls_ns, nvls_eff; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below, from the sources
  * above. */
 #define A100_SMS      108, 0.869, 0.6, 0.88, 2000
 #define H100_SMS      132, 0.803, 0.6, 0.92, 2000
@@ -159,9 +163,9 @@ struct preset {
 #define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 7500
 #define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0
 #define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0
-#define NDR_NVLS_TREE 170000, 1.154 /* nvls_tree_ns, nvls_tree_eff */
-#define NO_NVLS_TREE  0, 0
 #define ETH100        8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 7500
+#define NDR_NVLS_TREE 170000, 57700000000ULL /* nvls_tree_ns, nvls_tree_bw */
+#define NO_NVLS_TREE  0, 0
 
 static const struct preset presets[] = {
 	{"dgx-a100",

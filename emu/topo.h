@@ -49,9 +49,10 @@ struct topo_link {
 	int ctas;
 	/* Between 2 nodes with NVLink SHARP (the intra link's nvls_eff), NCCL's NVLSTree, an
 	 * all-reduce reduced in each node by the switch and between the nodes a NIC at a time:
-	 * its fixed cost beyond base, and its bus bandwidth a NIC over beta (0: none) */
+	 * its fixed cost beyond base (a ramp), and NCCL's ceiling on its bus bandwidth a NIC,
+	 * bytes a second (0: none) */
 	int64_t nvls_tree_ns;
-	double nvls_tree_eff;
+	uint64_t nvls_tree_bw;
 };
 
 struct topo_gpu {

@@ -88,15 +88,6 @@ void emu_str_addf(struct emu_str *str, const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t emu_muldiv_ceil(uint64_t a, uint64_t b, uint64_t c)
-{
-	__extension__ typedef unsigned __int128 u128;
-	u128 num = (u128)a * b;
-
-	EMU_ASSERT(c > 0);
-	return (uint64_t)((num + c - 1) / c);
-}
-
 void emu_strcpy_cut(char *dst, const char *src, size_t n)
 {
 	size_t len = strnlen(src, n - 1);

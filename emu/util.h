@@ -63,9 +63,6 @@ struct emu_str {
 void emu_str_addf(struct emu_str *str, const char *fmt, ...) EMU_PRINTF(2, 3);
 void emu_str_vaddf(struct emu_str *str, const char *fmt, va_list ap) EMU_PRINTF(2, 0);
 
-/* (a * b + c - 1) / c for unsigned 64-bit values, computed without overflow. */
-uint64_t emu_muldiv_ceil(uint64_t a, uint64_t b, uint64_t c);
-
 /* Copies src into dst (n bytes), cut to fit and always NUL-terminated: what
  * snprintf(dst, n, "%s", src) does, without its format machinery (a hot path names every
  * block and trace event). n > 0. */

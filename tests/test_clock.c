@@ -614,16 +614,18 @@ static void test_across_nodes(void **state)
 	emu_cluster_free(c);
 }
 
-/* NCCL's NVLSTree on 2 nodes of 8 H100s (emu/coll_time.c, nvls_tree_ns): each node's
+/* NCCL's NVLSTree on 2 nodes of 8 H100s (emu/coll_time.c, nvls_tree_time): each node's
  * switch reduces, and the nodes exchange their sums a NIC at a time, both ways at once, at
  * NCCL's ceiling of 57.7 GB/s a NIC; the algorithm bandwidth 8 x 57.7 x 16/30 GB/s. A 1
  * GiB all-reduce: 8.1 us, 2 InfiniBand steps of 6.8 and the 170 us ramp, 4553.2 us (the
  * ring 5780.1). At 32 MiB the ring is cheaper, 28 NVLink4 steps of 3.4 us, 2 of 6.8 and
  * 30/16 S at NVLink4's 355.5 GB/s: 293.9 us (NVLSTree 328.0). Not on 4 nodes, where
  * NCCL's ceiling (45.5 GB/s a channel) is under its ring's: the ring, 6091.3 us; nor with
- * one GPU a node (no switch to reduce in): the ring over the 2 NICs' 47 GB/s. A member's
- * NIC carries its 1/8 of the node's sum; NVLink the node's all-reduce, counted as a
- * ring's. */
+ * one GPU a node (no switch to reduce in): the ring over the 2 NICs' 47 GB/s; nor without
+ * NVLink SHARP (--no-nvls): the ring. The ceiling is NCCL's whatever the NIC (100 GB/s:
+ * the same 57.7), unless twice the NIC's bulk bandwidth is less (25 GB/s: 2 x 23.5). A
+ * member's NIC carries its 1/8 of the node's sum; NVLink the node's all-reduce, counted
+ * as a ring's. */
 static int all_reduce_device(struct emu_dev *d, void *arg)
 {
 	static const size_t count[2] = {256u << 20, 8u << 20};
@@ -646,9 +648,34 @@ static int all_reduce_device(struct emu_dev *d, void *arg)
 	return 0;
 }
 
+/* 1 GiB all-reduced over 2 nodes of 8 H100s with NICs of inter_bw bytes a second, and
+ * NVLink SHARP or not */
+static int64_t pair_all_reduce(double inter_bw, int nvls)
+{
+	struct emu_config cfg;
+	struct emu_cluster *c;
+	struct probe p;
+
+	if (emu_config_default(&cfg, "dgx-h100"))
+		abort();
+	cfg.topo.nodes = 2;
+	cfg.ndev = 16;
+	cfg.dry_run = 1;
+	cfg.cost = EMU_COST_CALIBRATED;
+	cfg.topo.link[TOPO_LINK_INTER].bw_bytes = (uint64_t)inter_bw;
+	if (!nvls)
+		cfg.topo.link[TOPO_LINK_INTRA].nvls_eff = 0;
+	c = emu_cluster_new(&cfg);
+	assert_int_equal(emu_cluster_run(c, all_reduce_device, &p), 0);
+	emu_cluster_free(c);
+	return p.t[0][0];
+}
+
 static void test_nvls_tree(void **state)
 {
 	const double G = 1073741824, M32 = 33554432;
+	const int64_t ring =
+		8100 + 28 * 3400 + 2 * 6800 + (int64_t)ceil(30 * G / (16 * 355.5e9) * 1e9);
 	struct emu_cluster *c = calibrated_on("dgx-h100", 2, 16);
 	struct probe p;
 
@@ -657,7 +684,11 @@ static void test_nvls_tree(void **state)
 	assert_int_equal(p.t[0][0], 8100 + 2 * 6800 + 170000 +
 					    (int64_t)ceil(30 * G / (16 * 8 * 57.7e9) * 1e9));
 	assert_int_equal(p.t[0][0], 4553195);
-	assert_int_equal(p.t[15][0], p.t[0][0]);
+	assert_int_equal(ring, 5780096);
+	assert_int_equal(pair_all_reduce(50e9, 0), ring);
+	assert_int_equal(pair_all_reduce(100e9, 1), p.t[0][0]);
+	assert_int_equal(pair_all_reduce(25e9, 1),
+			 8100 + 2 * 6800 + 170000 + (int64_t)ceil(30 * G / (16 * 8 * 47e9) * 1e9));
 	assert_int_equal(p.t[0][2], (int64_t)(G / 8)); /* its 1/8 of the node's sum, once */
 	assert_int_equal(p.t[0][3], (int64_t)(2 * 7 * G / 8));
 	assert_int_equal(p.t[0][1], 8100 + 28 * 3400 + 2 * 6800 +
