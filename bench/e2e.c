@@ -2,23 +2,40 @@
  * parts (GEMMs, memory-bound kernels, collectives) against microbenchmarks; this runs
  * whole training steps of published large runs as pemu dry-runs, under the default
  * (calibrated) clock, and sets pemu's throughput beside the published one. Nothing is
- * fitted to these rows: they check the whole.
+ * fitted to these rows: they check the whole. Two tables:
  *
- * The rows are Table 1 of Narayanan et al. 2021, "Efficient Large-Scale Language Model
- * Training on GPU Clusters Using Megatron-LM" (arXiv 2104.04473): GPT models of 1.7B to
- * 1T parameters on 32 to 3072 A100 80GB (DGX A100 nodes, eight 200 Gb/s HDR NICs each),
- * sequence 2048, vocabulary 51200, mixed precision, full activation recomputation, the
- * interleaved schedule where the paper's scripts give layers a virtual stage
+ * Table 1 of Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+ * Clusters Using Megatron-LM" (arXiv 2104.04473): GPT models of 1.7B to 1T parameters on
+ * 32 to 3072 A100 80GB (DGX A100 nodes, eight 200 Gb/s HDR NICs each), sequence 2048,
+ * vocabulary 51200, mixed precision, full activation recomputation, the interleaved
+ * schedule where the paper's scripts give layers a virtual stage
  * (examples/sc21/run_table_1.sh), no sequence parallelism and no distributed optimizer
  * (neither existed yet). Throughput is the paper's own count, teraFLOP/s a GPU:
  *
  *     F = 96 B s l h^2 (1 + s / 6h + V / 16 l h)   FLOPs an iteration (recomputation in)
  *
- * over the step time and the GPUs. Each row is one `pemu run --dry-run --json` (the
- * command is printed, so that any row can be run by hand); the table gives pemu's step
- * time, its throughput, the published one, the error, and where pemu's step goes
- * (the pipeline's bubble, exposed communication). Writes DIR/e2e.csv; never fails on
- * accuracy, only if a run does not run.
+ * The Megatron-LM README's H100 table (NVIDIA/Megatron-LM images/model_table.png, commit
+ * 937571cfd4, July 2024): Megatron-Core, GPT models of 1.7B to 462B parameters on 48 to
+ * 6144 H100s (data-parallel 48 throughout), sequence 4096, vocabulary 131072, with
+ * --overlap-grad-reduce, --overlap-param-gather (so the distributed optimizer),
+ * --tp-comm-overlap and the pipeline's own overlap. Its count is Megatron's
+ * num_floating_point_operations (megatron/training/training.py at that commit), model
+ * FLOPs only:
+ *
+ *     F = 72 B s l h^2 (1 + s / 6h + V / 12 l h)
+ *
+ * The README gives no micro-batch, recomputation, schedule or dropout; pemu takes
+ * micro-batch 1, sequence parallelism with tp, flash attention, Megatron's dropouts (0.1),
+ * the 1F1B schedule (Megatron's without a virtual-stage flag) and the least recomputation
+ * that fits in 80 GB (none, else selective, else full). pemu has no --tp-comm-overlap
+ * (Transformer Engine's userbuffers): the tensor-parallel collectives it charges exposed
+ * are hidden there, which the exposed column shows.
+ *
+ * Each row is one `pemu run --dry-run --json` (the command is printed, so that any row
+ * can be run by hand); the table gives pemu's step time, its throughput, the published
+ * one, the error, and where pemu's step goes (the pipeline's bubble, exposed
+ * communication). Writes DIR/e2e.csv; never fails on accuracy, only if a run does not
+ * run.
  * usage: bench/e2e [DIR]   (default build/bench/out; pemu is PEMU or build/pemu) */
 #include <math.h>
 #include <stdio.h>
@@ -26,24 +43,73 @@
 #include <string.h>
 
 static const struct row {
-	const char *params; /* the paper's parameter count, billions */
+	const char *params; /* the published parameter count, billions */
 	int heads, hidden, layers, tp, pp, gpus, gbs, mbs;
 	int layers_per_vstage; /* interleaved: layers a virtual stage; 0: 1F1B */
 	double tflops;         /* published teraFLOP/s a GPU */
-} rows[] = {
-	{"1.7", 24, 2304, 24, 1, 1, 32, 512, 16, 0, 137},
-	{"3.6", 32, 3072, 30, 2, 1, 64, 512, 16, 0, 138},
-	{"7.5", 32, 4096, 36, 4, 1, 128, 512, 16, 0, 142},
-	{"18.4", 48, 6144, 40, 8, 1, 256, 1024, 8, 0, 135},
-	{"39.1", 64, 8192, 48, 8, 2, 512, 1536, 4, 0, 138},
-	{"76.1", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, 140},
-	{"145.6", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, 148},
-	{"310.1", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, 155},
-	{"529.6", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, 163},
-	{"1008", 160, 25600, 128, 8, 64, 3072, 3072, 1, 0, 163},
+} a100_rows[] =
+	{
+		{"1.7", 24, 2304, 24, 1, 1, 32, 512, 16, 0, 137},
+		{"3.6", 32, 3072, 30, 2, 1, 64, 512, 16, 0, 138},
+		{"7.5", 32, 4096, 36, 4, 1, 128, 512, 16, 0, 142},
+		{"18.4", 48, 6144, 40, 8, 1, 256, 1024, 8, 0, 135},
+		{"39.1", 64, 8192, 48, 8, 2, 512, 1536, 4, 0, 138},
+		{"76.1", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, 140},
+		{"145.6", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, 148},
+		{"310.1", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, 155},
+		{"529.6", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, 163},
+		{"1008", 160, 25600, 128, 8, 64, 3072, 3072, 1, 0, 163},
+},
+  h100_rows[] = {
+	  {"1.7", 16, 2048, 24, 1, 1, 48, 192, 1, 0, 408.8},
+	  {"7.1", 32, 4096, 30, 2, 1, 96, 192, 1, 0, 465.9},
+	  {"16", 48, 6144, 32, 4, 1, 192, 192, 1, 0, 489.1},
+	  {"32", 56, 7168, 48, 8, 1, 384, 192, 1, 0, 459.6},
+	  {"70", 64, 8192, 84, 8, 2, 768, 384, 1, 0, 419.7},
+	  {"119", 80, 10240, 92, 8, 4, 1536, 768, 1, 0, 420.5},
+	  {"177", 96, 12288, 96, 8, 6, 2304, 1152, 1, 0, 432.8},
+	  {"314", 128, 16384, 96, 8, 8, 3072, 1536, 1, 0, 474.4},
+	  {"462", 144, 18432, 112, 8, 16, 6144, 3072, 1, 0, 459.9},
 };
-#define NROWS ((int)(sizeof rows / sizeof *rows))
-enum { SEQ = 2048, VOCAB = 51200 };
+
+/* A published table: its rows, the runs' shared shape and options, and its FLOP count
+ * F = coef B s l h^2 (1 + s / 6h + V / (vdiv l h)). */
+static const struct table {
+	const char *what, *count, *name;
+	const struct row *rows;
+	int nrows, seq, vocab;
+	double coef, vdiv;
+	const char *opts;         /* besides the layout, for every row */
+	const char *recompute[3]; /* tried in order until a run fits */
+} tables[] = {
+	{"Narayanan et al. 2021 (arXiv 2104.04473), Table 1, against pemu's dry-run (calibrated "
+	 "clock, dgx-a100): seq 2048, vocab 51200, bf16, full recomputation",
+	 "96 B s l h^2 (1 + s/6h + V/16lh) / (step time x GPUs), the paper's count",
+	 "Table 1",
+	 a100_rows,
+	 sizeof a100_rows / sizeof *a100_rows,
+	 2048,
+	 51200,
+	 96,
+	 16,
+	 "",
+	 {"full", NULL, NULL}},
+	{"the Megatron-LM README's H100 table (Megatron-Core, July 2024), against pemu's dry-run "
+	 "(calibrated clock, dgx-h100): seq 4096, vocab 131072, bf16, micro-batch 1, the "
+	 "distributed optimizer with both overlaps, flash attention, sp with tp, dropout 0.1, "
+	 "1F1B, the least recomputation that fits; pemu has no --tp-comm-overlap",
+	 "72 B s l h^2 (1 + s/6h + V/12lh) / (step time x GPUs), Megatron's model FLOPs",
+	 "the H100 table",
+	 h100_rows,
+	 sizeof h100_rows / sizeof *h100_rows,
+	 4096,
+	 131072,
+	 72,
+	 12,
+	 " --cluster dgx-h100 --use-flash-attn --use-distributed-optimizer --overlap-grad-reduce "
+	 "--overlap-param-gather",
+	 {"none", "selective", "full"}},
+};
 
 /* The number after "key": in s (the first), or NAN. */
 static double json_num(const char *s, const char *key)
@@ -101,11 +167,72 @@ static char *run(const char *cmd)
 	return buf;
 }
 
+/* Runs row r of table t (the first of its recomputation modes that fits) and prints its
+ * line and its CSV line; adds its error to *sum, *lo, *hi. 0, or -1 if no run ran. */
+static int run_row(const struct table *t, const struct row *r, const char *pemu, FILE *csv,
+		   double *sum, double *lo, double *hi)
+{
+	int dp = r->gpus / (r->tp * r->pp);
+	char sched[96] = "", cmd[1024], name[16];
+	double b = r->gbs, h = r->hidden, l = r->layers;
+	double flops = t->coef * b * t->seq * l * h * h *
+		       (1 + t->seq / (6 * h) + t->vocab / (t->vdiv * l * h));
+	double step, tf, err, wall;
+	char *out = NULL;
+
+	if (r->pp > 1 && r->layers_per_vstage)
+		snprintf(sched, sizeof sched,
+			 " --schedule interleaved --num-layers-per-virtual-pipeline-stage %d",
+			 r->layers_per_vstage);
+	else if (r->pp > 1)
+		snprintf(sched, sizeof sched, " --schedule 1f1b");
+	for (int k = 0; k < 3 && t->recompute[k] && !out; k++) {
+		snprintf(
+			cmd, sizeof cmd,
+			"%s run --dry-run --model gpt3-175b --num-layers %d --hidden-size %d "
+			"--num-attention-heads %d --seq-length %d --vocab-size %d --tp %d --pp %d "
+			"--dp %d --micro-batch-size %d --global-batch-size %d --recompute %s%s%s%s "
+			"--steps 1",
+			pemu, r->layers, r->hidden, r->heads, t->seq, t->vocab, r->tp, r->pp, dp,
+			r->mbs, r->gbs, t->recompute[k], sched,
+			*t->opts && r->tp > 1 ? " --sequence-parallel" : "", t->opts);
+		strncat(cmd, " --json", sizeof cmd - strlen(cmd) - 1);
+		out = run(cmd); /* (a run that does not fit exits 1) */
+	}
+	cmd[strlen(cmd) - strlen(" --json")] = 0;
+	printf("# %s\n", cmd);
+	if (!out) {
+		fprintf(stderr, "bench/e2e: the %sB row of %s did not run: %s\n", r->params,
+			t->name, cmd);
+		return -1;
+	}
+	step = json_num(strstr(out, "\"time\":") ? strstr(out, "\"time\":") : out, "step_time_s");
+	wall = json_num(out, "wall_s");
+	tf = flops / (step * r->gpus) / 1e12;
+	err = tf / r->tflops - 1;
+	*sum += fabs(err);
+	*lo = err < *lo ? err : *lo;
+	*hi = err > *hi ? err : *hi;
+	snprintf(name, sizeof name, "%s",
+		 r->pp == 1             ? "-"
+		 : r->layers_per_vstage ? "interleaved"
+					: "1f1b");
+	printf("%8s %5d %3d %3d %3d %-11s %9.3f %7.1f %9.4g %+6.1f%% %6.1f%% %9.3f %8.1f\n",
+	       r->params, r->gpus, r->tp, r->pp, dp, name, step, tf, r->tflops, 100 * err,
+	       100 * json_num(out, "bubble_fraction"), json_num(out, "exposed_comm_s"),
+	       max_peak(out) / (1 << 30));
+	fprintf(csv, "%s,%s,%d,%d,%d,%d,%s,%.6f,%.2f,%.1f,%.4f,%.4f,%.6f,%.2f,%.3f\n", t->name,
+		r->params, r->gpus, r->tp, r->pp, dp, name, step, tf, r->tflops, err,
+		json_num(out, "bubble_fraction"), json_num(out, "exposed_comm_s"),
+		max_peak(out) / (1 << 30), wall);
+	free(out);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "build/bench/out";
 	const char *pemu = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
-	double sum = 0, lo = INFINITY, hi = -INFINITY;
 	char path[4096];
 	FILE *csv;
 
@@ -114,73 +241,28 @@ int main(int argc, char **argv)
 		perror(path);
 		return 1;
 	}
-	fprintf(csv, "params_b,gpus,tp,pp,dp,schedule,step_s,pemu_tflops,published_tflops,error,"
-		     "bubble,exposed_comm_s,peak_gib,wall_s\n");
-	printf("# Narayanan et al. 2021 (arXiv 2104.04473), Table 1, against pemu's dry-run "
-	       "(calibrated clock, dgx-a100): seq %d, vocab %d, bf16, full recomputation\n",
-	       SEQ, VOCAB);
-	printf("# teraFLOP/s a GPU = 96 B s l h^2 (1 + s/6h + V/16lh) / (step time x GPUs), the "
-	       "paper's count\n");
-	printf("%8s %5s %3s %3s %3s %-11s %9s %7s %9s %7s %7s %9s %8s\n", "params B", "GPUs", "tp",
-	       "pp", "dp", "schedule", "step s", "pemu TF", "published", "error", "bubble",
-	       "exposed s", "peak GiB");
-	for (int i = 0; i < NROWS; i++) {
-		const struct row *r = &rows[i];
-		int dp = r->gpus / (r->tp * r->pp);
-		char sched[96] = "", cmd[1024], name[16];
-		double b = r->gbs, h = r->hidden, l = r->layers;
-		double flops =
-			96 * b * SEQ * l * h * h * (1 + SEQ / (6 * h) + VOCAB / (16 * l * h));
-		double step, tf, err, wall;
-		char *out;
+	fprintf(csv, "table,params_b,gpus,tp,pp,dp,schedule,step_s,pemu_tflops,published_tflops,"
+		     "error,bubble,exposed_comm_s,peak_gib,wall_s\n");
+	for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+		const struct table *t = &tables[i];
+		double sum = 0, lo = INFINITY, hi = -INFINITY;
 
-		if (r->pp > 1 && r->layers_per_vstage)
-			snprintf(sched, sizeof sched,
-				 " --schedule interleaved --num-layers-per-virtual-pipeline-stage "
-				 "%d",
-				 r->layers_per_vstage);
-		else if (r->pp > 1)
-			snprintf(sched, sizeof sched, " --schedule 1f1b");
-		snprintf(cmd, sizeof cmd,
-			 "%s run --dry-run --model gpt3-175b --num-layers %d --hidden-size %d "
-			 "--num-attention-heads %d --seq-length %d --vocab-size %d --tp %d --pp %d "
-			 "--dp %d --micro-batch-size %d --global-batch-size %d --recompute full%s "
-			 "--steps 1",
-			 pemu, r->layers, r->hidden, r->heads, SEQ, VOCAB, r->tp, r->pp, dp, r->mbs,
-			 r->gbs, sched);
-		printf("# %s\n", cmd);
+		printf("%s# %s\n", i ? "\n" : "", t->what);
+		printf("# teraFLOP/s a GPU = %s\n", t->count);
+		printf("%8s %5s %3s %3s %3s %-11s %9s %7s %9s %7s %7s %9s %8s\n", "params B",
+		       "GPUs", "tp", "pp", "dp", "schedule", "step s", "pemu TF", "published",
+		       "error", "bubble", "exposed s", "peak GiB");
 		fflush(stdout);
-		strncat(cmd, " --json", sizeof cmd - strlen(cmd) - 1);
-		if (!(out = run(cmd))) {
-			fprintf(stderr, "bench/e2e: the %sB row did not run: %s\n", r->params, cmd);
-			return 1;
-		}
-		step = json_num(strstr(out, "\"time\":") ? strstr(out, "\"time\":") : out,
-				"step_time_s");
-		wall = json_num(out, "wall_s");
-		tf = flops / (step * r->gpus) / 1e12;
-		err = tf / r->tflops - 1;
-		sum += fabs(err);
-		lo = err < lo ? err : lo;
-		hi = err > hi ? err : hi;
-		snprintf(name, sizeof name, "%s",
-			 r->pp == 1             ? "-"
-			 : r->layers_per_vstage ? "interleaved"
-						: "1f1b");
-		printf("%8s %5d %3d %3d %3d %-11s %9.3f %7.1f %9.0f %+6.1f%% %6.1f%% %9.3f %8.1f\n",
-		       r->params, r->gpus, r->tp, r->pp, dp, name, step, tf, r->tflops, 100 * err,
-		       100 * json_num(out, "bubble_fraction"), json_num(out, "exposed_comm_s"),
-		       max_peak(out) / (1 << 30));
-		fprintf(csv, "%s,%d,%d,%d,%d,%s,%.6f,%.2f,%.0f,%.4f,%.4f,%.6f,%.2f,%.3f\n",
-			r->params, r->gpus, r->tp, r->pp, dp, name, step, tf, r->tflops, err,
-			json_num(out, "bubble_fraction"), json_num(out, "exposed_comm_s"),
-			max_peak(out) / (1 << 30), wall);
-		free(out);
+		for (int j = 0; j < t->nrows; j++)
+			if (run_row(t, &t->rows[j], pemu, csv, &sum, &lo, &hi)) {
+				fclose(csv);
+				return 1;
+			}
+		printf("pemu against %s: mean error %.1f%%, from %+.1f%% to %+.1f%% over %d runs "
+		       "(nothing fitted to them)\n",
+		       t->name, 100 * sum / t->nrows, 100 * lo, 100 * hi, t->nrows);
 	}
 	fclose(csv);
-	printf("pemu against Table 1: mean error %.1f%%, from %+.1f%% to %+.1f%% over %d runs "
-	       "(nothing fitted to them)\n",
-	       100 * sum / NROWS, 100 * lo, 100 * hi, NROWS);
 	printf("wrote %s\n", path);
 	return 0;
 }
