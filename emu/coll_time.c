@@ -34,8 +34,10 @@ int coll_channels(const struct topo_link *l, uint64_t bytes)
 static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 {
 	__extension__ typedef unsigned __int128 u128;
-	u128 d = (u128)den * beta, t = ((u128)num * S * 1000000000U + d - 1) / d;
+	u128 d = (u128)den * beta, t;
 
+	EMU_ASSERT(d > 0);
+	t = ((u128)num * S * 1000000000U + d - 1) / d;
 	return t > (u128)EMU_TIME_MAX ? EMU_TIME_MAX : (int64_t)t;
 }
 

@@ -98,21 +98,20 @@
  *                 all-reduce's small messages take; its ring's, 2.7 us, would serve
  *                 all-gather and reduce-scatter, unmeasured here, which take 5.0 too) and
  *                 no PXN cost (its model has none); the 8 B all-reduce on 2 and 4 nodes of
- *                 8 H100s takes
- *                 24.7 and 34.75 us (issue 309), pemu 27.0 and 37.0 (the HDR fit's 6.8 us
- *                 steps and 7.5 us of PXN gave 38.1 and 51.7)
+ *                 8 H100s takes 24.7 and 34.75 us (issue 309), pemu 27.0 and 37.0 (the HDR
+ *                 fit's 6.8 us steps and 7.5 us of PXN gave 38.1 and 51.7)
  *   NVLSTree      an all-reduce over 2 nodes of NVLink SHARP GPUs (coll_time.c): 57.7 GB/s
  *                 a NIC, NCCL's ceiling a channel for it on 2 nodes of Hoppers
  *                 (tuning.cc, perChMaxNVLSTreeBws; its model gives the NIC twice its
  *                 bandwidth there, the two nodes sending both ways at once, and takes the
  *                 lesser; NCCL's figure, whatever --inter-bw says); a ramp of 170 us
- *                 beyond base and 2 steps, fitted to
- *                 qoofyk's 2 x 8 H100 sweep from 64 MiB to 16 GiB (issue 309: 250 GB/s of
- *                 algorithm bandwidth at 16 GiB, the model within 2.3%) and checked on
- *                 gj-aion's 2 nodes (within 1.9% from 64 MiB). Not on more nodes: there
- *                 NCCL's ceiling, 45.5 GB/s a channel, is under its ring's 48 (the NIC's
- *                 speed, search.cc), so its model runs the ring where bandwidth decides,
- *                 and pemu's ring is within 10% of 4 and 8 nodes from 2 GiB up
+ *                 beyond base and 2 steps, fitted to qoofyk's 2 x 8 H100 sweep from 64 MiB
+ *                 to 16 GiB (issue 309: 250 GB/s of algorithm bandwidth at 16 GiB, the
+ *                 model within 2.3%) and checked on gj-aion's 2 nodes (within 1.9% from
+ *                 64 MiB). Not on more nodes: there NCCL's ceiling, 45.5 GB/s a channel,
+ *                 is under its ring's 48 (the NIC's speed, search.cc), so its model runs
+ *                 the ring where bandwidth decides, and pemu's ring is within 10% of 4 and
+ *                 8 nodes from 2 GiB up
  *   PCIe, Ethernet unmeasured: PCIe's steps NVLink3's times NCCL's PCI/NVLink ratios
  *                 (tuning.cc's hwLat: 1.0/0.6 LL, 5.7/3.4 Simple), bus_eff 0.8; Ethernet as
  *                 InfiniBand at 0.9 (assumptions).
