@@ -2,8 +2,8 @@
  * microbenchmark it was calibrated against or checked with, the measured figure with its
  * source, pemu's figure under --cost-model calibrated and the error: GEMMs (the largest
  * measured, square sizes, transformer shapes), attention's batched GEMMs (the scores' and
- * the context's), memory-bound kernels, and collectives: thirty-five sweeps (8 A100
- * all-reduce and the 8-H100 ring all-reduce, all-gather and reduce-scatter under
+ * the context's), memory-bound kernels, fused (flash) attention, and collectives: thirty-five
+ * sweeps (8 A100 all-reduce and the 8-H100 ring all-reduce, all-gather and reduce-scatter under
  * nccl-tests -g 8; the 8-H100 NVLS all-reduce, all-gather, reduce-scatter and all-to-all
  * under MPI; 8 H200 timed by PyTorch; all-reduce, all-gather, reduce-scatter and
  * all-to-all on 10 nodes of 1, 2, 4 and 8 H100s, all-to-all on 2 nodes of them, and
@@ -26,14 +26,15 @@
 #include "cluster.h"
 #include "coll.h"
 
-enum kind { GEMM, MEM, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL };
+enum kind { GEMM, MEM, ATTN, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL };
 
 struct row {
 	const char *what;   /* the microbenchmark */
 	const char *preset; /* pemu's cluster */
 	enum kind kind;
-	/* GEMM m, n, k; MEM bytes moved; a collective's bytes (nccl-tests' size: the whole
-	 * buffer), GPUs, nodes */
+	/* GEMM m, n, k; MEM bytes moved; ATTN sequence, head dim, 1 forward or 2 forward and
+	 * backward (16k tokens, hidden 2048, causal: flash-attention's benchmark); a
+	 * collective's bytes (nccl-tests' size: the whole buffer), GPUs, nodes */
 	double a, b, c;
 	double measured; /* TFLOP/s (GEMM), GB/s (MEM), us (collectives) */
 	const char *source;
@@ -86,6 +87,16 @@ struct sweep {
 	"xxrjun/nccl-tests-cluster pairwise 20260128-010702, cnode3-002 and -003 (MPI, NCCL "      \
 	"2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
+/* Attention kernels, in flash-attention's benchmark (batch x sequence 16k tokens, hidden
+ * 2048, FLOPs 4 b s^2 h d, halved for the causal mask, backward 2.5x forward): on A100 its
+ * FlashAttention-2; on H100 cuDNN's fused attention, which Transformer Engine picks over
+ * FlashAttention on Hopper ("Disabling FlashAttention to give FusedAttention preference
+ * on Hopper+", its attention backend selection) and so Megatron-Core runs. FlashAttention-2
+ * reaches 0.27-0.33 of peak there (forward and backward, assets/flash2_h100_fwd_bwd_
+ * benchmark.png) and FlashAttention-3 0.53-0.62 (forward): pemu models one kernel. */
+#define FA2A100                                                                                    \
+	"Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png (FlashAttention-2)"
+#define CUDNNH100 "Dao-AILab/flash-attention assets/flash3_fp16_fwd.png (cuDNN, fp16, H100 SXM5)"
 /* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
  * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s). Issue
  * 83272's reads 1.34 GB a call and is memory-bound: its error is the unnamed card's HBM
@@ -132,6 +143,22 @@ static const struct row rows[] = {
 	{"memcopy, A100 40GB (1555 GB/s)", "dgx-a100", MEM, 1e9, 0, 0, 1355,
 	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0, 0, 0},
 	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0, 0, 0},
+	{"flash attention fwd+bwd, causal, d 128, s 2k, A100", "dgx-a100", ATTN, 2048, 128, 2, 155,
+	 FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	{"flash attention fwd+bwd, causal, d 128, s 4k, A100", "dgx-a100", ATTN, 4096, 128, 2, 173,
+	 FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	{"flash attention fwd+bwd, causal, d 128, s 8k, A100", "dgx-a100", ATTN, 8192, 128, 2, 182,
+	 FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	{"flash attention fwd+bwd, causal, d 128, s 16k, A100", "dgx-a100", ATTN, 16384, 128, 2,
+	 189, FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd, causal, d 128, s 2k, H100", "dgx-h100", ATTN, 2048, 128, 1, 484,
+	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd, causal, d 128, s 4k, H100", "dgx-h100", ATTN, 4096, 128, 1, 518,
+	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd, causal, d 128, s 8k, H100", "dgx-h100", ATTN, 8192, 128, 1, 529,
+	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd, causal, d 128, s 16k, H100", "dgx-h100", ATTN, 16384, 128, 1, 539,
+	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 8 B, 2 A100", "dgx-a100", ALLREDUCE, 8, 2, 1, 10,
 	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 8 A100", "dgx-a100", ALLREDUCE, 1024, 8, 1, 16.96, MSC, 1, 0, 0, 0, 0,
@@ -683,6 +710,16 @@ static int device(struct emu_dev *d, void *arg)
 		if (emu_dev_id(d) == 0)
 			p->ns = emu_compute(d, "copy", 0, 2 * r->a);
 		return 0;
+	case ATTN: { /* as models/attention.c charges flash attention, bf16 */
+		double s = r->a, hd = r->b, heads = 16384 / s * (2048 / hd), qk = s * (s + 1) / 2;
+
+		p->ns = emu_fused(d, "attn", heads * (4 * qk * hd + 5 * qk),
+				  heads * (4 * s * hd + s) * 2);
+		if (r->c > 1)
+			p->ns += emu_fused(d, "attn.bwd", heads * (10 * qk * hd + 6 * qk),
+					   heads * (8 * s * hd + s) * 2);
+		return 0;
+	}
 	default:
 		t0 = emu_stream_time(d, EMU_STREAM_COMM);
 		if (r->kind == ALLREDUCE)
@@ -735,6 +772,8 @@ static double predict(const struct row *r)
 		       1e12;
 	if (r->kind == MEM)
 		return 2 * r->a / (p.ns * 1e-9) / 1e9;
+	if (r->kind == ATTN) /* flash-attention's count: 16k tokens x s x 2048 x 2 a pass */
+		return (r->c > 1 ? 3.5 : 1) * 2 * 16384 * r->a * 2048 / (p.ns * 1e-9) / 1e12;
 	if (r->g8) {
 		double floor = G8_FLOOR_US +
 			       G8_FLOOR_CHANNEL_US * coll_channels(&cfg.topo.link[TOPO_LINK_INTRA],
@@ -766,7 +805,7 @@ struct tally {
 
 static void emit(FILE *csv, struct tally *t, const struct row *r)
 {
-	static const char *const unit[] = {"TFLOP/s", "GB/s", "us", "us", "us", "us"};
+	static const char *const unit[] = {"TFLOP/s", "GB/s", "TFLOP/s", "us", "us", "us", "us"};
 	double got = predict(r), err = (got - r->measured) / r->measured;
 
 	printf("| %s | %.4g %s | %.4g | %+.1f%% | %s | %s |\n", r->what, r->measured, unit[r->kind],
