@@ -84,6 +84,11 @@ static const struct row nemo_rows[] = {
 	{"175", 96, 12288, 96, 4, 8, 2048, 4096, 1, 1, 0, 9.02},
 };
 
+/* The H100 tables' shared options: Megatron-Core's, as far as pemu has them */
+#define H100_OPTS                                                                                  \
+	" --cluster dgx-h100 --use-flash-attn --use-distributed-optimizer --overlap-grad-reduce "  \
+	"--overlap-param-gather"
+
 /* A published table: its rows, the runs' shared shape and options, and its FLOP count
  * F = coef B s l h^2 (1 + s / 6h + V / (vdiv l h)). */
 static const struct table {
@@ -92,6 +97,7 @@ static const struct table {
 	int nrows, seq, vocab;
 	double coef, vdiv;
 	const char *opts;         /* besides the layout, for every row */
+	int sp;                   /* sequence parallelism where tp > 1 */
 	const char *recompute[3]; /* tried in order until a run fits */
 } tables[] = {
 	{"Narayanan et al. 2021 (arXiv 2104.04473), Table 1, against pemu's dry-run (calibrated "
@@ -105,6 +111,7 @@ static const struct table {
 	 96,
 	 16,
 	 "",
+	 0,
 	 {"full", NULL, NULL}},
 	{"the Megatron-LM README's H100 table (Megatron-Core, July 2024), against pemu's dry-run "
 	 "(calibrated clock, dgx-h100): seq 4096, vocab 131072, bf16, micro-batch 1, the "
@@ -118,8 +125,8 @@ static const struct table {
 	 131072,
 	 72,
 	 12,
-	 " --cluster dgx-h100 --use-flash-attn --use-distributed-optimizer --overlap-grad-reduce "
-	 "--overlap-param-gather",
+	 H100_OPTS,
+	 1,
 	 {"none", "selective", "full"}},
 	{"NVIDIA/dgxc-benchmarking 35a9aec, nemo_megatron/README_175b.md and "
 	 "gpt3_175b_hydra.yaml: NeMo 24.11, GPT-3 175B in BF16 on 128 to 2048 H100s, against "
@@ -136,8 +143,8 @@ static const struct table {
 	 50688,
 	 72,
 	 12,
-	 " --cluster dgx-h100 --use-flash-attn --use-distributed-optimizer --overlap-grad-reduce "
-	 "--overlap-param-gather",
+	 H100_OPTS,
+	 1,
 	 {"none", NULL, NULL}},
 };
 
@@ -225,7 +232,7 @@ static int run_row(const struct table *t, const struct row *r, const char *pemu,
 			"--steps 1",
 			pemu, r->layers, r->hidden, r->heads, t->seq, t->vocab, r->tp, r->pp, dp,
 			r->mbs, r->gbs, t->recompute[k], sched,
-			*t->opts && r->tp > 1 ? " --sequence-parallel" : "", t->opts);
+			t->sp && r->tp > 1 ? " --sequence-parallel" : "", t->opts);
 		strncat(cmd, " --json", sizeof cmd - strlen(cmd) - 1);
 		out = run(cmd); /* (a run that does not fit exits 1) */
 	}

@@ -62,7 +62,8 @@ void cli_print_opts_but(FILE *f, const struct cli_opt *opts, int (*skip)(int id)
 /* The long name of option id in opts ("?" if none). */
 const char *cli_opt_name(const struct cli_opt *opts, int id);
 
-/* The cluster options. */
+/* The cluster options; those of the links, CLI_NODES to CLI_DC_LAT, kept together
+ * (cli_link_opt). */
 enum {
 	CLI_CLUSTER = 1000,
 	CLI_NODES,
