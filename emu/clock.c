@@ -155,11 +155,12 @@ int emu_time_check(struct emu_dev *d, int64_t t, const char *what)
 	if (t < EMU_TIME_MAX || d->clock_failed)
 		return 0;
 	d->clock_failed = 1;
-	return dev_fail(d, EMU_EINVAL,
-			"the virtual clock passed its horizon (2^62 ns, 146 years) in '%s': the "
-			"hardware's figures (bandwidth, latency, FLOP/s) make it last longer than "
-			"pemu counts",
-			what);
+	return dev_fail_as(
+		d, EMU_EINVAL, "clock horizon",
+		"the virtual clock passed its horizon (2^62 ns, 146 years) in '%s': the "
+		"hardware's figures (bandwidth, latency, FLOP/s) make it last longer than "
+		"pemu counts",
+		what);
 }
 
 int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes)

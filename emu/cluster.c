@@ -134,6 +134,7 @@ static void dev_reset_results(struct emu_dev *d)
 	free(d->err_report);
 	d->err_report = NULL;
 	d->err = 0;
+	d->err_kind = NULL;
 	memset(&d->stats, 0, sizeof d->stats);
 	d->tag = 0;
 	d->clock_failed = 0;
@@ -202,6 +203,11 @@ void emu_cluster_free(struct emu_cluster *c)
 const char *emu_cluster_report(const struct emu_cluster *c)
 {
 	return c->err_report ? c->err_report : "";
+}
+
+const char *emu_cluster_err_kind(const struct emu_cluster *c)
+{
+	return c->err_kind ? c->err_kind : emu_err_name(c->err);
 }
 
 int64_t emu_cluster_wall_ns(const struct emu_cluster *c)
@@ -464,6 +470,7 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 	free(c->err_report);
 	c->err_report = NULL;
 	c->err = 0;
+	c->err_kind = NULL;
 	c->err_dev = -1;
 	atomic_store(&c->failed, 0);
 	c->nblocked = 0;
@@ -532,6 +539,7 @@ int emu_cluster_run(struct emu_cluster *c, emu_dev_fn fn, void *arg)
 					free(c->err_report);
 					c->err_report = strdup(d->err_report);
 					c->err = d->err;
+					c->err_kind = d->err_kind;
 					c->err_dev = i;
 				}
 				break;

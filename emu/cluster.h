@@ -138,6 +138,9 @@ int emu_cluster_devices_run(const struct emu_cluster *c);
 
 /* The last run's error report ("" if none). Owned by the cluster. */
 const char *emu_cluster_report(const struct emu_cluster *c);
+/* The last run's error's name: the kind its device gave (emu_dev_fail_as; the clock's
+ * horizon is "clock horizon"), else emu_err_name of it ("ok" if none). */
+const char *emu_cluster_err_kind(const struct emu_cluster *c);
 int64_t emu_cluster_wall_ns(const struct emu_cluster *c);
 const struct emu_config *emu_cluster_config(const struct emu_cluster *c);
 struct emu_dev *emu_cluster_dev(struct emu_cluster *c, int id);
@@ -158,6 +161,10 @@ int emu_dev_die(struct emu_dev *d, const char *fmt, ...) __attribute__((format(p
 /* Fails this device with a report (printf format); returns EMU_EDEVICE for the device
  * function to return. Wakes every device that waits. */
 int emu_dev_fail(struct emu_dev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* emu_dev_fail, the failure named kind ("training diverged": a string that outlives the
+ * cluster) where emu_cluster_err_kind names the run's error. */
+int emu_dev_fail_as(struct emu_dev *d, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* 0, or EMU_EABORTED once a device of the run has failed, this one included (a kernel
  * that took the clock past its horizon, say: kernels are charged without an error to

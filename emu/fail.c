@@ -55,16 +55,21 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report)
 		dev_wake_locked(c, &c->devs[i], NULL);
 }
 
-static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
+static int dev_vfail(struct emu_dev *d, int err, const char *kind, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
 
-static int dev_vfail(struct emu_dev *d, int err, const char *fmt, va_list ap)
+static int dev_vfail(struct emu_dev *d, int err, const char *kind, const char *fmt, va_list ap)
 {
 	struct emu_str s = {0};
 
 	emu_str_addf(&s, "device %d: ", d->id);
 	emu_str_vaddf(&s, fmt, ap);
 	pthread_mutex_lock(&d->c->lock);
+	/* (the kind goes with the error cluster_fail_locked keeps: the first) */
+	if (!d->err)
+		d->err_kind = kind;
+	if (!d->c->err)
+		d->c->err_kind = kind;
 	cluster_fail_locked(d->c, err, d->id, s.s);
 	pthread_mutex_unlock(&d->c->lock);
 	return err;
@@ -75,7 +80,17 @@ int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	err = dev_vfail(d, err, fmt, ap);
+	err = dev_vfail(d, err, NULL, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int dev_fail_as(struct emu_dev *d, int err, const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	err = dev_vfail(d, err, kind, fmt, ap);
 	va_end(ap);
 	return err;
 }
@@ -101,7 +116,18 @@ int emu_dev_fail(struct emu_dev *d, const char *fmt, ...)
 	int err;
 
 	va_start(ap, fmt);
-	err = dev_vfail(d, EMU_EDEVICE, fmt, ap);
+	err = dev_vfail(d, EMU_EDEVICE, NULL, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int emu_dev_fail_as(struct emu_dev *d, const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+	int err;
+
+	va_start(ap, fmt);
+	err = dev_vfail(d, EMU_EDEVICE, kind, fmt, ap);
 	va_end(ap);
 	return err;
 }

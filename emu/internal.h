@@ -227,12 +227,13 @@ struct emu_dev {
 	int clock_failed; /* it passed the clock's horizon (emu_time_check), 0 each run */
 	struct dev_stats stats;
 
-	int err;          /* this device's own error (enum emu_err), 0 if none */
-	char *err_report; /* its report, malloc'd */
-	int64_t wall_t0;  /* wall clock at the start of the run, for pacing */
-	int fault_calls;  /* calls of the fault plan's collective so far this run */
-	char *dead;       /* why it died (emu_dev_die), malloc'd, or NULL */
-	double slow;      /* its kernels' slowdown (emu_config.slow), 1 if none */
+	int err;              /* this device's own error (enum emu_err), 0 if none */
+	char *err_report;     /* its report, malloc'd */
+	const char *err_kind; /* its name where the failure gave one (emu_dev_fail_as) */
+	int64_t wall_t0;      /* wall clock at the start of the run, for pacing */
+	int fault_calls;      /* calls of the fault plan's collective so far this run */
+	char *dead;           /* why it died (emu_dev_die), malloc'd, or NULL */
+	double slow;          /* its kernels' slowdown (emu_config.slow), 1 if none */
 };
 
 struct emu_cluster {
@@ -245,6 +246,7 @@ struct emu_cluster {
 	atomic_int failed;    /* an error stopped the run: every wait returns */
 	int err;              /* the run's error (enum emu_err) */
 	char *err_report;     /* its report */
+	const char *err_kind; /* its name where the failure gave one, else NULL */
 	int err_dev;          /* device whose own error it is, -1 for cluster-level */
 	double *node_slow;    /* [nodes] the links' slowdown of each node (emu_config.slow) */
 
@@ -304,6 +306,9 @@ void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);
 /* Fails d with err and a report (printf format, prefixed "device N: "); returns err. */
 int dev_fail(struct emu_dev *d, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* dev_fail, the failure named kind (a static string) rather than emu_err_name(err). */
+int dev_fail_as(struct emu_dev *d, int err, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 /* EMU_EABORTED once any device has failed, else 0. */
 int dev_check_failed(struct emu_dev *d);
 /* "collective mismatch: ..." for op, its members' calls side by side (malloc'd). */

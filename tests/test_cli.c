@@ -283,6 +283,7 @@ static void test_divergence(void **state)
 		run("run --model tiny --dp 2 --lr 10 --clip-grad 0 --steps 5", 1, out, sizeof out),
 		1);
 	assert_non_null(strstr(out, "at step 3: training diverged (try a lower --lr"));
+	assert_non_null(strstr(out, "pemu run: the run failed (training diverged):"));
 	assert_int_equal(run("verify --model tiny --dp 2 --lr 10 --clip-grad 0 --steps 5", 0, out,
 			     sizeof out),
 			 1);
@@ -315,6 +316,7 @@ static void test_clock_horizon(void **state)
 		assert_int_equal(run(cmds[i], 1, out, sizeof out), 1);
 		assert_non_null(
 			strstr(out, "the virtual clock passed its horizon (2^62 ns, 146 years)"));
+		assert_non_null(strstr(out, "the run failed (clock horizon):"));
 		assert_null(strstr(out, "step     1/2"));
 	}
 	assert_int_equal(run("coll -g 2 -b 1G -e 1G --dry-run --intra-bw 1B/s", 1, out, sizeof out),
@@ -397,8 +399,8 @@ static void test_failed_json(void **state)
 			 1);
 	assert_true(out[0] == '{');
 	assert_non_null(strstr(out, "{\"command\":\"train\",\"config\":{"));
-	assert_non_null(strstr(out, "\"report\":\"device 0: the loss is inf at step 3: training "
-				    "diverged"));
+	assert_non_null(strstr(out, "\"kind\":\"training diverged\",\"report\":\"device 0: the "
+				    "loss is inf at step 3: training diverged"));
 	assert_non_null(strstr(out, "\"memory\":["));
 }
 

@@ -348,6 +348,43 @@ static void test_device_failure(void **state)
 	emu_cluster_free(c);
 }
 
+/* Devices 3 and 5 fail on their own, the one *arg names with a kind of its own
+ * (emu_dev_fail_as), the other without; none fails if *arg is negative. */
+static int fail_named_device(struct emu_dev *d, void *arg)
+{
+	int named = *(int *)arg, id = emu_dev_id(d);
+	float x[4] = {0};
+
+	if (id == named)
+		return emu_dev_fail_as(d, "training diverged", "the loss is inf at step %d", 3);
+	if (named >= 0 && (id == 3 || id == 5))
+		return emu_dev_fail(d, "failed at step %d", 3);
+	return coll_all_reduce(d, emu_world(d), x, x, 4, COLL_SUM);
+}
+
+/* A failure's kind is the lowest failing device's, whichever thread failed first, and
+ * emu_err_name of the error where it gave none; a run that passes is "ok". */
+static void test_failure_kind(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 8, 0, 0);
+	int named = 3, none = -1;
+
+	(void)state;
+	for (int rep = 0; rep < 20; rep++) {
+		named = 3;
+		run_expect(c, fail_named_device, &named, EMU_EDEVICE);
+		assert_string_equal(emu_cluster_err_kind(c), "training diverged");
+		assert_report_has(c, "device 3: the loss is inf at step 3");
+		named = 5;
+		run_expect(c, fail_named_device, &named, EMU_EDEVICE);
+		assert_string_equal(emu_cluster_err_kind(c), "device failure");
+		assert_report_has(c, "device 3: failed at step 3");
+	}
+	assert_int_equal(emu_cluster_run(c, fail_named_device, &none), 0);
+	assert_string_equal(emu_cluster_err_kind(c), "ok");
+	emu_cluster_free(c);
+}
+
 /* Bad arguments from device code are reports too, not crashes. */
 static int bad_arg_device(struct emu_dev *d, void *arg)
 {
@@ -497,6 +534,7 @@ int main(void)
 		cmocka_unit_test(test_deadlock_missing_member),
 		cmocka_unit_test(test_posted_exchange_is_no_deadlock),
 		cmocka_unit_test(test_device_failure),
+		cmocka_unit_test(test_failure_kind),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_fault_plan),
 		cmocka_unit_test(test_fault_lost_send),

@@ -255,11 +255,11 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 /* A failed run's report as one JSON object: the configuration, the error (its kind and
  * the cluster's report), and memory and communication up to the failure. */
 static void json_failure(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
-			 struct emu_cluster *cl, int rc)
+			 struct emu_cluster *cl)
 {
 	printf("{\"command\":\"%s\",", cmd_name(verify));
 	report_config_json_run(stdout, cfg, ecfg);
-	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_err_name(rc));
+	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_cluster_err_kind(cl));
 	report_json_string(stdout, emu_cluster_report(cl));
 	printf("},");
 	report_memory_json(stdout, cl, cfg->mesh.world);
@@ -286,9 +286,9 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 	if (rc) {
 		fflush(stdout);
 		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", cmd_name(verify),
-			emu_err_name(rc), emu_cluster_report(cl));
+			emu_cluster_err_kind(cl), emu_cluster_report(cl));
 		if (cc->json)
-			json_failure(verify, cfg, ecfg, cl, rc);
+			json_failure(verify, cfg, ecfg, cl);
 		else
 			report_memory_table(stdout, cl, ecfg->ndev);
 		goto out;
@@ -307,7 +307,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		team_stop();
 		if (rc) {
 			fprintf(stderr, "pemu verify: the reference failed (%s):\n%s\n",
-				emu_err_name(rc), emu_cluster_report(one));
+				emu_cluster_err_kind(one), emu_cluster_report(one));
 			run_free(&ref);
 			goto out;
 		}

@@ -17,6 +17,7 @@
 #include "gpt.h"
 #include "run/cfg.h"
 #include "run/ckpt.h"
+#include "run/run.h"
 #include "team.h"
 #include "trace.h"
 #include "units.h"
@@ -102,10 +103,10 @@ static int train_device(struct emu_dev *d, void *arg)
 			gpt_backward(&m, 1.0f / accum);
 		}
 		if (!isfinite(loss)) {
-			rc = emu_dev_fail(d,
-					  "the loss is %g at step %d: training diverged (try a "
-					  "lower --lr or --clip-grad)",
-					  loss, it);
+			rc = emu_dev_fail_as(d, RUN_DIVERGED,
+					     "the loss is %g at step %d: training diverged (try "
+					     "a lower --lr or --clip-grad)",
+					     loss, it);
 			break;
 		}
 		gpt_update(&m, &cfg->opt, it);
@@ -236,11 +237,11 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 /* A failed run's report as one JSON object, as pemu run's: the configuration, the error
  * (its kind and the cluster's report) and the memory up to the failure. */
 static void json_failure(const struct run_cfg *cfg, const struct emu_config *ecfg,
-			 struct emu_cluster *cl, int rc)
+			 struct emu_cluster *cl)
 {
 	printf("{\"command\":\"train\",");
 	report_config_json_train(stdout, cfg, ecfg);
-	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_err_name(rc));
+	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_cluster_err_kind(cl));
 	report_json_string(stdout, emu_cluster_report(cl));
 	printf("},");
 	report_memory_json(stdout, cl, 1);
@@ -276,10 +277,10 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 	team_stop();
 	if (rc) {
 		fflush(stdout);
-		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_err_name(rc),
+		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_cluster_err_kind(cl),
 			emu_cluster_report(cl));
 		if (t.json) /* the report all the same, its error beside the configuration */
-			json_failure(cfg, &cc->cfg, cl, rc);
+			json_failure(cfg, &cc->cfg, cl);
 		else
 			report_memory_line(stderr, emu_cluster_dev(cl, 0));
 	} else {

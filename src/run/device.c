@@ -383,11 +383,10 @@ static int par_device(struct emu_dev *d, void *arg)
 			loss += (double)l / ((double)accum * cp);
 		}
 		if (cfg->stop_diverged && !isfinite(loss)) {
-			rc = emu_dev_fail(
-				d,
-				"the loss is %g at step %d: training diverged (try a lower "
-				"--lr or --clip-grad)",
-				loss, it);
+			rc = emu_dev_fail_as(d, RUN_DIVERGED,
+					     "the loss is %g at step %d: training diverged (try "
+					     "a lower --lr or --clip-grad)",
+					     loss, it);
 			goto out;
 		}
 		if ((rc = par_dp_sync_grads(&s)))

@@ -14,6 +14,10 @@
 
 #define RUN_GSTEPS_MAX (1u << 25)
 
+/* The name of the error a run fails with when its loss is no longer finite
+ * (emu_cluster_err_kind; cfg.h, stop_diverged) */
+#define RUN_DIVERGED "training diverged"
+
 /* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
 struct run_out {
 	int steps, np, accum; /* steps, tensors, micro-batches a step */
