@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "clock.h"
 #include "cluster.h"
 #include "coll.h"
@@ -33,7 +34,7 @@ struct row {
 	const char *preset; /* pemu's cluster */
 	enum kind kind;
 	/* GEMM m, n, k; MEM bytes moved; ATTN sequence, head dim, 1 forward or 2 forward and
-	 * backward (16k tokens, hidden 2048, causal: flash-attention's benchmark); a
+	 * backward (causal; the heads batch, or flash-attention's 16k tokens of hidden 2048); a
 	 * collective's bytes (nccl-tests' size: the whole buffer), GPUs, nodes */
 	double a, b, c;
 	double measured; /* TFLOP/s (GEMM), GB/s (MEM), us (collectives) */
@@ -43,7 +44,8 @@ struct row {
 	double ceiling, hbm;
 	int no_nvls;      /* NCCL_NVLS_ENABLE=0 */
 	double offset_us; /* the source's own cost a call beside NCCL's (its launcher) */
-	double batch;     /* GEMM: a batched GEMM's count of (m, n, k) products (0: one) */
+	double batch;     /* GEMM: a batched GEMM's count of (m, n, k) products (0: one); ATTN:
+			   * sequences x heads (0: flash-attention's benchmark) */
 	int g8;           /* timed by nccl-tests -g 8: the launcher's floor (G8_FLOOR_US) */
 };
 
@@ -87,16 +89,35 @@ struct sweep {
 	"xxrjun/nccl-tests-cluster pairwise 20260128-010702, cnode3-002 and -003 (MPI, NCCL "      \
 	"2.29)"
 #define A800 0.811, 1.935e12 /* an A800 80GB PCIe: A100 PCIe's ceiling (its MAMF) */
-/* Attention kernels, in flash-attention's benchmark (batch x sequence 16k tokens, hidden
- * 2048, FLOPs 4 b s^2 h d, halved for the causal mask, backward 2.5x forward): on A100 its
- * FlashAttention-2; on H100 cuDNN's fused attention, which Transformer Engine picks over
+/* Attention kernels (causal, head dim 128), the one Transformer Engine runs on each GPU:
+ * on A100 FlashAttention-2, on H100 cuDNN's fused attention, which it picks over
  * FlashAttention on Hopper ("Disabling FlashAttention to give FusedAttention preference
- * on Hopper+", its attention backend selection) and so Megatron-Core runs. FlashAttention-2
- * reaches 0.27-0.33 of peak there (forward and backward, assets/flash2_h100_fwd_bwd_
- * benchmark.png) and FlashAttention-3 0.53-0.62 (forward): pemu models one kernel. */
+ * on Hopper+", its attention backend selection) and so Megatron-Core runs. The series the
+ * constants were fitted to are flash-attention's benchmark (16k tokens of hidden 2048,
+ * 512 to 16k a sequence); FlashAttention-2 reaches 0.27-0.33 of peak on H100 (forward and
+ * backward, assets/flash2_h100_fwd_bwd_benchmark.png) and FlashAttention-3 0.53-0.62
+ * (forward). Checked with Transformer Engine's own benchmark on H100 (its
+ * benchmark_attention.py's test_3, 2 sequences of 32 query heads on 4 key-value heads,
+ * fwd+bwd 7.4875 ms) and cuDNN 9.19 on H200 (cudnn-frontend's sdpa training benchmark:
+ * llama3.1, 64 query heads on 8, one sequence; forward and backward ms). pemu models one
+ * kernel, the same law both ways, and no grouped-query saving (FLOPs do not change). */
 #define FA2A100                                                                                    \
 	"Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png (FlashAttention-2)"
 #define CUDNNH100 "Dao-AILab/flash-attention assets/flash3_fp16_fwd.png (cuDNN, fp16, H100 SXM5)"
+#define TEH100                                                                                     \
+	"NVIDIA/TransformerEngine docs/examples/attention/attention.ipynb (cuDNN, bf16, H100 "     \
+	"80GB "                                                                                    \
+	"HBM3)"
+#define CUDNNH200                                                                                  \
+	"NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/"     \
+	"llama3.1_20260227_034703.csv (cuDNN 9.19, bf16)"
+/* TFLOP/s of a forward and backward by the convention above (a forward 4 b h s^2 d / 2,
+ * the backward 2.5 of it) from the milliseconds measured: Transformer Engine's test_3 (2
+ * x 32 heads, s 8192), and cudnn-frontend's llama3.1 (64 heads) at s of its forward's and
+ * backward's */
+#define TE_TFLOPS(ms) (3.5 * 4 * 64 * 8192.0 * 8192 * 128 / 2 / ((ms)*1e-3) / 1e12)
+#define H200_TFLOPS(s, f, b)                                                                       \
+	(3.5 * 4 * 64 * (double)(s) * (s)*128 / 2 / (((f) + (b)) * 1e-3) / 1e12)
 /* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
  * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s). Issue
  * 83272's reads 1.34 GB a call and is memory-bound: its error is the unnamed card's HBM
@@ -143,22 +164,42 @@ static const struct row rows[] = {
 	{"memcopy, A100 40GB (1555 GB/s)", "dgx-a100", MEM, 1e9, 0, 0, 1355,
 	 "PTsolvers gpu-workshop-JuliaCon23 issue 7", 1, 0, 1.555e12, 0, 0, 0, 0},
 	{"elementwise, A800 80GB PCIe", "dgx-a100", MEM, 1e9, 0, 0, 1727, MLI, 1, A800, 0, 0, 0, 0},
+	{"flash attention fwd+bwd, causal, d 128, s 512, A100", "dgx-a100", ATTN, 512, 128, 2, 99,
+	 FA2A100, 1, 0, 0, 0, 0, 0, 0},
+	{"flash attention fwd+bwd, causal, d 128, s 1k, A100", "dgx-a100", ATTN, 1024, 128, 2, 133,
+	 FA2A100, 1, 0, 0, 0, 0, 0, 0},
 	{"flash attention fwd+bwd, causal, d 128, s 2k, A100", "dgx-a100", ATTN, 2048, 128, 2, 155,
-	 FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	 FA2A100, 1, 0, 0, 0, 0, 0, 0},
 	{"flash attention fwd+bwd, causal, d 128, s 4k, A100", "dgx-a100", ATTN, 4096, 128, 2, 173,
-	 FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	 FA2A100, 1, 0, 0, 0, 0, 0, 0},
 	{"flash attention fwd+bwd, causal, d 128, s 8k, A100", "dgx-a100", ATTN, 8192, 128, 2, 182,
-	 FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	 FA2A100, 1, 0, 0, 0, 0, 0, 0},
 	{"flash attention fwd+bwd, causal, d 128, s 16k, A100", "dgx-a100", ATTN, 16384, 128, 2,
-	 189, FA2A100, 0, 0, 0, 0, 0, 0, 0},
+	 189, FA2A100, 1, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd, causal, d 128, s 512, H100", "dgx-h100", ATTN, 512, 128, 1, 315,
+	 CUDNNH100, 1, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd, causal, d 128, s 1k, H100", "dgx-h100", ATTN, 1024, 128, 1, 410,
+	 CUDNNH100, 1, 0, 0, 0, 0, 0, 0},
 	{"fused attention fwd, causal, d 128, s 2k, H100", "dgx-h100", ATTN, 2048, 128, 1, 484,
-	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	 CUDNNH100, 1, 0, 0, 0, 0, 0, 0},
 	{"fused attention fwd, causal, d 128, s 4k, H100", "dgx-h100", ATTN, 4096, 128, 1, 518,
-	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	 CUDNNH100, 1, 0, 0, 0, 0, 0, 0},
 	{"fused attention fwd, causal, d 128, s 8k, H100", "dgx-h100", ATTN, 8192, 128, 1, 529,
-	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	 CUDNNH100, 1, 0, 0, 0, 0, 0, 0},
 	{"fused attention fwd, causal, d 128, s 16k, H100", "dgx-h100", ATTN, 16384, 128, 1, 539,
-	 CUDNNH100, 0, 0, 0, 0, 0, 0, 0},
+	 CUDNNH100, 1, 0, 0, 0, 0, 0, 0},
+	{"fused attention fwd+bwd, causal, 2 x 32 heads, d 128, s 8k, H100", "dgx-h100", ATTN, 8192,
+	 128, 2, TE_TFLOPS(7.4875), TEH100, 0, 0, 0, 0, 0, 64, 0},
+	{"fused attention fwd+bwd, causal, 64 heads, d 128, s 2k, H200", "dgx-h200", ATTN, 2048,
+	 128, 2, H200_TFLOPS(2048, 0.142, 0.464), CUDNNH200, 0, 0, 0, 0, 0, 64, 0},
+	{"fused attention fwd+bwd, causal, 64 heads, d 128, s 4k, H200", "dgx-h200", ATTN, 4096,
+	 128, 2, H200_TFLOPS(4096, 0.465, 1.45), CUDNNH200, 0, 0, 0, 0, 0, 64, 0},
+	{"fused attention fwd+bwd, causal, 64 heads, d 128, s 8k, H200", "dgx-h200", ATTN, 8192,
+	 128, 2, H200_TFLOPS(8192, 1.708, 5.083), CUDNNH200, 0, 0, 0, 0, 0, 64, 0},
+	{"fused attention fwd+bwd, causal, 64 heads, d 128, s 16k, H200", "dgx-h200", ATTN, 16384,
+	 128, 2, H200_TFLOPS(16384, 6.531, 19.002), CUDNNH200, 0, 0, 0, 0, 0, 64, 0},
+	{"fused attention fwd+bwd, causal, 64 heads, d 128, s 32k, H200", "dgx-h200", ATTN, 32768,
+	 128, 2, H200_TFLOPS(32768, 25.566, 75.688), CUDNNH200, 0, 0, 0, 0, 0, 64, 0},
 	{"all-reduce 8 B, 2 A100", "dgx-a100", ALLREDUCE, 8, 2, 1, 10,
 	 "NVIDIA/nccl-tests issue 123", 0, 0, 0, 0, 0, 0, 0},
 	{"all-reduce 1 KiB, 8 A100", "dgx-a100", ALLREDUCE, 1024, 8, 1, 16.96, MSC, 1, 0, 0, 0, 0,
@@ -691,6 +732,12 @@ struct probe {
 	int64_t ns;
 };
 
+/* An attention row's sequences x heads */
+static double attn_heads(const struct row *r)
+{
+	return r->batch > 0 ? r->batch : 16384 / r->a * (2048 / r->b);
+}
+
 static int device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
@@ -711,13 +758,14 @@ static int device(struct emu_dev *d, void *arg)
 			p->ns = emu_compute(d, "copy", 0, 2 * r->a);
 		return 0;
 	case ATTN: { /* as models/attention.c charges flash attention, bf16 */
-		double s = r->a, hd = r->b, heads = 16384 / s * (2048 / hd), qk = s * (s + 1) / 2;
+		double s = r->a, hd = r->b, heads = attn_heads(r);
+		double qk = s * (s + FLASH_ROWS) / 2; /* (s a multiple of FLASH_ROWS) */
 
 		p->ns = emu_fused(d, "attn", heads * (4 * qk * hd + 5 * qk),
-				  heads * (4 * s * hd + s) * 2);
+				  heads * s * (4 * hd + 5), heads * (4 * s * hd + s) * 2);
 		if (r->c > 1)
 			p->ns += emu_fused(d, "attn.bwd", heads * (10 * qk * hd + 6 * qk),
-					   heads * (8 * s * hd + s) * 2);
+					   heads * s * (10 * hd + 6), heads * (8 * s * hd + s) * 2);
 		return 0;
 	}
 	default:
@@ -772,8 +820,9 @@ static double predict(const struct row *r)
 		       1e12;
 	if (r->kind == MEM)
 		return 2 * r->a / (p.ns * 1e-9) / 1e9;
-	if (r->kind == ATTN) /* flash-attention's count: 16k tokens x s x 2048 x 2 a pass */
-		return (r->c > 1 ? 3.5 : 1) * 2 * 16384 * r->a * 2048 / (p.ns * 1e-9) / 1e12;
+	if (r->kind == ATTN) /* flash-attention's count: 4 heads s^2 d / 2 a forward */
+		return (r->c > 1 ? 3.5 : 1) * 2 * attn_heads(r) * r->a * r->a * r->b /
+		       (p.ns * 1e-9) / 1e12;
 	if (r->g8) {
 		double floor = G8_FLOOR_US +
 			       G8_FLOOR_CHANNEL_US * coll_channels(&cfg.topo.link[TOPO_LINK_INTRA],

@@ -138,16 +138,17 @@ int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, do
 		      kernel_ns(g->kernel_ns, gemm_tiles_s(g, batch, m, n, k), mem_s(g, bytes)));
 }
 
-int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double bytes)
+int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double key_flops, double bytes)
 {
 	const struct topo_gpu *g = &d->c->cfg.topo.gpu;
+	double work = flops + g->fused_keys * key_flops;
 
-	EMU_ASSERT(flops >= 0 && bytes >= 0);
+	EMU_ASSERT(flops >= 0 && key_flops >= 0 && bytes >= 0);
 	if (!emu_cost_calibrated(d))
 		return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
 	return charge(
 		d, name, flops,
-		kernel_ns(g->kernel_ns, flops / (g->peak_flops * g->fused_eff), mem_s(g, bytes)));
+		kernel_ns(g->kernel_ns, work / (g->peak_flops * g->fused_eff), mem_s(g, bytes)));
 }
 
 int emu_time_check(struct emu_dev *d, int64_t t, const char *what)

@@ -19,8 +19,10 @@
  *                 guide), or stream-K, every tile's k dealt out evenly, tiles k / sms +
  *                 250 (waves + 1) + 400 (the partial sums' fix-up) an SM; an SM's rate
  *                 is peak gemm_ceiling / sms; the least over the tiles
- *   fused         a fused attention kernel: kernel + max(flops / (peak fused_eff),
- *                 bytes / (hbm_bw mem_eff))
+ *   fused         a fused attention kernel: kernel + max((flops + fused_keys key_flops)
+ *                 / (peak fused_eff), bytes / (hbm_bw mem_eff)): each row (a block's
+ *                 load of its queries, or keys, and store of its output) costs as much
+ *                 as fused_keys more keys
  * kernel being the preset's kernel_ns.
  * Under the roofline every kind is charged as emu_compute's roofline.
  *
@@ -66,8 +68,11 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes);
  * epilogue (a bias): 2 m n k batch + extra_flops FLOPs. */
 int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, double n, double k,
 		 double extra_flops, double bytes);
-/* Charges a fused tensor-core kernel of flops and bytes (an attention kernel). */
-int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double bytes);
+/* Charges a fused attention kernel of flops and bytes; key_flops is what one more key
+ * would add to every row it computes (its rows x a (query, key) pair's FLOPs), which the
+ * calibrated model charges fused_keys times over for the rows' own work (topo.h). */
+int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double key_flops,
+		  double bytes);
 
 /* Whether d's cost model is the calibrated one (the kernels a model launches may be
  * charged apart under it). */

@@ -20,15 +20,24 @@
  *                 Bekman's table): A100 SXM 271.2 / 312 = 0.869, H100 SXM 794.5 / 989 =
  *                 0.803 ("H200 is the same"); unmeasured elsewhere: H20 takes H100's,
  *                 the RTX cards A100 PCIe's 252.9 / 312 = 0.811 (assumptions)
- *   fused_eff     a fused attention kernel's fraction of peak: FlashAttention-2 reaches
- *                 50-73% of peak on A100 (Dao 2023, arXiv 2307.08691), FlashAttention-3
- *                 up to 75% on H100 (Shah et al. 2024, arXiv 2407.08608) where
- *                 FlashAttention-2 reaches 35%: 0.6, the middle of the A100 range, for all.
- *                 Checked in bench/fidelity: FlashAttention-2's causal forward and
- *                 backward on A100 within 7.4% from 4k tokens (+20% at 2k); cuDNN's fused
- *                 attention forward on H100, which Transformer Engine runs on Hopper, 9-20%
- *                 faster in pemu than measured (0.49-0.55 of peak, causal, head dim 128;
- *                 no measured backward found to set Hopper's from)
+ *   fused_eff, fused_keys  a fused attention kernel's fraction of peak on long
+ *                 sequences and a row's own cost (its block's load of its queries, or keys
+ *                 in the backward, and store of its output) in keys, so that a causal
+ *                 sequence of s reaches s / (s + 64 + 2 fused_keys) of fused_eff (64: the
+ *                 blocks of queries pemu counts, the diagonal's whole). Fitted per GPU to
+ *                 the kernel Transformer Engine runs there (its backend selection: flash-
+ *                 attention on Ampere, cuDNN's fused attention on Hopper), causal, head
+ *                 dim 128, 16k tokens of hidden 2048, 512 to 16k a sequence (bench/
+ *                 fidelity): A100 0.624 and 208 keys, FlashAttention-2's forward and
+ *                 backward (flash-attention assets/flash2_a100_fwd_bwd_benchmark.png; all
+ *                 six within 1.2%); H100 0.573 and 154, cuDNN's forward (flash-attention
+ *                 assets/flash3_fp16_fwd.png, the FlashAttention-3 paper's; within 2.5%),
+ *                 the only H100 series by sequence found, its backward taking the same
+ *                 law. Checked: cuDNN's forward and backward on H100 at 8k (Transformer
+ *                 Engine's attention notebook, +4.8%) and on H200 with cuDNN 9.19
+ *                 (cudnn-frontend's sdpa benchmark, 2k to 32k: +19% at 2k, where its
+ *                 backward runs at 0.76 of its forward's rate, -8.7% to +2.6% from 4k).
+ *                 H20 takes H100's, the RTX cards A100's (assumptions)
  *   mem_eff       a memory-bound kernel's fraction of HBM bandwidth: A100 0.88 (a 40 GB
  *                 A100's memcopy at 1355 of 1555 GB/s, PTsolvers gpu-workshop-JuliaCon23
  *                 issue 7; an A800 80GB's PyTorch elementwise at 1727 of 1935 GB/s,
@@ -155,12 +164,12 @@ struct preset {
 	struct topo_link intra, inter;
 };
 
-/* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns) and of the
- * links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
+/* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns, fused_keys)
+ * and of the links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
  * nvls_ns, nvls_eff; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below, from the sources
  * above. */
-#define A100_SMS      108, 0.869, 0.6, 0.88, 2000
-#define H100_SMS      132, 0.803, 0.6, 0.92, 2000
+#define A100_SMS      108, 0.869, 0.624, 0.88, 2000, 208
+#define H100_SMS      132, 0.803, 0.573, 0.92, 2000, 154
 #define MiB           (1024ULL * 1024)
 #define NVLINK3       8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0
 #define NVLINK4       8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0
@@ -188,22 +197,22 @@ static const struct preset presets[] = {
 	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
 	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"h20",
-	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.6, 0.92, 2000},
+	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.573, 0.92, 2000, 154},
 	 8,
 	 {"NVLink", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
 	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"rtx3090-pcie",
-	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
+	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.624, 0.88, 2000, 208},
 	 8,
 	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2, NO_NVLS_TREE},
 	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 	{"rtx3090-nvlink",
-	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.6, 0.88, 2000},
+	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.624, 0.88, 2000, 208},
 	 8,
 	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3, 2, NO_NVLS_TREE},
 	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 	{"rtx4090-pcie",
-	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.6, 0.88, 2000},
+	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.624, 0.88, 2000, 208},
 	 8,
 	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2, NO_NVLS_TREE},
 	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},

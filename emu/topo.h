@@ -69,6 +69,10 @@ struct topo_gpu {
 	int sms;
 	double gemm_ceiling, fused_eff, mem_eff;
 	int64_t kernel_ns; /* and its fixed cost of a kernel, in place of launch_ns */
+	/* a fused attention kernel's cost of a row (its block's load and store) in keys:
+	 * fused_eff is the rate on long sequences, and a causal one of s tokens in blocks of
+	 * B queries reaches s / (s + B + 2 fused_keys) of it */
+	double fused_keys;
 };
 
 struct topo {

@@ -370,6 +370,7 @@ void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, f
 
 	EMU_ASSERT(a->q0 >= 0); /* every query sees a key */
 	emu_fused(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
+		  heads * Tq * (4.0 * hs + 5),
 		  heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
 	if (kctx_math(k))
 		run_pairs(a, &job, flash_fwd_pairs);
@@ -466,7 +467,9 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 			       .nscratch = 2 * (size_t)FLASH_ROWS * (size_t)Tk};
 
 	EMU_ASSERT(a->q0 >= 0);
+	/* (the backward's blocks go by keys: its rows are Tk) */
 	emu_fused(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
+		  heads * Tk * (10.0 * hs + 6),
 		  heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
 	if (kctx_math(k))
 		run_pairs(a, &job, flash_bwd_pairs);
