@@ -105,9 +105,8 @@ struct sweep {
 	"Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png (FlashAttention-2)"
 #define CUDNNH100 "Dao-AILab/flash-attention assets/flash3_fp16_fwd.png (cuDNN, fp16, H100 SXM5)"
 #define TEH100                                                                                     \
-	"NVIDIA/TransformerEngine docs/examples/attention/attention.ipynb (cuDNN, bf16, H100 "     \
-	"80GB "                                                                                    \
-	"HBM3)"
+	"NVIDIA/TransformerEngine docs/examples/attention/attention.ipynb "                        \
+	"(cuDNN, bf16, H100 80GB HBM3)"
 #define CUDNNH200                                                                                  \
 	"NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/"     \
 	"llama3.1_20260227_034703.csv (cuDNN 9.19, bf16)"
@@ -115,9 +114,8 @@ struct sweep {
  * the backward 2.5 of it) from the milliseconds measured: Transformer Engine's test_3 (2
  * x 32 heads, s 8192), and cudnn-frontend's llama3.1 (64 heads) at s of its forward's and
  * backward's */
-#define TE_TFLOPS(ms) (3.5 * 4 * 64 * 8192.0 * 8192 * 128 / 2 / ((ms)*1e-3) / 1e12)
-#define H200_TFLOPS(s, f, b)                                                                       \
-	(3.5 * 4 * 64 * (double)(s) * (s)*128 / 2 / (((f) + (b)) * 1e-3) / 1e12)
+#define TE_TFLOPS(ms)        (3.5 * 4 * 64 * 128.0 * 8192 * 8192 / 2 / ((ms) / 1e3) / 1e12)
+#define H200_TFLOPS(s, f, b) (3.5 * 4 * 64 * 128.0 * (s) * (s) / 2 / (((f) + (b)) / 1e3) / 1e12)
 /* Attention's batched GEMMs, torch.bmm in fp16 on a GPU neither source names: A100-class
  * by its date (2022) or by its dense GEMMs in the same file (235-255 TFLOP/s). Issue
  * 83272's reads 1.34 GB a call and is memory-bound: its error is the unnamed card's HBM
