@@ -1078,21 +1078,29 @@ static void test_pipeline_grads_overlap(void **state)
 }
 
 /* The host memory an execute run holds is what run_host_need's dry-run of the same code
- * says, exactly: dp 2 x tp 2 with ZeRO-1 and its reference, and a MoE pipeline. */
+ * says, exactly, though that sizes one micro-batch a replica where there is no pipeline:
+ * dp 2 x tp 2 with ZeRO-1 (2 micro-batches a replica), a MoE pipeline (every micro-batch),
+ * and dp 2 x tp 2 with 8 micro-batches a replica and the gradients' reduction overlapping
+ * backward. */
 static void test_host_need(void **state)
 {
 	(void)state;
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		struct run_cfg cfg;
 		struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
 		struct run_out o;
 		uint64_t largest, need, held = 0, big = 0;
 		char why[256];
 
-		test_make_cfg(&cfg, k ? "moe-tiny" : "tiny", 2, k ? 1 : 2, k ? 2 : 1, &corpus);
-		cfg.zero = 1 - k;
-		if (k)
+		test_make_cfg(&cfg, k == 1 ? "moe-tiny" : "tiny", 2, k == 1 ? 1 : 2, k == 1 ? 2 : 1,
+			      &corpus);
+		cfg.zero = k == 0;
+		if (k == 1)
 			cfg.model.num_layers = 4;
+		if (k == 2) {
+			cfg.gbs = 32;
+			cfg.overlap_grad = 1;
+		}
 		need = run_host_need(&cfg, emu_cluster_config(c), 1, 0, &largest, why, sizeof why);
 		run_alloc(&o, &cfg, 0);
 		if (run_parallel(c, &cfg, &o))

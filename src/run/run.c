@@ -159,7 +159,8 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)
 
 /* The host bytes a dry-run of cfg (parallel, or the reference on one device) would have
  * held, summed, with the largest device's; if it fails, what it held by then, and the
- * failure's first line in why. */
+ * failure's first line in why. One step, and without a pipeline one micro-batch a
+ * replica. */
 static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
 			 uint64_t *largest, char *why, size_t n)
 {
@@ -181,6 +182,11 @@ static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecf
 	dry.data = NULL;
 	dry.nfail = 0;
 	dry.steps = 1;
+	/* Without a pipeline a micro-batch's activations are gone by the next one's forward,
+	 * so one a replica holds what any number does (a global batch of millions sized in
+	 * the time of one); a pipeline's in-flight micro-batches depend on their count. */
+	if (cfg->mesh.size[MESH_PP] == 1)
+		dry.gbs = dry.mbs * cfg->mesh.size[MESH_DP];
 	dry.log_every = 0;
 	dry.fold = 1;
 	c = emu_cluster_new(&e);
