@@ -755,15 +755,13 @@ static int device(struct emu_dev *d, void *arg)
 		if (emu_dev_id(d) == 0)
 			p->ns = emu_compute(d, "copy", 0, 2 * r->a);
 		return 0;
-	case ATTN: { /* as models/attention.c charges flash attention, bf16 */
+	case ATTN: { /* the model's own charge (attention_flash_charge), bf16 */
 		double s = r->a, hd = r->b, heads = attn_heads(r);
 		double qk = s * (s + FLASH_ROWS) / 2; /* (s a multiple of FLASH_ROWS) */
 
-		p->ns = emu_fused(d, "attn", heads * (4 * qk * hd + 5 * qk),
-				  heads * s * (4 * hd + 5), heads * (4 * s * hd + s) * 2);
+		p->ns = attention_flash_charge(d, 0, heads, s, s, qk, (int)hd, 2);
 		if (r->c > 1)
-			p->ns += emu_fused(d, "attn.bwd", heads * (10 * qk * hd + 6 * qk),
-					   heads * s * (10 * hd + 6), heads * (8 * s * hd + s) * 2);
+			p->ns += attention_flash_charge(d, 1, heads, s, s, qk, (int)hd, 2);
 		return 0;
 	}
 	default:

@@ -316,6 +316,18 @@ static double flash_pairs(const struct attn_view *a)
 	return n;
 }
 
+int64_t attention_flash_charge(struct emu_dev *d, int backward, double heads, double Tq, double Tk,
+			       double P, int hs, int ab)
+{
+	if (!backward)
+		return emu_fused(d, "attention.flash", heads * (4 * P * hs + 5 * P),
+				 heads * Tq * (4.0 * hs + 5),
+				 heads * ((2 * Tq + 2 * Tk) * hs + Tq) * ab);
+	/* (the backward's blocks go by keys: its rows are Tk) */
+	return emu_fused(d, "attention.flash.bwd", heads * (10 * P * hs + 6 * P),
+			 heads * Tk * (10.0 * hs + 6), heads * ((4 * Tq + 4 * Tk) * hs + Tq) * ab);
+}
+
 static void flash_fwd_pairs(void *arg, size_t lo, size_t hi, int w)
 {
 	const struct attn_job *job = arg;
@@ -369,9 +381,7 @@ void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, f
 			       .nscratch = (size_t)FLASH_ROWS * (size_t)a->Tk};
 
 	EMU_ASSERT(a->q0 >= 0); /* every query sees a key */
-	emu_fused(k->d, "attention.flash", heads * (4 * qk * hs + 5 * qk),
-		  heads * Tq * (4.0 * hs + 5),
-		  heads * ((double)(2 * Tq + 2 * a->Tk) * hs + Tq) * k->ab);
+	attention_flash_charge(k->d, 0, heads, Tq, a->Tk, qk, hs, k->ab);
 	if (kctx_math(k))
 		run_pairs(a, &job, flash_fwd_pairs);
 }
@@ -467,10 +477,7 @@ void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, c
 			       .nscratch = 2 * (size_t)FLASH_ROWS * (size_t)Tk};
 
 	EMU_ASSERT(a->q0 >= 0);
-	/* (the backward's blocks go by keys: its rows are Tk) */
-	emu_fused(k->d, "attention.flash.bwd", heads * (10 * qk * hs + 6 * qk),
-		  heads * Tk * (10.0 * hs + 6),
-		  heads * ((double)(4 * Tq + 4 * Tk) * hs + Tq) * k->ab);
+	attention_flash_charge(k->d, 1, heads, Tq, Tk, qk, hs, k->ab);
 	if (kctx_math(k))
 		run_pairs(a, &job, flash_bwd_pairs);
 }

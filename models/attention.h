@@ -73,6 +73,11 @@ void attention_bwd_view(const struct kctx *k, const struct attn_view *a, float *
  * (1 - p) - D) with D = rowsum(dout (x) out) as before, since rowsum(P (x) dP) =
  * rowsum(P' (x) dP') = rowsum(dout (x) out). */
 #define FLASH_ROWS 64
+/* The charge of either (backward 0 or 1) on d, as the views make it: heads heads of Tq
+ * queries and Tk keys computing P pairs a head, ab bytes an element, the rows by queries
+ * forward and by keys backward (emu_fused). bench/fidelity charges published shapes so. */
+int64_t attention_flash_charge(struct emu_dev *d, int backward, double heads, double Tq, double Tk,
+			       double P, int hs, int ab);
 void attention_flash_fwd_view(const struct kctx *k, const struct attn_view *a, float *lse, int ldl,
 			      float *scratch);
 void attention_flash_bwd_view(const struct kctx *k, const struct attn_view *a, const float *lse,
