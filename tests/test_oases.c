@@ -228,10 +228,26 @@ static size_t all_reduces(const struct emu_cluster *c, struct trace_op *ar, size
 	return n;
 }
 
+/* The compute kernel of device 0 that starts at t (NULL: none), into *e. */
+static const char *kernel_at(const struct emu_cluster *c, int64_t t, struct trace_op *e)
+{
+	for (size_t k = 0; k < trace_count(c, 0); k++) {
+		trace_op_get(c, 0, k, e);
+		if (e->stream == EMU_STREAM_COMPUTE && e->t0 == t)
+			return e->name;
+	}
+	return NULL;
+}
+
 /* On small's 4 layers widened to hidden 2048 (16 heads, MLP 8192, sequence 1024), tp 2,
- * one micro-batch of 4, in dry-run. Megatron's order waits
- * for every collective where it is issued: the step is its compute plus its
- * all-reduces, to the nanosecond. Oases's posts them: between two posted all-reduces the
+ * one micro-batch of 4, in dry-run. Megatron's order waits for the forward's
+ * all-reduces where they are issued; in backward it posts each column-parallel layer's
+ * input-gradient all-reduce (QKV's, fc's, the output layer's: 2 a layer and 1) before
+ * that layer's weight-gradient GEMM, which runs under it, and waits after: the step is
+ * its compute plus its all-reduces less the compute under them, to the nanosecond; with
+ * --no-async-tensor-model-parallel-allreduce (Megatron-LM before 2022) it waits for
+ * every one, and nothing runs under them. Oases's posts them all: between two posted
+ * all-reduces the
  * compute stream runs the segment in hand, then waits for the collective in flight, so
  * the second starts at max(first start + the segment's compute, first end): the layer
  * time is the sum over segments of max(compute, communication). One is in flight at a
@@ -240,15 +256,16 @@ static void test_schedule_times(void **state)
 {
 	enum { MAX_AR = 256 };
 	struct trace_op *ar = emu_xcalloc(MAX_AR, sizeof *ar);
-	int64_t step[2];
+	int64_t step[3];
 
 	(void)state;
-	for (int ovl = 0; ovl <= 1; ovl++) {
+	for (int mode = 0; mode < 3; mode++) { /* Megatron's, Oases's, Megatron's before 2022 */
+		int ovl = mode == 1, sync = mode == 2;
 		struct run_cfg cfg;
 		struct run_out o;
 		struct emu_cluster *c;
 		struct coll_stats st;
-		size_t n, pairs = 0;
+		size_t n, pairs = 0, late = 0;
 		int64_t under = 0;
 
 		make_cfg(&cfg, "small", 1, 2, 1);
@@ -259,17 +276,36 @@ static void test_schedule_times(void **state)
 		cfg.mbs = cfg.gbs = 4;
 		cfg.steps = 1;
 		cfg.tp_overlap = ovl ? PAR_OVERLAP_OASES : PAR_OVERLAP_NONE;
+		cfg.tp_sync_dgrad = sync;
 		c = test_dry(&cfg, &o, 1);
 		coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
-		step[ovl] = o.step_ns[0];
+		step[mode] = o.step_ns[0];
 		n = all_reduces(c, ar, MAX_AR);
 		for (size_t k = 0; k < n; k++) {
 			assert_true(k == 0 || ar[k].t0 >= ar[k - 1].t1); /* one in flight */
 			under += busy(c, ar[k].t0, ar[k].t1);
 		}
-		if (!ovl) {
-			assert_int_equal(o.step_ns[0], o.compute_ns[0] + st.time_ns);
-			assert_int_equal(under, 0);
+		for (size_t k = 0; !ovl && k < n; k++) {
+			struct trace_op e;
+			const char *kn = kernel_at(c, ar[k].t0, &e);
+
+			if (!ar[k].posted) {
+				assert_int_equal(busy(c, ar[k].t0, ar[k].t1), 0);
+				continue;
+			}
+			late++;
+			if (!kn || strcmp(kn, "linear.bwd_weight") ||
+			    busy(c, ar[k].t0, ar[k].t1) !=
+				    (e.t1 < ar[k].t1 ? e.t1 : ar[k].t1) - e.t0)
+				fail_msg("the posted all-reduce %zu at %lld ns runs over %s, not "
+					 "the "
+					 "weight gradient's GEMM alone",
+					 k, (long long)ar[k].t0, kn ? kn : "nothing");
+		}
+		if (!ovl) { /* --no-async-tensor-model-parallel-allreduce: every one waited */
+			assert_int_equal(late, sync ? 0 : 2 * (size_t)cfg.model.num_layers + 1);
+			assert_true(sync ? under == 0 : under > 0);
+			assert_int_equal(o.step_ns[0], o.compute_ns[0] + st.time_ns - under);
 		}
 		for (size_t k = 1; ovl && k < n; k++) {
 			int64_t seg, want;
@@ -294,9 +330,10 @@ static void test_schedule_times(void **state)
 		run_free(&o);
 		emu_cluster_free(c);
 	}
-	if (step[1] >= step[0])
-		fail_msg("the overlap's step %lld ns is not shorter than Megatron's %lld ns",
-			 (long long)step[1], (long long)step[0]);
+	if (step[1] >= step[0] || step[0] >= step[2])
+		fail_msg("the steps are %lld ns (Oases's), %lld (Megatron's), %lld (Megatron's "
+			 "before 2022): not shorter in that order",
+			 (long long)step[1], (long long)step[0], (long long)step[2]);
 	free(ar);
 }
 

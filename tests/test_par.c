@@ -994,6 +994,80 @@ static void test_param_gather_overlap(void **state)
 	run_free(&o[1]);
 }
 
+/* Megatron's order for a column-parallel layer's backward (its input-gradient collective
+ * posted before the weight gradient's GEMM, which runs under it) against
+ * --no-async-tensor-model-parallel-allreduce (after it, waited for): the same kernels on
+ * the same data, so execute runs give bitwise the same losses, first gradients and
+ * weights, under tp, sp, dp, a pipeline, zero-bubble's split backward (whose input pass
+ * leaves the weight gradient for later) and HelixPipe; in dry-run the default's step is
+ * shorter wherever tp > 1, and the same where tp is 1. */
+static void test_async_dgrad(void **state)
+{
+	static const struct {
+		const char *model;
+		int dp, tp, sp, pp;
+		enum sched_kind sched;
+	} cases[] = {{"tiny", 1, 2, 0, 1, SCHED_1F1B},     {"tiny", 2, 2, 1, 1, SCHED_1F1B},
+		     {"moe-tiny", 1, 2, 1, 1, SCHED_1F1B}, {"tiny", 1, 2, 1, 2, SCHED_1F1B},
+		     {"tiny", 1, 2, 0, 2, SCHED_ZBH1},     {"tiny", 1, 2, 1, 2, SCHED_HELIX}};
+	struct run_out o[2];
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		for (int sync = 0; sync < 2; sync++) {
+			struct run_cfg cfg;
+			struct emu_cluster *c;
+
+			make_cfg(&cfg, cases[k].model, cases[k].dp, cases[k].tp, 0);
+			cfg.sp = cases[k].sp;
+			cfg.tp_sync_dgrad = sync;
+			if (cases[k].pp > 1) {
+				mesh_init(&cfg.mesh, cases[k].tp, 1, 1, cases[k].dp, cases[k].pp);
+				cfg.model.num_layers = 4;
+				cfg.schedule = cases[k].sched;
+				cfg.vpp = 1;
+				cfg.gbs = 4 * cfg.mbs;
+			}
+			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
+			run_alloc(&o[sync], &cfg, 1);
+			if (run_parallel(c, &cfg, &o[sync]))
+				fail_msg("case %zu: %s", k, emu_cluster_report(c));
+			emu_cluster_free(c);
+			if (!sync)
+				continue;
+			assert_memory_equal(o[1].loss, o[0].loss,
+					    sizeof(float) * (size_t)cfg.steps);
+			for (int i = 0; i < o[0].np; i++) {
+				size_t n = gpt_tensor_numel(&cfg.model, i) * sizeof(float);
+
+				assert_memory_equal(o[1].grad0[i], o[0].grad0[i], n);
+				assert_memory_equal(o[1].params[i], o[0].params[i], n);
+			}
+		}
+		run_free(&o[0]);
+		run_free(&o[1]);
+	}
+	for (int tp = 1; tp <= 2; tp++) {
+		for (int sync = 0; sync < 2; sync++) {
+			struct run_cfg cfg;
+			struct emu_cluster *c;
+
+			make_cfg(&cfg, "small", 2, tp, 1);
+			cfg.sp = tp > 1;
+			cfg.steps = 1;
+			cfg.tp_sync_dgrad = sync;
+			c = dry(&cfg, &o[sync]);
+			emu_cluster_free(c);
+		}
+		if (tp == 1)
+			assert_int_equal(o[0].step_ns[0], o[1].step_ns[0]);
+		else
+			assert_true(o[0].step_ns[0] < o[1].step_ns[0]);
+		run_free(&o[0]);
+		run_free(&o[1]);
+	}
+}
+
 /* --overlap-grad-reduce with a pipeline (Megatron's: gradient sync on in each model
  * chunk's last micro-batch): ZeRO 0-1's buckets go as the last micro-batch's backward
  * finishes them, on every schedule; the end stages keep the tied embedding's bucket
@@ -1134,6 +1208,7 @@ int main(void)
 		cmocka_unit_test(test_sp_volume),
 		cmocka_unit_test(test_buckets_overlap),
 		cmocka_unit_test(test_param_gather_overlap),
+		cmocka_unit_test(test_async_dgrad),
 		cmocka_unit_test(test_pipeline_grads_overlap),
 		cmocka_unit_test(test_host_need),
 	};

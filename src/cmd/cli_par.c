@@ -70,6 +70,10 @@ const struct cli_opt cli_par_opts[] = {
 	{"tp-overlap", 0, 1, CLI_PAR_TP_OVERLAP, "MODE",
 	 "tensor-parallel collectives: none (default, Megatron's order), oases (two sub-batches "
 	 "interleaved, each one's collectives hidden behind the other's compute)"},
+	{"no-async-tensor-model-parallel-allreduce", 0, 0, CLI_PAR_NO_ASYNC_TP, NULL,
+	 "Megatron-LM's before 2022: a column-parallel layer's input-gradient all-reduce "
+	 "(reduce-scatter with sp) after its weight gradient, exposed (default: posted first, "
+	 "under the weight gradient's GEMM)"},
 	{"tp-first", 0, 1, CLI_PAR_TP_FIRST, "K:T",
 	 "Oases's mixed degrees: the first K layers with tensor-parallel size T (T divides tp; "
 	 "those layers' data-parallel size is dp tp / T)"},
@@ -220,6 +224,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		if (strcmp(v, "none") && strcmp(v, "oases"))
 			cli_fail(c, "--tp-overlap: '%s' is not none or oases", v);
 		cfg->tp_overlap = !strcmp(v, "oases") ? PAR_OVERLAP_OASES : PAR_OVERLAP_NONE;
+		break;
+	case CLI_PAR_NO_ASYNC_TP:
+		cfg->tp_sync_dgrad = 1;
 		break;
 	case CLI_PAR_FOLD:
 		if (strcmp(v, "on") && strcmp(v, "off"))

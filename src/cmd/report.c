@@ -189,6 +189,8 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 	checkpoint_json(f, cfg);
 	if (cfg->overlap_param_gather) /* only when asked for */
 		fprintf(f, ",\"overlap_param_gather\":true");
+	if (cfg->tp_sync_dgrad) /* the same */
+		fprintf(f, ",\"async_tensor_model_parallel_allreduce\":false");
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
 			cfg->cp_comm == PAR_CP_A2A          ? "a2a"

@@ -42,6 +42,12 @@ static inline int par_ready(struct par_model *m, int i)
  * weight pass (par/layer.c). */
 int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char *name, float *dw,
 		    float *db, const float *dy, const float *x, int M, int K, int N);
+/* The same for a column-parallel layer, whose input gradient's collective follows: with
+ * now, the GEMM is left in w for the region's exit to run under that collective
+ * (par/layer.c, Megatron's order). */
+int par_weight_grad_late(struct par_model *m, struct par_work *w, int now, struct tensor *st,
+			 const char *name, float *dw, float *db, const float *dy, const float *x,
+			 int M, int K, int N);
 
 /* Hidden dropout (models/dropout.h, par/layer.c). par_drop_rows: which tokens the rows
  * [row0, row0 + Ml) of cut c are in a's batch (a part's sequences after the parts

@@ -71,6 +71,45 @@ int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char 
 	return 0;
 }
 
+int par_weight_grad_late(struct par_model *m, struct par_work *w, int now, struct tensor *st,
+			 const char *name, float *dw, float *db, const float *dy, const float *x,
+			 int M, int K, int N)
+{
+	if (!now || m->pc.sync_dgrad)
+		return par_weight_grad(m, now, st, name, dw, db, dy, x, M, K, N);
+	w->late = (struct par_late){1, dw, db, dy, x, 1, M, K, N};
+	return 0;
+}
+
+/* The exit of a column-parallel layer's backward, the input gradient partial summed into
+ * local (the region's exit), in Megatron-LM's order
+ * (LinearWithGradAccumulationAndAsyncCommunication.backward, megatron/core/
+ * tensor_parallel/layers.py; Transformer Engine's linear layers alike): the all-reduce,
+ * or the reduce-scatter under sequence parallelism, goes on the wire before the weight
+ * gradient's GEMM left in w->late, which runs under it; then it is waited for. Oases's
+ * executor (w->post) runs the GEMM first and posts the exit at the piece's end, for the
+ * next piece to wait for; without such a GEMM (a split backward's input pass; the chunked
+ * and MoE MLPs, whose weight gradients come with their input's) the exit alone. */
+static int exit_late(struct par_model *m, const struct par_region *rg, const struct par_tp *c,
+		     struct par_work *w, float *partial, float *local, size_t C, const float **out)
+{
+	struct par_late g = w->late;
+	int rc;
+
+	w->late.on = 0;
+	if (g.on && w->post) /* Oases's: the GEMM, then the exit posted at the piece's end */
+		linear_bwd_weight(&m->k, g.dw, g.db, g.bias, g.dy, g.x, g.M, g.K, g.N);
+	if (!g.on || w->post)
+		return rg->exit(m, c, w, partial, local, C, out);
+	w->post = 1;
+	rc = rg->exit(m, c, w, partial, local, C, out);
+	w->post = 0;
+	if (rc)
+		return rc;
+	linear_bwd_weight(&m->k, g.dw, g.db, g.bias, g.dy, g.x, g.M, g.K, g.N);
+	return par_work_wait(m, w);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Hidden and attention dropout                                                         */
 
@@ -230,7 +269,8 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		par_zero(&w->dln);
 		if ((rc = pl->mlp->bwd(m, c, w, la, l, scale, weight, st)))
 			return rc;
-		return pl->mlp_region->exit(m, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		return exit_late(m, pl->mlp_region, c, w, D(w->dln), D(w->dlocal), (size_t)C,
+				 &w->dl);
 	case PAR_MID: /* ln2's backward into dres, then its rows for proj */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
 			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),
@@ -250,10 +290,11 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
 		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
-		if ((rc = par_weight_grad(m, weight, &st->dqkv, "stash d qkv", PG(m, l, LP_QKVW),
-					  PG(m, l, LP_QKVB), D(w->dqkv), D(la->ln1), BT, C, C3)))
+		if ((rc = par_weight_grad_late(m, w, weight, &st->dqkv, "stash d qkv",
+					       PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), D(w->dqkv),
+					       D(la->ln1), BT, C, C3)))
 			return rc;
-		return pl->region->exit(m, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		return exit_late(m, pl->region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
 	case PAR_PRE: /* ln1's backward into dres */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), w->dl,
 			      par_layer_input(a, l), PW(m, l, LP_LN1W), D(la->ln1_mean),
@@ -376,9 +417,14 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 			 scale / (float)BT, BT, V);
 	par_zero(&w->dln);
 	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
-	linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
-	if ((rc = m->ends->exit(m, &m->tpv[PAR_TPV_MODEL], w, D(w->dln), D(w->dlocal), (size_t)C,
-				&dl)) ||
+	if (m->nsub > 1 || m->pc.sync_dgrad) /* (Oases's executor: the ends as its schedule
+					      * has them, par/overlap.h) */
+		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
+	else
+		w->late = (struct par_late){1,  m->p[0].g, NULL, D(w->dlogits), D(a->lnf), 0,
+					    BT, C,         V};
+	if ((rc = exit_late(m, m->ends, &m->tpv[PAR_TPV_MODEL], w, D(w->dln), D(w->dlocal),
+			    (size_t)C, &dl)) ||
 	    (rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
 	par_zero(&w->dres);

@@ -57,8 +57,8 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 	par_zero(&w->dfch);
 	gelu_bwd(k, D(w->dfch), D(la->fch), D(w->dfch_gelu), (size_t)BT * F);
 	linear_bwd_input(k, D(w->dln), D(w->dfch), PW(m, l, LP_FCW), BT, C, F);
-	return par_weight_grad(m, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
-			       PG(m, l, LP_FCB), D(w->dfch), D(la->ln2), BT, C, F);
+	return par_weight_grad_late(m, w, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
+				    PG(m, l, LP_FCB), D(w->dfch), D(la->ln2), BT, C, F);
 }
 
 static void dense_bwd_weight(struct par_model *m, const struct par_tp *c, struct gpt_layer_acts *la,

@@ -93,6 +93,9 @@ struct par_cfg {
 	int flash;                        /* memory-efficient attention */
 	int mlp_chunks;                   /* the dense MLP over this many chunks of rows (> 1) */
 	enum par_overlap overlap;         /* the tensor-parallel collectives' order */
+	int sync_dgrad;                   /* a column-parallel layer's input-gradient collective
+					   * after its weight gradient, exposed (Megatron-LM's
+					   * before 2022), not posted before it (par/layer.c) */
 	int tpf_layers, tpf;              /* Oases's mixed degrees: the first tpf_layers layers
 					   * cut tpf ways (tpf divides tp), 0 if none */
 	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h) */
@@ -286,6 +289,13 @@ struct par_work {
 	const float *dl;      /* backward: a LayerNorm output's gradient, summed by the exit */
 	int post;             /* the region's collectives are posted (par/overlap.c) */
 	struct coll_req *req; /* the one posted, until par_work_wait */
+	struct par_late {     /* a weight gradient's GEMM left to run under the input
+			       * gradient's collective (par_weight_grad_late), if on */
+		int on;
+		float *dw, *db;
+		const float *dy, *x;
+		int bias, M, K, N;
+	} late;
 };
 
 /* How a layer is cut by tensor parallelism (par/tp.h), and the shapes this rank computes.

@@ -56,6 +56,7 @@ struct run_cfg {
 				       * stage): run_cfg_finish derives vpp from it; 0: not given */
 	enum par_recompute recompute; /* activation recomputation */
 	enum par_overlap tp_overlap;  /* the tensor-parallel collectives' order (par/overlap.h) */
+	int tp_sync_dgrad;            /* --no-async-tensor-model-parallel-allreduce (par_cfg) */
 	int tpf_layers, tpf;          /* --tp-first K:T: the first K layers cut T ways, 0 if not */
 	int flash;                    /* memory-efficient attention (no stored scores); cp > 1
 				       * needs it, and run_cfg_finish sets it then */

@@ -147,6 +147,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 				.flash = cfg->flash,
 				.mlp_chunks = cfg->mlp_chunks,
 				.overlap = cfg->tp_overlap,
+				.sync_dgrad = cfg->tp_sync_dgrad,
 				.tpf_layers = cfg->tpf_layers,
 				.tpf = cfg->tpf,
 				.bucket_bytes = cfg->bucket_bytes,
