@@ -9,6 +9,12 @@
  *   ovl-full   Oases's overlapped tp (two sub-batches), full recomputation
  *   oases      both: Oases
  *
+ * Megatron's order as the paper's harness runs it (lucasleesw/oases, benchmark/overlap_tp.py,
+ * schedule default_checkpoint): its column-parallel layers' input-gradient all-reduce in
+ * the backward of copy_to_model_parallel_region (oases/mpu/mappings.py), which autograd
+ * runs after the layer's weight gradient, exposed, as Megatron-LM did before 2022
+ * (--no-async-tensor-model-parallel-allreduce), not posted before it as Megatron-LM does now.
+ *
  * and the throughput of each against megatron's, beside the paper's Oases figure, and of
  * the plan Oases's search picks (pemu plan --oases: the first K layers at a smaller
  * degree T under the overlap and its recomputation, run/oases_plan.h). The
@@ -79,6 +85,7 @@ static void setup(const char *cluster, const struct shape *sh, const struct vari
 	cfg.bucket_bytes = 25000000;
 	cfg.zero = 1;
 	cfg.tp_overlap = v->overlap;
+	cfg.tp_sync_dgrad = 1; /* the harness's layers: every all-reduce where it is issued */
 	cfg.recompute = v->recompute;
 	cfg.vpp = 1;
 	cfg.fold = 1;
