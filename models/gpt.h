@@ -146,7 +146,8 @@ struct gpt_param *gpt_param(struct gpt *m, int layer, enum gpt_lp which);
  * parts names (GPT_ACTS_*; with GPT_ACTS_FLASH att holds the memory-efficient
  * attention's log-sum-exp, B heads T, instead of the scores): the residual stream is
  * rows x h (rows = B T, or a device's share of the token rows under sequence
- * parallelism; the LayerNorm outputs stay B T rows, gathered), attention hl wide (heads x
+ * parallelism; the LayerNorm outputs stay B T rows, gathered, unless GPT_ACTS_LN_ROWS
+ * keeps only the device's rows of them), attention hl wide (heads x
  * head size, the heads this device computes), the MLP ffn wide, or a MoE block of shape
  * moe. For a strategy that holds a slice of the layer. 0 or EMU_EOOM. */
 enum {
@@ -158,6 +159,7 @@ enum {
 	GPT_ACTS_NO_MLP = 16,       /* without the dense MLP's intermediates (chunked MLP) */
 	GPT_ACTS_DROPOUT = 32,      /* with the hidden dropout's masks (rows, h bytes) */
 	GPT_ACTS_ATTN_DROPOUT = 64, /* with attention dropout's mask and P' (not with FLASH) */
+	GPT_ACTS_LN_ROWS = 128,     /* ln1 and ln2: rows x h, not B T x h */
 };
 int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, int T, int rows,
 			 int h, int hl, int heads, int ffn, const struct moe_shape *moe,

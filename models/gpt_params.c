@@ -218,7 +218,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 {
 	int flash = (parts & GPT_ACTS_FLASH) != 0;
 	size_t bt = (size_t)B * T, att = (size_t)B * heads * T * (flash ? 1 : (size_t)T);
-	size_t r = (size_t)rows;
+	size_t r = (size_t)rows, lnr = parts & GPT_ACTS_LN_ROWS ? r : bt;
 	int rc = 0;
 
 #define A(t, n, name)                                                                              \
@@ -227,7 +227,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 			rc = tensor_ensure(k, (t), MEM_ACT, (n), (name));                          \
 	} while (0)
 	if (parts & GPT_ACTS_PRE) {
-		A(&a->ln1, bt * (size_t)h, "ln1");
+		A(&a->ln1, lnr * (size_t)h, "ln1");
 		A(&a->ln1_mean, r, "ln1.mean");
 		A(&a->ln1_rstd, r, "ln1.rstd");
 	}
@@ -246,7 +246,7 @@ int gpt_layer_acts_alloc(const struct kctx *k, struct gpt_layer_acts *a, int B, 
 	if (!(parts & GPT_ACTS_POST))
 		return rc;
 	A(&a->res2, r * (size_t)h, "residual 2");
-	A(&a->ln2, bt * (size_t)h, "ln2");
+	A(&a->ln2, lnr * (size_t)h, "ln2");
 	A(&a->ln2_mean, r, "ln2.mean");
 	A(&a->ln2_rstd, r, "ln2.rstd");
 	if (moe) {

@@ -68,12 +68,11 @@ static float *g_at(const struct ep *g, int i, int e)
 }
 
 /* The rows the layer's MoE block routes: the group's ln2 (B T, h), or under ep_rows this
- * rank's own (Ml, h), which the layer's LayerNorm wrote at row0 and the rows region
- * leaves there. */
-static const float *ln2_rows(const struct par_model *m, const struct par_tp *c,
-			     const struct gpt_layer_acts *la)
+ * rank's own (Ml, h), which the layer's LayerNorm wrote and the rows region leaves. */
+static const float *ln2_rows(const struct par_model *m, const struct par_tp *c, struct par_work *w,
+			     struct gpt_layer_acts *la)
 {
-	return par_rows_at(D(la->ln2), m->ep_rows ? (size_t)c->row0 : 0, (size_t)m->cfg.hidden);
+	return m->ep_rows ? par_ln_rows(m, c, &la->ln2) : par_ln_whole(m, w, &la->ln2);
 }
 
 /* A memory-bound kernel moving n elements. */
@@ -95,9 +94,14 @@ static void charge(const struct ep *g, const char *name, size_t n)
 static int router_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 		      struct gpt_layer_acts *la, int l, float scale)
 {
+	int rc;
+
+	/* (the group's ln2, gathered again under Megatron's sequence parallelism) */
+	if (!m->ep_rows && (rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 0)))
+		return rc;
 	par_zero(&w->drouter);
 	moe_router_bwd(&m->k, &c->moe, &la->moe, &w->moe_scratch, D(w->dln),
-		       par_moe_aux_scale(m, c, scale), ln2_rows(m, c, la), PW(m, l, LP_ROUTER),
+		       par_moe_aux_scale(m, c, scale), ln2_rows(m, c, w, la), PW(m, l, LP_ROUTER),
 		       c->t == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter));
 	return par_moe_router_sum(m, c, w, l);
 }
@@ -201,10 +205,10 @@ static int a2a_fwd(struct par_model *m, const struct par_tp *c, struct par_work 
 	size_t *send = emu_xcalloc(2 * (size_t)g.n, sizeof *send), *recv = send + g.n;
 	size_t xo = 0;
 
-	if ((rc = par_moe_route(m, c, w, a, ln2_rows(m, c, la), PW(m, l, LP_ROUTER))))
+	if ((rc = par_moe_route(m, c, w, a, ln2_rows(m, c, w, la), PW(m, l, LP_ROUTER))))
 		goto out;
 	*aux += moe_aux(g.s, a);
-	moe_permute(&m->k, g.s, a, D(w->ep[0]), ln2_rows(m, c, la), cnt);
+	moe_permute(&m->k, g.s, a, D(w->ep[0]), ln2_rows(m, c, w, la), cnt);
 	sent = sent_counts(&g, cnt);
 	rc = exchange_counts(&g, w, sent, rcv);
 	splits(&g, sent, rcv, send, recv);
@@ -384,12 +388,12 @@ static int ag_fwd(struct par_model *m, const struct par_tp *c, struct par_work *
 	size_t M = (size_t)g.s->M, xo = 0;
 	int rc;
 
-	if ((rc = par_moe_route(m, c, w, a, ln2_rows(m, c, la), PW(m, l, LP_ROUTER))))
+	if ((rc = par_moe_route(m, c, w, a, ln2_rows(m, c, w, la), PW(m, l, LP_ROUTER))))
 		return rc;
 	*aux += moe_aux(g.s, a);
 	if ((rc = gather_routing(&g, w, a)))
 		return rc;
-	TAGGED(coll_all_gather(m->k.d, g.g, ln2_rows(m, c, la), D(w->ep[0]), M * g.C));
+	TAGGED(coll_all_gather(m->k.d, g.g, ln2_rows(m, c, w, la), D(w->ep[0]), M * g.C));
 	if (rc)
 		return rc;
 	par_zero(&w->ep[1]); /* the outputs of every rank's tokens, my experts' part */
@@ -461,12 +465,13 @@ static int ag_bwd(struct par_model *m, const struct par_tp *c, struct par_work *
  * the rank's sequence-parallel rows where ln2's LayerNorm wrote them and gives its output
  * rows whole: no gather before it, no reduce-scatter after. Backward likewise, from the
  * residual gradient's rows. */
-static int rows_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
-		      size_t C)
+static int rows_enter(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		      const float *rows, float *buf, size_t C)
 {
 	(void)m;
 	(void)c;
 	(void)w;
+	(void)rows;
 	(void)buf;
 	(void)C;
 	return 0;

@@ -81,6 +81,29 @@ int par_weight_grad_late(struct par_model *m, struct par_work *w, int now, struc
 	return 0;
 }
 
+float *par_ln_rows(const struct par_model *m, const struct par_tp *c, struct tensor *ln)
+{
+	return m->ln_rows ? D(*ln) : par_rows_at(D(*ln), (size_t)c->row0, (size_t)m->cfg.hidden);
+}
+
+float *par_ln_whole(const struct par_model *m, struct par_work *w, struct tensor *ln)
+{
+	return m->ln_rows ? D(w->lnw) : D(*ln);
+}
+
+int par_ln_gather(struct par_model *m, const struct par_region *rg, const struct par_tp *c,
+		  struct par_work *w, struct tensor *ln, int post)
+{
+	int was = w->post, rc;
+
+	if (!m->ln_rows)
+		return 0;
+	w->post = post;
+	rc = rg->enter(m, c, w, D(*ln), D(w->lnw), (size_t)m->cfg.hidden);
+	w->post = was;
+	return rc;
+}
+
 /* The exit of a column-parallel layer's backward, the input gradient partial summed into
  * local (the region's exit), in Megatron-LM's order
  * (LinearWithGradAccumulationAndAsyncCommunication.backward, megatron/core/
@@ -210,17 +233,17 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	const struct par_tp *c = pl->tp;
 	struct gpt_layer_acts *la = par_la(a, l);
 	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t, rc;
-	size_t r0 = (size_t)c->row0;
 	const float *x = par_layer_input(a, l); /* (Ml, h) */
 
 	switch (p) {
 	case PAR_PRE: /* ln1 on this rank's rows, made whole (f) */
-		layernorm_fwd(k, par_rows_at(D(la->ln1), r0, (size_t)C), D(la->ln1_mean),
-			      D(la->ln1_rstd), x, PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), c->Ml, C);
-		return pl->region->enter(m, c, w, D(la->ln1), (size_t)C);
+		layernorm_fwd(k, par_ln_rows(m, c, &la->ln1), D(la->ln1_mean), D(la->ln1_rstd), x,
+			      PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), c->Ml, C);
+		return pl->region->enter(m, c, w, par_ln_rows(m, c, &la->ln1),
+					 par_ln_whole(m, w, &la->ln1), (size_t)C);
 	case PAR_QKV: /* qkv (B T, 3h/t), this rank's heads */
-		linear_fwd(k, D(la->qkv), D(la->ln1), PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), 1, BT,
-			   C, C3);
+		linear_fwd(k, D(la->qkv), par_ln_whole(m, w, &la->ln1), PW(m, l, LP_QKVW),
+			   PW(m, l, LP_QKVB), 1, BT, C, C3);
 		return 0;
 	case PAR_ATTN: {
 		struct attn_drop d = par_attn_drop(m, a, c, l);
@@ -233,10 +256,10 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
 	case PAR_MID: /* res2 = x + the attention's branch (dropped out); ln2 made whole (f) */
 		par_drop_add(m, a, c, l, DROP_ATTN, D(la->res2), &la->mask2, x, w->sum);
-		layernorm_fwd(k, par_rows_at(D(la->ln2), r0, (size_t)C), D(la->ln2_mean),
-			      D(la->ln2_rstd), D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B),
-			      c->Ml, C);
-		return pl->mlp_region->enter(m, c, w, D(la->ln2), (size_t)C);
+		layernorm_fwd(k, par_ln_rows(m, c, &la->ln2), D(la->ln2_mean), D(la->ln2_rstd),
+			      D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B), c->Ml, C);
+		return pl->mlp_region->enter(m, c, w, par_ln_rows(m, c, &la->ln2),
+					     par_ln_whole(m, w, &la->ln2), (size_t)C);
 	case PAR_MLP: /* the MLP's partial sums, summed by g into w->sum */
 		if ((rc = pl->mlp->fwd(m, c, w, la, l, &a->aux_loss)))
 			return rc;
@@ -287,12 +310,16 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 
 		return pl->attn->bwd(m, c, w, la, &d);
 	}
-	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl */
+	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl; ln1 gathered
+		       * again under the input gradient's GEMM, for the weight gradient */
+		if ((rc = par_ln_gather(m, pl->region, c, w, &la->ln1, 1)))
+			return rc;
 		par_zero(&w->dln);
 		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
-		if ((rc = par_weight_grad_late(m, w, weight, &st->dqkv, "stash d qkv",
+		if ((m->ln_rows && (rc = par_work_wait(m, w))) ||
+		    (rc = par_weight_grad_late(m, w, weight, &st->dqkv, "stash d qkv",
 					       PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), D(w->dqkv),
-					       D(la->ln1), BT, C, C3)))
+					       par_ln_whole(m, w, &la->ln1), BT, C, C3)))
 			return rc;
 		return exit_late(m, pl->region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
 	case PAR_PRE: /* ln1's backward into dres */
@@ -316,6 +343,7 @@ static void stash_free(const struct kctx *k, struct par_stash *st)
 
 void par_layer_bwd_weight(struct par_model *m, struct par_acts *a, int l)
 {
+	EMU_ASSERT(!m->ln_rows); /* (a split backward keeps ln1 and ln2 whole) */
 	const struct kctx *k = &m->k;
 	const struct par_tp *c = m->plan[l].tp;
 	struct gpt_layer_acts *la = par_la(a, l);
@@ -395,7 +423,9 @@ int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 		return rc;
 	layernorm_fwd(k, par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf_mean),
 		      D(a->lnf_rstd), x, m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
-	if ((rc = m->ends->enter(m, &m->tpv[PAR_TPV_MODEL], w, D(a->lnf), (size_t)C)) ||
+	if ((rc = m->ends->enter(m, &m->tpv[PAR_TPV_MODEL], w,
+				 par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf),
+				 (size_t)C)) ||
 	    (rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
 	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */

@@ -19,7 +19,8 @@
  * post it and run another sub-batch's pieces while it is on the wire (Oases,
  * par/overlap.h): the work's next piece waits for it first (par_work_wait).
  *
- * Shapes (per rank, par/model.h): x, res2, res3 (Ml, h); ln1, ln2 (B T, h) gathered;
+ * Shapes (per rank, par/model.h): x, res2, res3 (Ml, h); ln1, ln2 (Ml, h) kept, (B T, h)
+ * gathered (par_ln_rows, par_ln_whole);
  * qkv (B T, 3h/t) column shard of q, k, v (this rank's heads); atty (B T, h/t); the
  * branch outputs (B T, h) partial sums until exit. The backward pieces run in the
  * reverse order, out first, passing gradients through the micro-batch's par_work:
@@ -70,7 +71,8 @@ struct par_mlp {
 };
 
 /* Megatron's f and g (Shoeybi et al. 2019, section 3): enter makes buf (B T, C) whole
- * before a column-parallel layer from this rank's rows at row0; exit sums the partial
+ * before a column-parallel layer from this rank's rows (Ml, C), which are buf's own at
+ * row0 or elsewhere (par_ln_rows); exit sums the partial
  * (B T, C) of a row-parallel layer into the rows this rank keeps (*out: in partial, or in
  * local (Ml, C)); rows sets w->g to the rows a row-parallel layer's backward reads, from
  * this rank's rows of the residual gradient in w->gsrc (through the branch's dropout, if
@@ -79,12 +81,23 @@ struct par_mlp {
  * enum emu_err. */
 struct par_region {
 	const char *name;
-	int (*enter)(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
-		     size_t C);
+	int (*enter)(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		     const float *rows, float *buf, size_t C);
 	int (*exit)(struct par_model *m, const struct par_tp *c, struct par_work *w, float *partial,
 		    float *local, size_t C, const float **out);
 	int (*rows)(struct par_model *m, const struct par_tp *c, struct par_work *w);
 };
+
+/* A LayerNorm output of layer cut c (la->ln1 or la->ln2): where this rank's rows (Ml, h)
+ * are, and where the whole (B T, h) is once the region's enter has gathered it. Under
+ * m->ln_rows the layer keeps its rows alone and the whole is the work's lnw, gathered
+ * again in backward (par_ln_gather); else the whole is kept, its rows at row0. */
+float *par_ln_rows(const struct par_model *m, const struct par_tp *c, struct tensor *ln);
+float *par_ln_whole(const struct par_model *m, struct par_work *w, struct tensor *ln);
+/* Backward under m->ln_rows: gathers ln's rows again into w->lnw, over the region rg;
+ * posted if post (waited for by par_work_wait), else now. Nothing otherwise. */
+int par_ln_gather(struct par_model *m, const struct par_region *rg, const struct par_tp *c,
+		  struct par_work *w, struct tensor *ln, int post);
 
 /* Where a region's collective for w goes: *req NULL, run it now; or, if w posts, the
  * request slot of w, once the collective in flight (another work's) has been waited

@@ -23,8 +23,8 @@ static int dense_refwd(struct par_model *m, const struct par_tp *c, struct par_w
 {
 	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl;
 
-	(void)w;
-	linear_fwd(&m->k, D(la->fch), D(la->ln2), PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, BT, C, F);
+	linear_fwd(&m->k, D(la->fch), par_ln_whole(m, w, &la->ln2), PW(m, l, LP_FCW),
+		   PW(m, l, LP_FCB), 1, BT, C, F);
 	gelu_fwd(&m->k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
 	return 0;
 }
@@ -56,9 +56,15 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 		return rc;
 	par_zero(&w->dfch);
 	gelu_bwd(k, D(w->dfch), D(la->fch), D(w->dfch_gelu), (size_t)BT * F);
+	/* ln2 gathered again under fc's input gradient (Megatron's sequence parallelism) */
+	if ((rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 1)))
+		return rc;
 	linear_bwd_input(k, D(w->dln), D(w->dfch), PW(m, l, LP_FCW), BT, C, F);
+	if (m->ln_rows && (rc = par_work_wait(m, w)))
+		return rc;
 	return par_weight_grad_late(m, w, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
-				    PG(m, l, LP_FCB), D(w->dfch), D(la->ln2), BT, C, F);
+				    PG(m, l, LP_FCB), D(w->dfch), par_ln_whole(m, w, &la->ln2), BT,
+				    C, F);
 }
 
 static void dense_bwd_weight(struct par_model *m, const struct par_tp *c, struct gpt_layer_acts *la,
@@ -88,7 +94,8 @@ static int chunked_fwd(struct par_model *m, const struct par_tp *c, struct par_w
 	for (int r = 0; r < BT; r += rows) {
 		int n = BT - r < rows ? BT - r : rows;
 
-		linear_fwd(k, D(w->fch_c), par_rows_at(D(la->ln2), (size_t)r, (size_t)C),
+		linear_fwd(k, D(w->fch_c),
+			   par_rows_at(par_ln_whole(m, w, &la->ln2), (size_t)r, (size_t)C),
 			   PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, n, C, F);
 		gelu_fwd(k, D(w->fchg_c), D(w->fch_c), (size_t)n * F);
 		linear_fwd(k, par_rows_at(D(w->tmp), (size_t)r, (size_t)C), D(w->fchg_c),
@@ -103,14 +110,16 @@ static int chunked_bwd(struct par_model *m, const struct par_tp *c, struct par_w
 		       struct par_stash *st)
 {
 	const struct kctx *k = &m->k;
-	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl, rows = chunk_rows(m, c);
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl, rows = chunk_rows(m, c), rc;
 
 	(void)scale;
 	(void)weight; /* run_check refuses zero-bubble's split with the chunked MLP */
 	(void)st;
+	if ((rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 0)))
+		return rc;
 	for (int r = 0; r < BT; r += rows) {
 		int n = BT - r < rows ? BT - r : rows;
-		const float *ln2 = par_rows_at(D(la->ln2), (size_t)r, (size_t)C);
+		const float *ln2 = par_rows_at(par_ln_whole(m, w, &la->ln2), (size_t)r, (size_t)C);
 		const float *gr = w->g ? w->g + (size_t)r * C : NULL;
 
 		linear_fwd(k, D(w->fch_c), ln2, PW(m, l, LP_FCW), PW(m, l, LP_FCB), 1, n, C, F);
@@ -137,15 +146,17 @@ static int moe_fwd_piece(struct par_model *m, const struct par_tp *c, struct par
 	int rc;
 
 	if (m->cp == 1) {
-		*aux += moe_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), D(la->ln2),
+		*aux += moe_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), par_ln_whole(m, w, &la->ln2),
 				PW(m, l, LP_ROUTER), PW(m, l, LP_FCW), PW(m, l, LP_FCB),
 				PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
 		return 0;
 	}
-	if ((rc = par_moe_route(m, c, w, &la->moe, D(la->ln2), PW(m, l, LP_ROUTER))))
+	if ((rc = par_moe_route(m, c, w, &la->moe, par_ln_whole(m, w, &la->ln2),
+				PW(m, l, LP_ROUTER))))
 		return rc;
-	*aux += moe_compact_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), D(la->ln2), PW(m, l, LP_FCW),
-				PW(m, l, LP_FCB), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B));
+	*aux += moe_compact_fwd(&m->k, &c->moe, &la->moe, D(w->tmp), par_ln_whole(m, w, &la->ln2),
+				PW(m, l, LP_FCW), PW(m, l, LP_FCB), PW(m, l, LP_FC2W),
+				PW(m, l, LP_FC2B));
 	return 0;
 }
 
@@ -168,14 +179,17 @@ static int moe_bwd_piece(struct par_model *m, const struct par_tp *c, struct par
 			 struct par_stash *st)
 {
 	float *dr = c->t == 1 ? PG(m, l, LP_ROUTER) : D(w->drouter);
+	int rc;
 
 	(void)weight;
 	(void)st;
+	if ((rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 0)))
+		return rc;
 	par_zero(&w->drouter);
 	moe_bwd(&m->k, &c->moe, &la->moe, &w->moe_scratch, D(w->dln), w->g,
-		par_moe_aux_scale(m, c, scale), D(la->ln2), PW(m, l, LP_ROUTER), PW(m, l, LP_FCW),
-		PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB), PG(m, l, LP_FC2W),
-		PG(m, l, LP_FC2B));
+		par_moe_aux_scale(m, c, scale), par_ln_whole(m, w, &la->ln2), PW(m, l, LP_ROUTER),
+		PW(m, l, LP_FCW), PW(m, l, LP_FC2W), dr, PG(m, l, LP_FCW), PG(m, l, LP_FCB),
+		PG(m, l, LP_FC2W), PG(m, l, LP_FC2B));
 	return par_moe_router_sum(m, c, w, l);
 }
 

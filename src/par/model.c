@@ -119,6 +119,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 		A(&w->tmpl, ml * h, "branch out rows");
 		A(&w->dlocal, ml * h, "d layernorm rows");
 		A(&w->gfull, bt * h, "d residual gathered");
+		if (m->ln_rows)
+			A(&w->lnw, bt * h, "layernorm gathered");
 	}
 	A(&w->dln, bt * h, "d layernorm");
 	A(&w->tmp, bt * h, "branch out");
@@ -170,7 +172,8 @@ unsigned par_acts_flags(const struct par_model *m)
 {
 	return (m->pc.flash ? GPT_ACTS_FLASH : 0u) | (m->pc.mlp_chunks > 1 ? GPT_ACTS_NO_MLP : 0u) |
 	       (m->cfg.hidden_dropout > 0 ? GPT_ACTS_DROPOUT : 0u) |
-	       (m->cfg.attention_dropout > 0 ? GPT_ACTS_ATTN_DROPOUT : 0u);
+	       (m->cfg.attention_dropout > 0 ? GPT_ACTS_ATTN_DROPOUT : 0u) |
+	       (m->ln_rows ? GPT_ACTS_LN_ROWS : 0u);
 }
 
 int par_acts_embed_mask(struct par_model *m, struct par_acts *a)
@@ -444,6 +447,11 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 			m->r / cfg->tpf, B);
 	m->merge = g->merge;
 	m->sp = m->tpv[PAR_TPV_MODEL].sp;
+	/* Megatron's sequence parallelism keeps a LayerNorm output's rows and gathers them
+	 * again for backward (Korthikanti et al. 2022, section 4.2.2); Oases keeps them
+	 * gathered (its checkpoints are after the collectives), and so do zero-bubble's
+	 * deferred weight passes here */
+	m->ln_rows = m->sp && nsub == 1 && cfg->recompute != PAR_RECOMPUTE_OASES && !cfg->split_bwd;
 	m->Ml = m->tpv[PAR_TPV_MODEL].Ml;
 	m->row0 = m->tpv[PAR_TPV_MODEL].row0;
 	m->moe = m->tpv[PAR_TPV_MODEL].moe;

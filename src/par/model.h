@@ -93,6 +93,8 @@ struct par_cfg {
 	int flash;                        /* memory-efficient attention */
 	int mlp_chunks;                   /* the dense MLP over this many chunks of rows (> 1) */
 	enum par_overlap overlap;         /* the tensor-parallel collectives' order */
+	int split_bwd;                    /* the schedule splits backward (zero-bubble's W
+					   * passes), which keeps ln1 and ln2 whole (ln_rows) */
 	int sync_dgrad;                   /* a column-parallel layer's input-gradient collective
 					   * after its weight gradient, exposed (Megatron-LM's
 					   * before 2022), not posted before it (par/layer.c) */
@@ -261,6 +263,7 @@ struct par_work {
 	struct tensor dres;          /* (Ml, h): the residual stream's gradient */
 	struct tensor tmpl, dlocal;  /* (Ml, h), sp: a branch's rows, a LayerNorm's input grad */
 	struct tensor gfull;         /* (B T, h), sp: the residual gradient gathered */
+	struct tensor lnw;           /* (B T, h), ln_rows: a LayerNorm output gathered */
 	struct tensor dln;           /* (B T, h): a LayerNorm output's gradient */
 	struct tensor tmp;           /* (B T, h): a branch's output, partial sums before g */
 	struct tensor dqkv;          /* (B T, 3h/t): column shard of d q, k, v */
@@ -368,6 +371,8 @@ struct par_model {
 	int *pos_rows;       /* [Ml]: the positions of the residual stream's rows */
 	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
 	int sp;              /* sequence parallelism: the residual stream split by token rows */
+	int ln_rows;         /* sp: a layer keeps only its rows of ln1 and ln2 and gathers
+			      * them again in backward, into the work's lnw (par_ln_whole) */
 	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T */
 	struct par_tp tpv[PAR_NTPV]; /* the layers' cuts: the model's (the fields above), and
 				      * the first layers' under mixed degrees */

@@ -17,19 +17,18 @@ int par_sp_partial(const struct par_model *m, int i)
 	return i >= 2 && (w == LP_LN1W || w == LP_LN1B || w == LP_LN2W || w == LP_LN2B);
 }
 
-/* f: every rank's rows of buf (B T, C), this rank's at row0, gathered into buf. */
-static int sp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
-		    size_t C)
+/* f: every rank's rows gathered into buf (B T, C), this rank's from rows. */
+static int sp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		    const float *rows, float *buf, size_t C)
 {
-	float *mine = buf ? buf + (size_t)c->row0 * C : NULL;
 	size_t n = (size_t)c->Ml * C;
 	struct coll_req **req;
 	int rc;
 
 	if ((rc = par_post_slot(m, w, &req)))
 		return rc;
-	return req ? coll_iall_gather(m->k.d, c->g, mine, buf, n, req)
-		   : coll_all_gather(m->k.d, c->g, mine, buf, n);
+	return req ? coll_iall_gather(m->k.d, c->g, rows, buf, n, req)
+		   : coll_all_gather(m->k.d, c->g, rows, buf, n);
 }
 
 /* g: partial (B T, C) reduce-scattered into local (Ml, C), this rank's rows. */

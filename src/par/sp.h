@@ -6,6 +6,14 @@
  * the volume of tensor parallelism's all-reduce, in two halves. The rows are a chunk of
  * the flattened (B, T) tokens, which for B = 1 is a chunk of the sequence.
  *
+ * A layer keeps its LayerNorm outputs' rows, not the gathered whole, and gathers them
+ * again in backward for the column-parallel layer's weight gradient, the gather posted
+ * under its input gradient's GEMM (the paper's section 4.2.2; Megatron's
+ * LinearWithGradAccumulationAndAsyncCommunication): activations of s b h / t (34 + 5 a s
+ * / h) a layer, the paper's Table 2 (m->ln_rows, par/layer.h's par_ln_rows). Oases, whose
+ * recomputation checkpoints are the gathered outputs, and zero-bubble's deferred weight
+ * passes keep the whole.
+ *
  * The LayerNorms' and the positions' gradients are then partial on each rank (each saw
  * its rows only) and are summed over the group once a step, by par_tp_sum_partials
  * (par/tp.h). */

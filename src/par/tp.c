@@ -283,12 +283,13 @@ int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int
 	return rc;
 }
 
-static int tp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w, float *buf,
-		    size_t C)
+static int tp_enter(struct par_model *m, const struct par_tp *c, struct par_work *w,
+		    const float *rows, float *buf, size_t C)
 {
 	(void)m;
 	(void)c;
 	(void)w;
+	(void)rows;
 	(void)buf;
 	(void)C;
 	return 0;

@@ -122,38 +122,40 @@ static void copy_grads(const struct par_dp_state *s, struct run_out *o, int step
 /* This device's part of the configuration. */
 static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 {
-	return (struct par_cfg){.model = cfg->model,
-				.mbs = cfg->mbs,
-				.prec = cfg->prec,
-				.tp = cfg->mesh.size[MESH_TP],
-				.sp = cfg->sp,
-				.cp = cfg->mesh.size[MESH_CP],
-				.cp_comm = cfg->cp_comm,
-				.cp_contiguous = cfg->cp_contiguous,
-				.ep = cfg->ep > 1 ? cfg->ep : 1,
-				.ep_tp = run_ep_mode(cfg) == RUN_EP_TP,
-				.ep_rows = run_ep_mode(cfg) == RUN_EP_ROWS,
-				.ep_dispatch = cfg->ep_dispatch,
-				.bug = cfg->bug,
-				.zero = cfg->zero,
-				.pad = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
-				.edp = run_ep_mode(cfg) == RUN_EP_DP
-					       ? cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP] /
-							 cfg->ep
-				       : run_ep_mode(cfg) == RUN_EP_ROWS
-					       ? cfg->mesh.world / cfg->mesh.size[MESH_PP] / cfg->ep
-					       : 0,
-				.recompute = cfg->recompute,
-				.flash = cfg->flash,
-				.mlp_chunks = cfg->mlp_chunks,
-				.overlap = cfg->tp_overlap,
-				.sync_dgrad = cfg->tp_sync_dgrad,
-				.tpf_layers = cfg->tpf_layers,
-				.tpf = cfg->tpf,
-				.bucket_bytes = cfg->bucket_bytes,
-				.overlap_param_gather = cfg->overlap_param_gather,
-				.seed = cfg->seed,
-				.batch0 = (uint64_t)cfg->step0 * (uint64_t)(cfg->gbs / cfg->mbs)};
+	return (struct par_cfg){
+		.model = cfg->model,
+		.mbs = cfg->mbs,
+		.prec = cfg->prec,
+		.tp = cfg->mesh.size[MESH_TP],
+		.sp = cfg->sp,
+		.cp = cfg->mesh.size[MESH_CP],
+		.cp_comm = cfg->cp_comm,
+		.cp_contiguous = cfg->cp_contiguous,
+		.ep = cfg->ep > 1 ? cfg->ep : 1,
+		.ep_tp = run_ep_mode(cfg) == RUN_EP_TP,
+		.ep_rows = run_ep_mode(cfg) == RUN_EP_ROWS,
+		.ep_dispatch = cfg->ep_dispatch,
+		.bug = cfg->bug,
+		.zero = cfg->zero,
+		.pad = cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
+		.edp = run_ep_mode(cfg) == RUN_EP_DP
+			       ? cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP] / cfg->ep
+		       : run_ep_mode(cfg) == RUN_EP_ROWS
+			       ? cfg->mesh.world / cfg->mesh.size[MESH_PP] / cfg->ep
+			       : 0,
+		.recompute = cfg->recompute,
+		.flash = cfg->flash,
+		.mlp_chunks = cfg->mlp_chunks,
+		.overlap = cfg->tp_overlap,
+		.sync_dgrad = cfg->tp_sync_dgrad,
+		.split_bwd = cfg->mesh.size[MESH_PP] > 1 &&
+			     (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2),
+		.tpf_layers = cfg->tpf_layers,
+		.tpf = cfg->tpf,
+		.bucket_bytes = cfg->bucket_bytes,
+		.overlap_param_gather = cfg->overlap_param_gather,
+		.seed = cfg->seed,
+		.batch0 = (uint64_t)cfg->step0 * (uint64_t)(cfg->gbs / cfg->mbs)};
 }
 
 /* Oases's mixed degrees: of the tp group (tp_devs, this rank r), the tpf ranks r shares
