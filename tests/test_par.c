@@ -545,6 +545,30 @@ static void test_routing_flip_detected(void **state)
 	emu_cluster_free(many);
 }
 
+/* cfg executed on a node of A100s into o (run_free it); case k named if it fails. */
+static void run_exec(struct run_cfg *cfg, struct run_out *o, size_t k)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, cfg->mesh.world, 0, 0);
+
+	run_alloc(o, cfg, 1);
+	if (run_parallel(c, cfg, o))
+		fail_msg("case %zu: %s", k, emu_cluster_report(c));
+	emu_cluster_free(c);
+}
+
+/* Two runs of cfg's model: bitwise the same losses, first gradients and weights. */
+static void assert_same_run(const struct run_cfg *cfg, const struct run_out *a,
+			    const struct run_out *b)
+{
+	assert_memory_equal(a->loss, b->loss, sizeof(float) * (size_t)cfg->steps);
+	for (int i = 0; i < b->np; i++) {
+		size_t n = gpt_tensor_numel(&cfg->model, i) * sizeof(float);
+
+		assert_memory_equal(a->grad0[i], b->grad0[i], n);
+		assert_memory_equal(a->params[i], b->params[i], n);
+	}
+}
+
 /* Recomputation changes when activations are computed, not what they are: none,
  * selective, full and Oases's give bitwise the same losses, gradients and weights (with
  * tp, sp and MoE, and in a pipeline). In dry-run on gpt2-124m, selective saves exactly
@@ -572,21 +596,9 @@ static void test_recompute(void **state)
 				cfg.schedule = SCHED_ZBH1;
 				cfg.vpp = 1;
 			}
-			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
-			run_alloc(&o[r], &cfg, 1);
-			if (run_parallel(c, &cfg, &o[r]))
-				fail_msg("recompute %d: %s", r, emu_cluster_report(c));
-			emu_cluster_free(c);
-			if (r == 0)
-				continue;
-			assert_memory_equal(o[r].loss, o[0].loss,
-					    sizeof(float) * (size_t)cfg.steps);
-			for (int i = 0; i < o[0].np; i++) {
-				size_t n = gpt_tensor_numel(&cfg.model, i) * sizeof(float);
-
-				assert_memory_equal(o[r].grad0[i], o[0].grad0[i], n);
-				assert_memory_equal(o[r].params[i], o[0].params[i], n);
-			}
+			run_exec(&cfg, &o[r], (size_t)r);
+			if (r > 0)
+				assert_same_run(&cfg, &o[r], &o[0]);
 		}
 		for (int r = 0; r < 4; r++)
 			run_free(&o[r]);
@@ -1005,7 +1017,6 @@ static void test_param_gather_overlap(void **state)
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
 		for (int over = 0; over < 2; over++) {
 			struct run_cfg cfg;
-			struct emu_cluster *c;
 
 			make_cfg(&cfg, "tiny", 2, 1, cases[k].zero);
 			cfg.bucket_bytes = 16 << 10; /* several buckets */
@@ -1017,21 +1028,9 @@ static void test_param_gather_overlap(void **state)
 				cfg.vpp = 1;
 				cfg.gbs = 4 * cfg.mbs;
 			}
-			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
-			run_alloc(&o[over], &cfg, 1);
-			if (run_parallel(c, &cfg, &o[over]))
-				fail_msg("case %zu: %s", k, emu_cluster_report(c));
-			emu_cluster_free(c);
-			if (!over)
-				continue;
-			assert_memory_equal(o[1].loss, o[0].loss,
-					    sizeof(float) * (size_t)cfg.steps);
-			for (int i = 0; i < o[0].np; i++) {
-				size_t n = gpt_tensor_numel(&cfg.model, i) * sizeof(float);
-
-				assert_memory_equal(o[1].grad0[i], o[0].grad0[i], n);
-				assert_memory_equal(o[1].params[i], o[0].params[i], n);
-			}
+			run_exec(&cfg, &o[over], k);
+			if (over)
+				assert_same_run(&cfg, &o[1], &o[0]);
 		}
 		run_free(&o[0]);
 		run_free(&o[1]);
@@ -1081,7 +1080,6 @@ static void test_async_dgrad(void **state)
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
 		for (int sync = 0; sync < 2; sync++) {
 			struct run_cfg cfg;
-			struct emu_cluster *c;
 
 			make_cfg(&cfg, cases[k].model, cases[k].dp, cases[k].tp, 0);
 			cfg.sp = cases[k].sp;
@@ -1093,21 +1091,9 @@ static void test_async_dgrad(void **state)
 				cfg.vpp = 1;
 				cfg.gbs = 4 * cfg.mbs;
 			}
-			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
-			run_alloc(&o[sync], &cfg, 1);
-			if (run_parallel(c, &cfg, &o[sync]))
-				fail_msg("case %zu: %s", k, emu_cluster_report(c));
-			emu_cluster_free(c);
-			if (!sync)
-				continue;
-			assert_memory_equal(o[1].loss, o[0].loss,
-					    sizeof(float) * (size_t)cfg.steps);
-			for (int i = 0; i < o[0].np; i++) {
-				size_t n = gpt_tensor_numel(&cfg.model, i) * sizeof(float);
-
-				assert_memory_equal(o[1].grad0[i], o[0].grad0[i], n);
-				assert_memory_equal(o[1].params[i], o[0].params[i], n);
-			}
+			run_exec(&cfg, &o[sync], k);
+			if (sync)
+				assert_same_run(&cfg, &o[1], &o[0]);
 		}
 		run_free(&o[0]);
 		run_free(&o[1]);
