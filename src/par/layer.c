@@ -77,7 +77,8 @@ int par_weight_grad_late(struct par_model *m, struct par_work *w, int now, struc
 {
 	if (!now || m->pc.sync_dgrad)
 		return par_weight_grad(m, now, st, name, dw, db, dy, x, M, K, N);
-	w->late = (struct par_late){1, dw, db, dy, x, 1, M, K, N};
+	w->late = (struct par_late){
+		.on = 1, .dw = dw, .db = db, .dy = dy, .x = x, .bias = 1, .M = M, .K = K, .N = N};
 	return 0;
 }
 
@@ -343,12 +344,13 @@ static void stash_free(const struct kctx *k, struct par_stash *st)
 
 void par_layer_bwd_weight(struct par_model *m, struct par_acts *a, int l)
 {
-	EMU_ASSERT(!m->ln_rows); /* (a split backward keeps ln1 and ln2 whole) */
 	const struct kctx *k = &m->k;
 	const struct par_tp *c = m->plan[l].tp;
 	struct gpt_layer_acts *la = par_la(a, l);
 	struct par_stash *st = par_stash_at(a, l);
 	int BT = c->B * m->T, C = m->cfg.hidden, C3 = 3 * C / c->t, Cl = C / c->t;
+
+	EMU_ASSERT(!m->ln_rows); /* (a split backward keeps ln1 and ln2 whole) */
 
 	if (m->plan[l].mlp->bwd_weight)
 		m->plan[l].mlp->bwd_weight(m, c, la, l, st);
@@ -451,8 +453,13 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 					      * has them, par/overlap.h) */
 		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
 	else
-		w->late = (struct par_late){1,  m->p[0].g, NULL, D(w->dlogits), D(a->lnf), 0,
-					    BT, C,         V};
+		w->late = (struct par_late){.on = 1,
+					    .dw = m->p[0].g,
+					    .dy = D(w->dlogits),
+					    .x = D(a->lnf),
+					    .M = BT,
+					    .K = C,
+					    .N = V};
 	if ((rc = exit_late(m, m->ends, &m->tpv[PAR_TPV_MODEL], w, D(w->dln), D(w->dlocal),
 			    (size_t)C, &dl)) ||
 	    (rc = par_use(m, PAR_UNIT_LNF(m))))
