@@ -105,6 +105,11 @@ int par_ln_gather(struct par_model *m, const struct par_region *rg, const struct
 	return rc;
 }
 
+int par_ln_wait(struct par_model *m, struct par_work *w)
+{
+	return m->ln_rows ? par_work_wait(m, w) : 0;
+}
+
 /* The exit of a column-parallel layer's backward, the input gradient partial summed into
  * local (the region's exit), in Megatron-LM's order
  * (LinearWithGradAccumulationAndAsyncCommunication.backward, megatron/core/
@@ -317,7 +322,7 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 			return rc;
 		par_zero(&w->dln);
 		linear_bwd_input(k, D(w->dln), D(w->dqkv), PW(m, l, LP_QKVW), BT, C, C3);
-		if ((m->ln_rows && (rc = par_work_wait(m, w))) ||
+		if ((rc = par_ln_wait(m, w)) ||
 		    (rc = par_weight_grad_late(m, w, weight, &st->dqkv, "stash d qkv",
 					       PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), D(w->dqkv),
 					       par_ln_whole(m, w, &la->ln1), BT, C, C3)))

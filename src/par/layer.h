@@ -95,9 +95,10 @@ struct par_region {
 float *par_ln_rows(const struct par_model *m, const struct par_tp *c, struct tensor *ln);
 float *par_ln_whole(const struct par_model *m, struct par_work *w, struct tensor *ln);
 /* Backward under m->ln_rows: gathers ln's rows again into w->lnw, over the region rg;
- * posted if post (waited for by par_work_wait), else now. Nothing otherwise. */
+ * posted if post (par_ln_wait waits for it), else now. Nothing otherwise. */
 int par_ln_gather(struct par_model *m, const struct par_region *rg, const struct par_tp *c,
 		  struct par_work *w, struct tensor *ln, int post);
+int par_ln_wait(struct par_model *m, struct par_work *w);
 
 /* Where a region's collective for w goes: *req NULL, run it now; or, if w posts, the
  * request slot of w, once the collective in flight (another work's) has been waited

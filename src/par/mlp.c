@@ -60,7 +60,7 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 	if ((rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 1)))
 		return rc;
 	linear_bwd_input(k, D(w->dln), D(w->dfch), PW(m, l, LP_FCW), BT, C, F);
-	if (m->ln_rows && (rc = par_work_wait(m, w)))
+	if ((rc = par_ln_wait(m, w)))
 		return rc;
 	return par_weight_grad_late(m, w, weight, &st->dfc, "stash d fc", PG(m, l, LP_FCW),
 				    PG(m, l, LP_FCB), D(w->dfch), par_ln_whole(m, w, &la->ln2), BT,
