@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
@@ -250,6 +251,33 @@ static size_t partials_of(const struct par_model *m, int kind, size_t lo, size_t
 	return at;
 }
 
+/* Into max (by kind, as par_tp_sum_chunk_partials's), the most partial gradient elements
+ * any of the n chunks of a bucket at blo holds: one pass over the parameters, each cut at
+ * the chunks' edges (a pass a chunk was n x np steps a bucket, most of a planner's
+ * dry-run of a wide data-parallel layout). */
+static void partials_max(const struct par_model *m, size_t blo, size_t chunk, int n, size_t max[2])
+{
+	size_t *held = emu_xcalloc(2 * (size_t)n, sizeof *held), hi = blo + (size_t)n * chunk;
+
+	for (int i = 0; chunk && i < m->np; i++) {
+		const struct par_param *p = &m->p[i];
+		size_t a = p->off > blo ? p->off : blo, b = p->off + p->n < hi ? p->off + p->n : hi;
+		size_t *c = held + (p->partial == PAR_PARTIAL_TP ? 0 : (size_t)n);
+
+		for (size_t q = (a - blo) / chunk; p->partial && a < b; q++) {
+			size_t e = blo + (q + 1) * chunk < b ? blo + (q + 1) * chunk : b;
+
+			c[q] += e - a;
+			a = e;
+		}
+	}
+	for (int k = 0; k < 2; k++)
+		for (int q = 0; q < n; q++)
+			max[k] =
+				held[(size_t)k * n + q] > max[k] ? held[(size_t)k * n + q] : max[k];
+	free(held);
+}
+
 int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int n, int r,
 			      size_t max[2], int *counted)
 {
@@ -257,13 +285,8 @@ int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int
 	size_t lo = blo + (size_t)r * chunk;
 	int rc = 0;
 
-	for (int q = 0; q < n && !*counted; q++)
-		for (int k = 0; k < 2; k++) {
-			size_t at = blo + (size_t)q * chunk;
-			size_t c = partials_of(m, kinds[k], at, at + chunk, NULL, 0);
-
-			max[k] = c > max[k] ? c : max[k];
-		}
+	if (!*counted)
+		partials_max(m, blo, chunk, n, max);
 	*counted = 1;
 	for (int k = 0; k < 2 && !rc; k++) {
 		struct tensor buf = {0};
