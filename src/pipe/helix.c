@@ -337,7 +337,7 @@ static void block_drop(struct par_model *m, struct par_acts *a, int j)
 /* Block j of micro-batch mb's activations (allocated on first use). */
 static struct par_acts *hx_acts(struct pipe_stage *ps, int mb, int j, int *rc)
 {
-	struct par_acts *a = &ps->acts[mb * ps->sc->nb + j];
+	struct par_acts *a = pipe_stage_acts(ps, mb * ps->sc->nb + j);
 
 	*rc = a->la ? 0 : block_alloc(ps->m, a, j);
 	return a;
@@ -394,7 +394,7 @@ static int hx_bwd(void *ctx, int mb, int j, int input, int weight)
 {
 	struct pipe_stage *ps = ctx;
 	const struct sched *sc = ps->sc;
-	struct par_acts *a = &ps->acts[mb * sc->nb + j];
+	struct par_acts *a = ps->acts[mb * sc->nb + j];
 	int rc, last = mb == ps->last_mb[j] && ps->io.last_backward;
 
 	(void)input;
@@ -408,16 +408,16 @@ static int hx_bwd(void *ctx, int mb, int j, int input, int weight)
 		return rc;
 	if (j > 0 && sched_stage(sc, mb, j - 1) != ps->stage)
 		return 0; /* its send takes the input's gradient, then the block goes */
-	if (j > 0 && (rc = hx_pass(ps, a, j, &ps->acts[mb * sc->nb + j - 1], j - 1, 1)))
+	if (j > 0 && (rc = hx_pass(ps, a, j, ps->acts[mb * sc->nb + j - 1], j - 1, 1)))
 		return rc;
-	par_acts_free(ps->m, a);
+	pipe_stage_acts_free(ps, mb * sc->nb + j);
 	return 0;
 }
 
 static int hx_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe_stage *ps = ctx;
-	struct par_acts *a = &ps->acts[mb * ps->sc->nb + j];
+	struct par_acts *a = ps->acts[mb * ps->sc->nb + j];
 	struct tensor *part[2];
 	int n = block_msg(ps->m, a, j, what == SCHED_GRAD, 1, part), rc = 0;
 
@@ -427,7 +427,7 @@ static int hx_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 				&ps->reqs[ps->nreq++]);
 	}
 	if (what == SCHED_GRAD) /* the sends hold copies: the block is done */
-		par_acts_free(ps->m, a);
+		pipe_stage_acts_free(ps, mb * ps->sc->nb + j);
 	else
 		block_drop(ps->m, a, j);
 	return n < 0 ? n : rc;

@@ -53,7 +53,8 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 		ps->maxreq = 4 * local * sc->nb;
 		ps->reqs = emu_xcalloc((size_t)ps->maxreq, sizeof *ps->reqs);
 	}
-	ps->acts = emu_xcalloc(helix ? (size_t)local * (size_t)sc->nb : chunks, sizeof *ps->acts);
+	ps->nacts = helix ? local * sc->nb : (int)chunks;
+	ps->acts = emu_xcalloc((size_t)ps->nacts, sizeof *ps->acts);
 	ps->act_req = emu_xcalloc(msgs, sizeof *ps->act_req);
 	ps->grad_req = emu_xcalloc(msgs, sizeof *ps->grad_req);
 	ps->din = emu_xcalloc(msgs, sizeof *ps->din);
@@ -67,11 +68,9 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 
 void pipe_stage_free(struct pipe_stage *ps)
 {
-	int n = !ps->sc ? 0 : ps->local * (ps->sc->kind == SCHED_HELIX ? ps->sc->nb : ps->sc->v);
-
-	for (int x = 0; ps->acts && x < n; x++)
-		if (par_acts_held(&ps->acts[x]))
-			par_acts_free(ps->m, &ps->acts[x]);
+	for (int x = 0; ps->acts && x < ps->nacts; x++)
+		if (ps->acts[x])
+			pipe_stage_acts_free(ps, x);
 	free(ps->acts);
 	free(ps->reqs);
 	free(ps->act_req);
@@ -83,13 +82,30 @@ void pipe_stage_free(struct pipe_stage *ps)
 	memset(ps, 0, sizeof *ps);
 }
 
+struct par_acts *pipe_stage_acts(struct pipe_stage *ps, int x)
+{
+	EMU_ASSERT(x >= 0 && x < ps->nacts);
+	if (!ps->acts[x])
+		ps->acts[x] = emu_xcalloc(1, sizeof *ps->acts[x]);
+	return ps->acts[x];
+}
+
+void pipe_stage_acts_free(struct pipe_stage *ps, int x)
+{
+	EMU_ASSERT(x >= 0 && x < ps->nacts && ps->acts[x]);
+	if (par_acts_held(ps->acts[x]))
+		par_acts_free(ps->m, ps->acts[x]);
+	free(ps->acts[x]);
+	ps->acts[x] = NULL;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Blocks of consecutive layers (every schedule but HelixPipe)                          */
 
 /* The activations of micro-batch mb's chunk holding block j (allocated on first use). */
 static struct par_acts *chunk_acts(struct pipe_stage *ps, int mb, int j, int *rc)
 {
-	struct par_acts *a = &ps->acts[mb * ps->sc->v + j / ps->sc->p];
+	struct par_acts *a = pipe_stage_acts(ps, mb * ps->sc->v + j / ps->sc->p);
 	int l0 = j * ps->Lb;
 
 	*rc = par_acts_held(a) ? 0 : par_acts_alloc(ps->m, a, l0, l0 + ps->Lb);
@@ -119,7 +135,7 @@ static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
 {
 	struct pipe_stage *ps = ctx;
 	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc;
-	struct par_acts *a = &ps->acts[x];
+	struct par_acts *a = ps->acts[x];
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 	int last = weight && mb == ps->last_mb[j] && ps->io.last_backward;
 
@@ -149,7 +165,7 @@ static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
 			return rc;
 		*r = NULL;
 	}
-	par_acts_free(ps->m, a);
+	pipe_stage_acts_free(ps, x);
 	return 0;
 }
 
@@ -158,14 +174,13 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe_stage *ps = ctx;
 	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc = 0;
-	struct par_acts *a = &ps->acts[x];
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 
 	for (int s = 0; s < ns && !rc; s++) {
 		int y = x * ns + s;
 
 		if (what == SCHED_ACT) { /* the chunk's output */
-			struct par_acts *sub = par_sub(a, s);
+			struct par_acts *sub = par_sub(ps->acts[x], s);
 
 			rc = coll_isend(ps->d, ps->dev[peer], par_la(sub, sub->l1 - 1)->res3.data,
 					n, &ps->act_req[y]);

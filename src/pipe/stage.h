@@ -39,9 +39,13 @@ struct pipe_stage {
 	int local, accum; /* micro-batches a step here, and in the global batch */
 	int Lb;           /* layers a block (not helix) */
 	struct pipe_io io;
-	double loss;           /* this step's share of the loss, so far */
-	int *tok, *tgt;        /* (B, T): the batch being loaded */
-	struct par_acts *acts; /* [local nb'] each (micro-batch, block)'s activations */
+	double loss;    /* this step's share of the loss, so far */
+	int *tok, *tgt; /* (B, T): the batch being loaded */
+	/* [nacts = local nb'] each (micro-batch, block)'s activations, from the first action
+	 * that needs them to pipe_stage_acts_free, else NULL (a step of many micro-batches
+	 * holds few at a time) */
+	struct par_acts **acts;
+	int nacts;
 	/* [local v nsub]: per chunk and sub-batch (par/overlap.h; nsub = 1 without): */
 	struct coll_req **act_req;  /* the send of its output */
 	struct tensor *din;         /* the gradient of its input, until sent */
@@ -63,6 +67,11 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 		     struct emu_dev *d, const int *dev, int local, int accum,
 		     const struct pipe_io *io);
 void pipe_stage_free(struct pipe_stage *ps);
+
+/* Entry x of ps->acts, made (empty) if it was not; and the entry freed, its activations
+ * with it. */
+struct par_acts *pipe_stage_acts(struct pipe_stage *ps, int x);
+void pipe_stage_acts_free(struct pipe_stage *ps, int x);
 
 /* One step's micro-batches through this stage's list; then the tied embedding's gradient
  * is summed over emb (the first and last stage: Megatron's embedding group), if not
