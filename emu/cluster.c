@@ -145,6 +145,8 @@ static void dev_reset_results(struct emu_dev *d)
 	free(d->dead);
 	d->dead = NULL;
 	d->slow = 1;
+	free(d->gemm_memo);
+	d->gemm_memo = NULL;
 	for (int i = 0; i < d->c->cfg.nslow; i++)
 		if (d->c->cfg.slow[i].dev == d->id)
 			d->slow *= d->c->cfg.slow[i].x;

@@ -227,13 +227,14 @@ struct emu_dev {
 	int clock_failed; /* it passed the clock's horizon (emu_time_check), 0 each run */
 	struct dev_stats stats;
 
-	int err;              /* this device's own error (enum emu_err), 0 if none */
-	char *err_report;     /* its report, malloc'd */
-	const char *err_kind; /* its name where the failure gave one (emu_dev_fail_as) */
-	int64_t wall_t0;      /* wall clock at the start of the run, for pacing */
-	int fault_calls;      /* calls of the fault plan's collective so far this run */
-	char *dead;           /* why it died (emu_dev_die), malloc'd, or NULL */
-	double slow;          /* its kernels' slowdown (emu_config.slow), 1 if none */
+	int err;                     /* this device's own error (enum emu_err), 0 if none */
+	char *err_report;            /* its report, malloc'd */
+	const char *err_kind;        /* its name where the failure gave one (emu_dev_fail_as) */
+	int64_t wall_t0;             /* wall clock at the start of the run, for pacing */
+	int fault_calls;             /* calls of the fault plan's collective so far this run */
+	char *dead;                  /* why it died (emu_dev_die), malloc'd, or NULL */
+	double slow;                 /* its kernels' slowdown (emu_config.slow), 1 if none */
+	struct gemm_memo *gemm_memo; /* [GEMM_MEMO] clock.c's GEMM times, or NULL; each run */
 };
 
 struct emu_cluster {
