@@ -958,9 +958,10 @@ static void test_sp_volume(void **state)
 	want = 2 * (4 * L + 2);
 	assert_int_equal(rs.calls, want);
 	assert_int_equal(rs.bytes, want * bsh * 2);
-	/* and 2 a layer more: ln1's and ln2's rows gathered again in backward */
-	assert_int_equal(ag.calls, want + 2 * 2 * L);
-	assert_int_equal(ag.bytes, (want + 2 * 2 * L) * bsh * 2);
+	/* and 2 a layer more, and 1 for the output layer: ln1's, ln2's and lnf's rows
+	 * gathered again in backward */
+	assert_int_equal(ag.calls, want + 2 * (2 * L + 1));
+	assert_int_equal(ag.bytes, (want + 2 * (2 * L + 1)) * bsh * 2);
 	run_free(&o);
 	emu_cluster_free(c);
 }

@@ -424,19 +424,21 @@ int par_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a)
 int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, const float *x)
 {
 	const struct kctx *k = &m->k;
+	const struct par_tp *c = &m->tpv[PAR_TPV_MODEL];
 	int BT = m->B * m->T, C = m->cfg.hidden, rc;
 
 	if ((rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
-	layernorm_fwd(k, par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf_mean),
-		      D(a->lnf_rstd), x, m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
-	if ((rc = m->ends->enter(m, &m->tpv[PAR_TPV_MODEL], w,
-				 par_rows_at(D(a->lnf), (size_t)m->row0, (size_t)C), D(a->lnf),
+	/* the final LayerNorm's output kept as a layer's are (par_ln_rows): the output
+	 * layer is column-parallel, and Megatron's saves its input's rows under sp too */
+	layernorm_fwd(k, par_ln_rows(m, c, &a->lnf), D(a->lnf_mean), D(a->lnf_rstd), x,
+		      m->p[m->np - 2].w, m->p[m->np - 1].w, m->Ml, C);
+	if ((rc = m->ends->enter(m, c, w, par_ln_rows(m, c, &a->lnf), par_ln_whole(m, w, &a->lnf),
 				 (size_t)C)) ||
 	    (rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
 	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */
-	linear_fwd(k, D(a->probs), D(a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
+	linear_fwd(k, D(a->probs), par_ln_whole(m, w, &a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
 	return par_tp_crossentropy(m, w, a);
 }
 
@@ -444,6 +446,7 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 		 float scale)
 {
 	const struct kctx *k = &m->k;
+	const struct par_tp *c = &m->tpv[PAR_TPV_MODEL];
 	int BT = m->B * m->T, C = m->cfg.hidden, V = m->Vl, rc;
 	const float *dl;
 
@@ -453,15 +456,21 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 	crossentropy_bwd(k, D(w->dlogits), D(a->probs), m->tp == 1 ? a->targets : a->ltargets,
 			 scale / (float)BT, BT, V);
 	par_zero(&w->dln);
+	/* the LayerNorm's rows gathered again under the input gradient's GEMM */
+	if ((rc = par_ln_gather(m, m->ends, c, w, &a->lnf, 1)))
+		return rc;
 	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
+	if ((rc = par_ln_wait(m, w)))
+		return rc;
 	if (m->nsub > 1 || m->pc.sync_dgrad) /* (Oases's executor: the ends as its schedule
 					      * has them, par/overlap.h) */
-		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), D(a->lnf), BT, C, V);
+		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), par_ln_whole(m, w, &a->lnf),
+				  BT, C, V);
 	else
 		w->late = (struct par_late){.on = 1,
 					    .dw = m->p[0].g,
 					    .dy = D(w->dlogits),
-					    .x = D(a->lnf),
+					    .x = par_ln_whole(m, w, &a->lnf),
 					    .M = BT,
 					    .K = C,
 					    .N = V};

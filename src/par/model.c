@@ -224,7 +224,7 @@ int par_acts_head(struct par_model *m, struct par_acts *a)
 	size_t bt = (size_t)m->B * m->T, h = (size_t)m->cfg.hidden, ml = (size_t)m->Ml;
 	int rc;
 
-	if ((rc = tensor_alloc(k, &a->lnf, MEM_ACT, bt * h, "lnf")) ||
+	if ((rc = tensor_alloc(k, &a->lnf, MEM_ACT, (m->ln_rows ? ml : bt) * h, "lnf")) ||
 	    (rc = tensor_alloc(k, &a->lnf_mean, MEM_ACT, ml, "lnf.mean")) ||
 	    (rc = tensor_alloc(k, &a->lnf_rstd, MEM_ACT, ml, "lnf.rstd")) ||
 	    (rc = tensor_alloc(k, &a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits")))

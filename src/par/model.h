@@ -94,7 +94,8 @@ struct par_cfg {
 	int mlp_chunks;                   /* the dense MLP over this many chunks of rows (> 1) */
 	enum par_overlap overlap;         /* the tensor-parallel collectives' order */
 	int split_bwd;                    /* the schedule splits backward (zero-bubble's W
-					   * passes), which keeps ln1 and ln2 whole (ln_rows) */
+					   * passes), which keeps ln1, ln2 and lnf whole
+					   * (ln_rows) */
 	int sync_dgrad;                   /* a column-parallel layer's input-gradient collective
 					   * after its weight gradient, exposed (Megatron-LM's
 					   * before 2022), not posted before it (par/layer.c) */
@@ -207,7 +208,8 @@ struct par_acts {
 	struct tensor cutbuf;
 	struct tensor enc;                /* (Ml, h): the embeddings, or the input received */
 	struct gpt_layer_acts *la;        /* [l1 - l0]: layers l0 .. l1 - 1 (par_la) */
-	struct tensor lnf;                /* (B T, h): the final LayerNorm, all rows */
+	struct tensor lnf;                /* the final LayerNorm: (Ml, h) this rank's rows
+					   * under m->ln_rows, else (B T, h) all rows */
 	struct tensor lnf_mean, lnf_rstd; /* (Ml), (Ml) */
 	struct tensor probs;              /* (B T, V/t): logits, then probabilities */
 	struct tensor losses;             /* (B T) */
@@ -371,8 +373,9 @@ struct par_model {
 	int *pos_rows;       /* [Ml]: the positions of the residual stream's rows */
 	int NHl, Fl, Vl, v0; /* local heads, ffn units, vocabulary rows, first row */
 	int sp;              /* sequence parallelism: the residual stream split by token rows */
-	int ln_rows;         /* sp: a layer keeps only its rows of ln1 and ln2 and gathers
-			      * them again in backward, into the work's lnw (par_ln_whole) */
+	int ln_rows;         /* sp: a layer keeps only its rows of ln1 and ln2 (the output
+			      * layer of lnf) and gathers them again in backward, into the
+			      * work's lnw (par_ln_whole) */
 	int Ml, row0;        /* this rank's token rows: [row0, row0 + Ml) of B T */
 	struct par_tp tpv[PAR_NTPV]; /* the layers' cuts: the model's (the fields above), and
 				      * the first layers' under mixed degrees */

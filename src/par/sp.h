@@ -7,7 +7,8 @@
  * the flattened (B, T) tokens, which for B = 1 is a chunk of the sequence.
  *
  * A layer keeps its LayerNorm outputs' rows, not the gathered whole, and gathers them
- * again in backward for the column-parallel layer's weight gradient, the gather posted
+ * again in backward for the column-parallel layer's weight gradient (the output layer
+ * likewise the final LayerNorm's), the gather posted
  * under its input gradient's GEMM (the paper's section 4.2.2; Megatron's
  * LinearWithGradAccumulationAndAsyncCommunication): activations of s b h / t (34 + 5 a s
  * / h) a layer, the paper's Table 2 (m->ln_rows, par/layer.h's par_ln_rows). Oases, whose
