@@ -397,6 +397,7 @@ static int hx_bwd(void *ctx, int mb, int j, int input, int weight)
 	struct par_acts *a = ps->acts[mb * sc->nb + j];
 	int rc, last = mb == ps->last_mb[j] && ps->io.last_backward;
 
+	EMU_ASSERT(a); /* (its forward or receive made it) */
 	(void)input;
 	(void)weight;
 	if (last)
@@ -419,7 +420,10 @@ static int hx_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	struct pipe_stage *ps = ctx;
 	struct par_acts *a = ps->acts[mb * ps->sc->nb + j];
 	struct tensor *part[2];
-	int n = block_msg(ps->m, a, j, what == SCHED_GRAD, 1, part), rc = 0;
+	int n, rc = 0;
+
+	EMU_ASSERT(a); /* (its forward or backward ran here) */
+	n = block_msg(ps->m, a, j, what == SCHED_GRAD, 1, part);
 
 	for (int i = 0; i < n && !rc; i++) {
 		EMU_ASSERT(ps->nreq < ps->maxreq);

@@ -139,6 +139,7 @@ static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 	int last = weight && mb == ps->last_mb[j] && ps->io.last_backward;
 
+	EMU_ASSERT(a); /* (its forward or receive made it) */
 	if (last)
 		ps->io.last_backward(ps->io.ctx, 1);
 	rc = par_backward_part(ps->m, a, 1.0f / ps->accum, input, weight);
