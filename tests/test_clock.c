@@ -190,6 +190,73 @@ static void test_calibrated_compute(void **state)
 	emu_cluster_free(c);
 }
 
+/* A device remembers the GEMM shapes it has timed (clock.c's memo): 20000 shapes, far more
+ * than its 256 entries, timed once in order and once in reverse, each time the law's,
+ * whatever was evicted or collided in between. */
+#define MEMO_SHAPES 20000
+
+struct memo_probe {
+	int64_t t[2][MEMO_SHAPES];
+};
+
+/* Shape i < 10000: one of 2000 bases of more tiles than SMs, as it is (i % 5 == 0) or with
+ * one of its four dimensions moved enough to change its time, so that shapes alike but in
+ * one dimension meet in the memo's entries (a memo that forgot to compare one would then
+ * return the other's time); from 10000, one shape at 10000 values of k, which the hash
+ * spreads least. */
+static void memo_shape(int i, double *b, double *m, double *n, double *k)
+{
+	int base = i / 5, moved = i % 5;
+
+	if (i >= MEMO_SHAPES / 2) {
+		*b = 1;
+		*m = *n = 4096;
+		*k = 64.0 * (i - MEMO_SHAPES / 2 + 1);
+		return;
+	}
+	*b = (1 + base % 3) * (moved == 1 ? 3 : 1);
+	*m = 2048 + 128 * (base % 40) + 512 * (moved == 2);
+	*n = 2048 + 128 * (base / 40) + 512 * (moved == 3);
+	*k = 1024 + 64 * (base % 7) + 512 * (moved == 4);
+}
+
+static int memo_device(struct emu_dev *d, void *arg)
+{
+	struct memo_probe *p = arg;
+
+	if (emu_dev_id(d))
+		return 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int j = 0; j < MEMO_SHAPES; j++) {
+			int i = pass ? MEMO_SHAPES - 1 - j : j;
+			double b, m, n, k;
+
+			memo_shape(i, &b, &m, &n, &k);
+			p->t[pass][i] = emu_gemm(d, "shape", b, m, n, k, 0, 0);
+		}
+	return 0;
+}
+
+static void test_gemm_memo(void **state)
+{
+	struct emu_cluster *c = calibrated(1, 1);
+	const struct topo_gpu *g = &emu_cluster_config(c)->topo.gpu;
+	struct memo_probe *p = calloc(1, sizeof *p);
+
+	(void)state;
+	assert_non_null(p);
+	assert_int_equal(emu_cluster_run(c, memo_device, p), 0);
+	for (int i = 0; i < MEMO_SHAPES; i++) {
+		double b, m, n, k;
+
+		memo_shape(i, &b, &m, &n, &k);
+		assert_int_equal(p->t[0][i], gemm_by_hand(g, b, m, n, k));
+		assert_int_equal(p->t[1][i], p->t[0][i]);
+	}
+	free(p);
+	emu_cluster_free(c);
+}
+
 /* Under the roofline a GEMM and a fused kernel are emu_compute's roofline. */
 static int roofline_kinds(struct emu_dev *d, void *arg)
 {
@@ -919,6 +986,7 @@ int main(void)
 		cmocka_unit_test(test_streams_and_events),
 		cmocka_unit_test(test_posted_forms),
 		cmocka_unit_test(test_calibrated_compute),
+		cmocka_unit_test(test_gemm_memo),
 		cmocka_unit_test(test_roofline_kinds),
 		cmocka_unit_test(test_fused_attention),
 		cmocka_unit_test(test_calibrated_collectives),
