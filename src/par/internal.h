@@ -49,7 +49,7 @@ int par_weight_grad_late(struct par_model *m, struct par_work *w, int now, struc
 			 const char *name, float *dw, float *db, const float *dy, const float *x,
 			 int M, int K, int N);
 
-/* Hidden dropout (models/dropout.h, par/layer.c). par_drop_rows: which tokens the rows
+/* Hidden dropout (models/dropout.h, par/drop.c). par_drop_rows: which tokens the rows
  * [row0, row0 + Ml) of cut c are in a's batch (a part's sequences after the parts
  * before it). par_drop_add: out = res + branch through site s's dropout of layer l
  * (plain residual_fwd with p = 0), the mask into mask. par_drop_grad: the branch's

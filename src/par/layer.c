@@ -71,14 +71,40 @@ int par_weight_grad(struct par_model *m, int now, struct tensor *st, const char 
 	return 0;
 }
 
+static void late_gemm(struct par_model *m, const struct par_late *g)
+{
+	linear_bwd_weight(&m->k, g->dw, g->db, g->bias, g->dy, g->x, g->M, g->K, g->N);
+}
+
+/* The weight gradient (linear_bwd_weight's arguments) now, with now or in Megatron's order
+ * before 2022, else left in w->late for exit_late to run under the input gradient's
+ * collective. */
+static void late_or_now(struct par_model *m, struct par_work *w, int now, float *dw, float *db,
+			int bias, const float *dy, const float *x, int M, int K, int N)
+{
+	struct par_late g = {.on = 1,
+			     .dw = dw,
+			     .db = db,
+			     .dy = dy,
+			     .x = x,
+			     .bias = bias,
+			     .M = M,
+			     .K = K,
+			     .N = N};
+
+	if (now || m->pc.sync_dgrad)
+		late_gemm(m, &g);
+	else
+		w->late = g;
+}
+
 int par_weight_grad_late(struct par_model *m, struct par_work *w, int now, struct tensor *st,
 			 const char *name, float *dw, float *db, const float *dy, const float *x,
 			 int M, int K, int N)
 {
-	if (!now || m->pc.sync_dgrad)
+	if (!now)
 		return par_weight_grad(m, now, st, name, dw, db, dy, x, M, K, N);
-	w->late = (struct par_late){
-		.on = 1, .dw = dw, .db = db, .dy = dy, .x = x, .bias = 1, .M = M, .K = K, .N = N};
+	late_or_now(m, w, 0, dw, db, 1, dy, x, M, K, N);
 	return 0;
 }
 
@@ -127,7 +153,7 @@ static int exit_late(struct par_model *m, const struct par_region *rg, const str
 
 	w->late.on = 0;
 	if (g.on && w->post) /* Oases's: the GEMM, then the exit posted at the piece's end */
-		linear_bwd_weight(&m->k, g.dw, g.db, g.bias, g.dy, g.x, g.M, g.K, g.N);
+		late_gemm(m, &g);
 	if (!g.on || w->post)
 		return rg->exit(m, c, w, partial, local, C, out);
 	w->post = 1;
@@ -135,66 +161,8 @@ static int exit_late(struct par_model *m, const struct par_region *rg, const str
 	w->post = 0;
 	if (rc)
 		return rc;
-	linear_bwd_weight(&m->k, g.dw, g.db, g.bias, g.dy, g.x, g.M, g.K, g.N);
+	late_gemm(m, &g);
 	return par_work_wait(m, w);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Hidden and attention dropout                                                         */
-
-struct dropout par_dropout(const struct par_model *m, int l, enum drop_site s)
-{
-	return (struct dropout){m->cfg.hidden_dropout, m->pc.seed, dropout_site(l, s)};
-}
-
-struct drop_rows par_drop_rows(const struct par_model *m, const struct par_acts *a,
-			       const struct par_tp *c)
-{
-	if (m->pc.bug == PAR_BUG_DROPOUT_LOCAL) /* (for tests: what verify must catch) */
-		return (struct drop_rows){a->seq0, m->T, m->cfg.seq_len, 0, NULL};
-	return (struct drop_rows){a->seq0 + (uint64_t)c->part * (uint64_t)c->B, m->T,
-				  m->cfg.seq_len, c->row0, m->pos};
-}
-
-void par_drop_add(struct par_model *m, const struct par_acts *a, const struct par_tp *c, int l,
-		  enum drop_site s, float *out, struct tensor *mask, const float *res,
-		  const float *branch)
-{
-	struct dropout d = par_dropout(m, l, s);
-	struct drop_rows r = par_drop_rows(m, a, c);
-
-	if (d.p > 0)
-		dropout_add_fwd(&m->k, out, (unsigned char *)D(*mask), res, branch, &d, &r, c->Ml,
-				m->cfg.hidden);
-	else
-		residual_fwd(&m->k, out, res, branch, (size_t)c->Ml * m->cfg.hidden);
-}
-
-const float *par_drop_grad(struct par_model *m, struct par_work *w, const struct par_tp *c,
-			   const struct tensor *mask)
-{
-	float p = m->cfg.hidden_dropout;
-
-	if (p <= 0)
-		return D(w->dres);
-	dropout_bwd(&m->k, D(w->ddrop), D(w->dres), (const unsigned char *)D(*mask), p,
-		    (size_t)c->Ml * m->cfg.hidden);
-	return D(w->ddrop);
-}
-
-struct attn_drop par_attn_drop(const struct par_model *m, const struct par_acts *a,
-			       const struct par_tp *c, int l)
-{
-	struct attn_drop d = {.p = m->cfg.attention_dropout,
-			      .seed = m->pc.seed,
-			      .layer = l,
-			      .seq0 = a->seq0 + (uint64_t)c->part * (uint64_t)c->B,
-			      .S = m->cfg.seq_len,
-			      .head0 = c->r * c->NHl};
-
-	if (m->pc.bug == PAR_BUG_ATTN_DROPOUT_LOCAL) /* (for tests: the rank's own heads) */
-		d.head0 = 0;
-	return d;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -462,20 +430,10 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 	linear_bwd_input(k, D(w->dln), D(w->dlogits), m->p[0].w, BT, C, V);
 	if ((rc = par_ln_wait(m, w)))
 		return rc;
-	if (m->nsub > 1 || m->pc.sync_dgrad) /* (Oases's executor: the ends as its schedule
-					      * has them, par/overlap.h) */
-		linear_bwd_weight(k, m->p[0].g, NULL, 0, D(w->dlogits), par_ln_whole(m, w, &a->lnf),
-				  BT, C, V);
-	else
-		w->late = (struct par_late){.on = 1,
-					    .dw = m->p[0].g,
-					    .dy = D(w->dlogits),
-					    .x = par_ln_whole(m, w, &a->lnf),
-					    .M = BT,
-					    .K = C,
-					    .N = V};
-	if ((rc = exit_late(m, m->ends, &m->tpv[PAR_TPV_MODEL], w, D(w->dln), D(w->dlocal),
-			    (size_t)C, &dl)) ||
+	/* (now under Oases's executor: the ends as its schedule has them, par/overlap.h) */
+	late_or_now(m, w, m->nsub > 1, m->p[0].g, NULL, 0, D(w->dlogits),
+		    par_ln_whole(m, w, &a->lnf), BT, C, V);
+	if ((rc = exit_late(m, m->ends, c, w, D(w->dln), D(w->dlocal), (size_t)C, &dl)) ||
 	    (rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
 	par_zero(&w->dres);
