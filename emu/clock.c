@@ -70,7 +70,8 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
 #define GEMM_HALF_TILE_EFF 0.78
 #define GEMM_FIXUP         400.0
 
-static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, double n, double k)
+static double gemm_tiles_s(const struct topo_gpu *g, int sms, double batch, double m, double n,
+			   double k)
 {
 	static const double tile[][3] = {{256, 128, 1},
 					 {128, 256, 1},
@@ -81,9 +82,9 @@ static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, dou
 
 	for (size_t i = 0; i < sizeof tile / sizeof *tile; i++) {
 		double tm = tile[i][0], tn = tile[i][1], rate = per_sm * tile[i][2];
-		double tiles = ceil(m / tm) * ceil(n / tn) * batch, waves = ceil(tiles / g->sms);
+		double tiles = ceil(m / tm) * ceil(n / tn) * batch, waves = ceil(tiles / sms);
 		double dp = waves * (k + GEMM_TILE_K0);
-		double sk = tiles * k / g->sms + (waves + 1) * GEMM_TILE_K0 + GEMM_FIXUP;
+		double sk = tiles * k / sms + (waves + 1) * GEMM_TILE_K0 + GEMM_FIXUP;
 		double t = 2 * tm * tn * (dp < sk ? dp : sk) / rate;
 
 		best = t < best ? t : best;
@@ -99,6 +100,7 @@ static double gemm_tiles_s(const struct topo_gpu *g, double batch, double m, dou
 
 struct gemm_memo {
 	double batch, m, n, k, s; /* s 0: empty */
+	int sms;                  /* the SMs it ran on (the device's less its margin) */
 };
 
 static uint64_t bits_of(double x)
@@ -113,16 +115,19 @@ static double gemm_tiles_memo(struct emu_dev *d, double batch, double m, double 
 {
 	uint64_t h = bits_of(batch) * 0x9e3779b97f4a7c15ull;
 	struct gemm_memo *e;
+	int sms = d->c->cfg.topo.gpu.sms - d->sm_margin;
 
 	h = (h ^ bits_of(m)) * 0x9e3779b97f4a7c15ull;
 	h = (h ^ bits_of(n)) * 0x9e3779b97f4a7c15ull;
 	h = (h ^ bits_of(k)) * 0x9e3779b97f4a7c15ull;
+	h = (h ^ (uint64_t)sms) * 0x9e3779b97f4a7c15ull;
 	if (!d->gemm_memo)
 		d->gemm_memo = emu_xcalloc(GEMM_MEMO, sizeof *d->gemm_memo);
 	e = &d->gemm_memo[h >> (64 - GEMM_MEMO_BITS)];
-	if (e->s == 0 || e->batch != batch || e->m != m || e->n != n || e->k != k)
-		*e = (struct gemm_memo){batch, m, n, k,
-					gemm_tiles_s(&d->c->cfg.topo.gpu, batch, m, n, k)};
+	if (e->s == 0 || e->batch != batch || e->m != m || e->n != n || e->k != k || e->sms != sms)
+		*e = (struct gemm_memo){
+			batch, m, n, k, gemm_tiles_s(&d->c->cfg.topo.gpu, sms, batch, m, n, k),
+			sms};
 	return e->s;
 }
 
@@ -185,6 +190,15 @@ int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double key_
 	return charge(
 		d, name, flops,
 		kernel_ns(g->kernel_ns, work / (g->peak_flops * g->fused_eff), mem_s(g, bytes)));
+}
+
+int emu_set_sm_margin(struct emu_dev *d, int sms)
+{
+	int was = d->sm_margin;
+
+	EMU_ASSERT(sms >= 0);
+	d->sm_margin = sms < d->c->cfg.topo.gpu.sms ? sms : d->c->cfg.topo.gpu.sms - 1;
+	return was;
 }
 
 int emu_time_check(struct emu_dev *d, int64_t t, const char *what)

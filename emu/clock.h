@@ -74,6 +74,13 @@ int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, do
 int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double key_flops,
 		  double bytes);
 
+/* The SMs d's later GEMMs leave to communication kernels beside them, as Transformer
+ * Engine's overlapped GEMMs with set_sm_margin (cuBLAS given sms - margin SMs): the
+ * calibrated model's tiles are dealt to the rest; collectives posted meanwhile take no SM
+ * share at their wait (coll.h). The roofline has no SMs and ignores it. 0 at each run's
+ * start; at most the preset's SMs less one. Returns the previous margin. */
+int emu_set_sm_margin(struct emu_dev *d, int sms);
+
 /* Whether d's cost model is the calibrated one (the kernels a model launches may be
  * charged apart under it). */
 int emu_cost_calibrated(const struct emu_dev *d);

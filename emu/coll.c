@@ -226,6 +226,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->tag = d->tag;
 	r->post_t = now;
 	r->post_busy = d->compute_ns;
+	r->margin = d->sm_margin;
 	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
 		r->eager_end = emu_time_add(
 			arg->t_issue,

@@ -527,7 +527,8 @@ void coll_sm_share(struct emu_dev *d, const struct coll_req *req)
 	int64_t hi = op->t_end < cur ? op->t_end : cur, ov;
 	int sms = d->c->cfg.topo.gpu.sms;
 
-	if (op->ctas <= 0 || op->ctas >= sms || hi <= lo || busy <= 0)
+	/* posted under an SM margin: its kernels run on the SMs the GEMMs beside it left */
+	if (op->ctas <= 0 || op->ctas >= sms || hi <= lo || busy <= 0 || req->margin > 0)
 		return;
 	ov = busy < hi - lo ? busy : hi - lo;
 	clock_stretch(d, "sm share",

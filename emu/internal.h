@@ -127,6 +127,7 @@ struct coll_req {
 	int blocking;                 /* a blocking call's: waited for as soon as posted */
 	int64_t post_t, post_busy;    /* the compute stream's cursor and busy time at the post
 				       * (the SM share, coll_wait) */
+	int margin;                   /* the device's SM margin then (emu_set_sm_margin) */
 	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
 
@@ -235,6 +236,8 @@ struct emu_dev {
 	char *dead;                  /* why it died (emu_dev_die), malloc'd, or NULL */
 	double slow;                 /* its kernels' slowdown (emu_config.slow), 1 if none */
 	struct gemm_memo *gemm_memo; /* [GEMM_MEMO] clock.c's GEMM times, or NULL; each run */
+	int sm_margin; /* the SMs its GEMMs leave to communication (emu_set_sm_margin), 0
+			* each run */
 };
 
 struct emu_cluster {
@@ -326,7 +329,8 @@ void fail_check_deadlock_locked(struct emu_cluster *c);
  * charged now: the cursor moves on by the stretch, as if those kernels had ended later
  * (the wait may absorb it). The overlap is min(the compute since the post, the part of
  * the op's span before the cursor): exact when the compute since the post ran back to
- * back through the span. */
+ * back through the span. None for an op posted under an SM margin (emu_set_sm_margin):
+ * its kernels took the SMs the GEMMs left. */
 void coll_sm_share(struct emu_dev *d, const struct coll_req *req);
 
 /* clock.c: charges dur ns to d's compute stream as compute that ran slower than charged

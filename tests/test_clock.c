@@ -100,7 +100,8 @@ static struct emu_cluster *calibrated(int nodes, int ndev)
  * 128 x 64 and 64 x 128 at 0.78 of it, the fewer of data-parallel waves (a tile of k + 250
  * each) and stream-K's even share (tiles x k / SMs, plus 250 for each of waves + 1 tiles and
  * 400 for the fix-up), at the ceiling over the SMs; the least over the tiles. */
-static int64_t gemm_by_hand(const struct topo_gpu *g, double batch, double m, double n, double k)
+static int64_t gemm_on(const struct topo_gpu *g, int sms, double batch, double m, double n,
+		       double k)
 {
 	static const double tiles[5][3] = {
 		{256, 128, 1}, {128, 256, 1}, {128, 128, 1}, {128, 64, 0.78}, {64, 128, 0.78}};
@@ -108,14 +109,20 @@ static int64_t gemm_by_hand(const struct topo_gpu *g, double batch, double m, do
 
 	for (int i = 0; i < 5; i++) {
 		double c = ceil(m / tiles[i][0]) * ceil(n / tiles[i][1]) * batch;
-		double waves = ceil(c / g->sms);
-		double dp = waves * (k + 250), sk = c * k / g->sms + (waves + 1) * 250 + 400;
+		double waves = ceil(c / sms);
+		double dp = waves * (k + 250), sk = c * k / sms + (waves + 1) * 250 + 400;
 		double t = 2 * tiles[i][0] * tiles[i][1] * (dp < sk ? dp : sk) /
 			   (g->peak_flops * g->gemm_ceiling / g->sms * tiles[i][2]);
 
 		best = t < best ? t : best;
 	}
 	return g->kernel_ns + (int64_t)ceil(best * 1e9);
+}
+
+/* The law on all the GPU's SMs */
+static int64_t gemm_by_hand(const struct topo_gpu *g, double batch, double m, double n, double k)
+{
+	return gemm_on(g, g->sms, batch, m, n, k);
 }
 
 static int gemm_device(struct emu_dev *d, void *arg)
@@ -439,6 +446,57 @@ static void test_sm_share(void **state)
 	assert_int_equal(emu_cluster_run(c, share_device, &p), 0);
 	assert_int_equal(p.t[2][0] - p.t[0][0], p.t[1][0]);
 	assert_int_equal(emu_compute_ns(emu_cluster_dev(c, 0)), p.t[1][0] + p.t[1][1] + p.t[1][2]);
+	emu_cluster_free(c);
+}
+
+/* Under an SM margin of 16 (Transformer Engine's pipelined GEMMs): a GEMM's tiles go to
+ * the 92 SMs of an A100 left, each at its usual rate; a collective posted under it runs
+ * on the 16 and stretches nothing beside it; the margin given back, the full law and the
+ * share again. [1] under the margin, [0] not: t[0] the GEMM; t[1] the cursor's move over an
+ * all-reduce of 64 MiB beside a longer kernel t[2]; t[3] the margin set before. */
+static int margin_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+
+	for (int on = 1; on >= 0; on--) {
+		struct coll_req *r;
+		int64_t t0, x, g;
+		int rc, was = emu_set_sm_margin(d, on ? 16 : 0);
+
+		t0 = emu_now(d);
+		if ((rc = coll_iall_reduce(d, emu_world(d), NULL, NULL, 16u << 20, COLL_SUM, &r)))
+			return rc;
+		x = emu_compute(d, "beside", 0, 2e10);
+		if ((rc = coll_wait(d, r)))
+			return rc;
+		t0 = emu_now(d) - t0;
+		g = emu_gemm(d, "gemm", 1, 8192, 8192, 8192, 0, 0);
+		if (emu_dev_id(d) == 0) {
+			p->t[0][on] = g;
+			p->t[1][on] = t0;
+			p->t[2][on] = x;
+			p->t[3][on] = was;
+		}
+	}
+	return 0;
+}
+
+static void test_sm_margin(void **state)
+{
+	struct emu_cluster *c = calibrated(1, 8);
+	const struct topo_gpu *g = &emu_cluster_config(c)->topo.gpu;
+	struct probe p;
+
+	(void)state;
+	assert_int_equal(emu_cluster_run(c, margin_device, &p), 0);
+	assert_int_equal(p.t[3][1], 0); /* each call returns the margin before it */
+	assert_int_equal(p.t[3][0], 16);
+	assert_int_equal(p.t[0][1], gemm_on(g, 108 - 16, 1, 8192, 8192, 8192));
+	assert_int_equal(p.t[0][0], gemm_by_hand(g, 1, 8192, 8192, 8192));
+	assert_true(p.t[0][1] > p.t[0][0]);
+	assert_int_equal(p.t[1][1], p.t[2][1]);
+	assert_int_equal(p.t[1][0], p.t[2][0] + (int64_t)ceil(protocols_by_hand(64 << 20) * 24.0 /
+							      (108 - 24)));
 	emu_cluster_free(c);
 }
 
@@ -996,6 +1054,7 @@ int main(void)
 		cmocka_unit_test(test_nvls_tree),
 		cmocka_unit_test(test_all_to_all_across_nodes),
 		cmocka_unit_test(test_sm_share),
+		cmocka_unit_test(test_sm_margin),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
