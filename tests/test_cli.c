@@ -368,6 +368,20 @@ static void test_comm_exposed(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"async_tensor_model_parallel_allreduce\":false"));
 	assert_true(json_num(out, "step_time_s") > step);
+	/* Transformer Engine's overlap (said in the report's config): sp's collectives fused
+	 * into the GEMMs, less of them exposed than sp's alone */
+	assert_int_equal(run("run --model gpt2-124m --dry-run --tp 4 --sequence-parallel "
+			     "--steps 1 --json",
+			     0, out, sizeof out),
+			 0);
+	exposed = json_num(out, "comm_exposed_s");
+	assert_null(strstr(out, "tp_comm_overlap"));
+	assert_int_equal(run("run --model gpt2-124m --dry-run --tp 4 --sequence-parallel "
+			     "--tp-comm-overlap --steps 1 --json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"tp_comm_overlap\":true"));
+	assert_true(json_num(out, "comm_exposed_s") < exposed);
 	/* steps unlike each other (MoE routing, weights gathered in the next step): the
 	 * waiting is the last step's, as its idle time is, and never more than it */
 	assert_int_equal(

@@ -137,6 +137,12 @@ static void test_bad_input(void **state)
 		{"run --model tiny --zero-stage 4",
 		 "--zero-stage: '4' is not a whole number from 0 to 3"},
 		{"run --model tiny --sequence-parallel", "--sequence-parallel needs --tp > 1"},
+		{"run --model tiny --tp 2 --tp-comm-overlap",
+		 "--tp-comm-overlap needs --sequence-parallel (as Megatron-LM's: it overlaps "
+		 "sequence parallelism's all-gathers and reduce-scatters)"},
+		{"run --model tiny --tp-comm-overlap", "which needs --tp > 1"},
+		{"run --model tiny --tp 2 --sequence-parallel --tp-comm-overlap --tp-overlap oases",
+		 "--tp-comm-overlap with --tp-overlap oases: two orders of the same collectives"},
 		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
 		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},

@@ -74,6 +74,10 @@ const struct cli_opt cli_par_opts[] = {
 	 "Megatron-LM's before 2022: a column-parallel layer's input-gradient all-reduce "
 	 "(reduce-scatter with sp) after its weight gradient, exposed (default: posted first, "
 	 "under the weight gradient's GEMM)"},
+	{"tp-comm-overlap", 0, 0, CLI_PAR_TP_COMM_OVERLAP, NULL,
+	 "Megatron-LM's with Transformer Engine (needs --sequence-parallel): each all-gather "
+	 "fused into its GEMM as a ring of sends, each reduce-scatter pipelined with its GEMM "
+	 "in 4 chunks on 16 SMs"},
 	{"tp-first", 0, 1, CLI_PAR_TP_FIRST, "K:T",
 	 "Oases's mixed degrees: the first K layers with tensor-parallel size T (T divides tp; "
 	 "those layers' data-parallel size is dp tp / T)"},
@@ -227,6 +231,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_NO_ASYNC_TP:
 		cfg->tp_sync_dgrad = 1;
+		break;
+	case CLI_PAR_TP_COMM_OVERLAP:
+		cfg->tp_comm_overlap = 1;
 		break;
 	case CLI_PAR_FOLD:
 		if (strcmp(v, "on") && strcmp(v, "off"))

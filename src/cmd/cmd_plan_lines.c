@@ -196,6 +196,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --overlap-param-gather");
 	if (cfg->tp_sync_dgrad)
 		fprintf(f, " --no-async-tensor-model-parallel-allreduce");
+	if (cfg->tp_comm_overlap)
+		fprintf(f, " --tp-comm-overlap");
 	if (cfg->prec == PREC_BF16)
 		fprintf(f, " --bf16");
 	if (cfg->seed != 1234)

@@ -191,6 +191,8 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		fprintf(f, ",\"overlap_param_gather\":true");
 	if (cfg->tp_sync_dgrad) /* the same */
 		fprintf(f, ",\"async_tensor_model_parallel_allreduce\":false");
+	if (cfg->tp_comm_overlap)
+		fprintf(f, ",\"tp_comm_overlap\":true");
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
 			cfg->cp_comm == PAR_CP_A2A          ? "a2a"

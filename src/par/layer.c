@@ -9,6 +9,7 @@
 #include "par/overlap.h"
 #include "par/recompute.h"
 #include "par/tp.h"
+#include "par/tpo.h"
 #include "util.h"
 
 const float *par_layer_input(const struct par_acts *a, int l)
@@ -213,9 +214,15 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	case PAR_PRE: /* ln1 on this rank's rows, made whole (f) */
 		layernorm_fwd(k, par_ln_rows(m, c, &la->ln1), D(la->ln1_mean), D(la->ln1_rstd), x,
 			      PW(m, l, LP_LN1W), PW(m, l, LP_LN1B), c->Ml, C);
+		if (pl->tpo) /* gathered by qkv's ring (par/tpo.h) */
+			return 0;
 		return pl->region->enter(m, c, w, par_ln_rows(m, c, &la->ln1),
 					 par_ln_whole(m, w, &la->ln1), (size_t)C);
 	case PAR_QKV: /* qkv (B T, 3h/t), this rank's heads */
+		if (pl->tpo)
+			return par_tpo_ag(m, c, 0, par_ln_rows(m, c, &la->ln1),
+					  par_ln_whole(m, w, &la->ln1), (size_t)C, D(la->qkv),
+					  PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), C3);
 		linear_fwd(k, D(la->qkv), par_ln_whole(m, w, &la->ln1), PW(m, l, LP_QKVW),
 			   PW(m, l, LP_QKVB), 1, BT, C, C3);
 		return 0;
@@ -225,6 +232,10 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		return pl->attn->fwd(m, c, w, la, &d);
 	}
 	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
+		if (pl->tpo)
+			return par_tpo_rs(m, c, w, D(la->atty), PW(m, l, LP_PROJW),
+					  PW(m, l, LP_PROJB), Cl, (size_t)C, D(w->tmp), D(w->tmpl),
+					  &w->sum);
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
 		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
@@ -232,11 +243,13 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		par_drop_add(m, a, c, l, DROP_ATTN, D(la->res2), &la->mask2, x, w->sum);
 		layernorm_fwd(k, par_ln_rows(m, c, &la->ln2), D(la->ln2_mean), D(la->ln2_rstd),
 			      D(la->res2), PW(m, l, LP_LN2W), PW(m, l, LP_LN2B), c->Ml, C);
+		if (pl->tpo_mlp) /* gathered by fc's ring */
+			return 0;
 		return pl->mlp_region->enter(m, c, w, par_ln_rows(m, c, &la->ln2),
 					     par_ln_whole(m, w, &la->ln2), (size_t)C);
 	case PAR_MLP: /* the MLP's partial sums, summed by g into w->sum */
-		if ((rc = pl->mlp->fwd(m, c, w, la, l, &a->aux_loss)))
-			return rc;
+		if ((rc = pl->mlp->fwd(m, c, w, la, l, &a->aux_loss)) || pl->tpo_mlp)
+			return rc; /* (fc2's pipeline summed it) */
 		return pl->mlp_region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
 	case PAR_OUT: /* res3 = res2 + the MLP's branch (dropped out) */
 		par_drop_add(m, a, c, l, DROP_MLP, D(la->res3), &la->mask3, D(la->res2), w->sum);
@@ -261,6 +274,10 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	case PAR_OUT: /* the output's gradient rows (through dropout) for the row-parallel fc2 */
 		cut_split(m, w, a, l);
 		w->gsrc = par_drop_grad(m, w, c, &la->mask3);
+		if (pl->tpo_mlp) { /* gathered by fc2's input-gradient ring */
+			par_tpo_rows(w);
+			return 0;
+		}
 		return pl->mlp_region->rows(m, c, w);
 	case PAR_MLP: /* d ln2, summed (the backward of f) into w->dl */
 		par_zero(&w->dln);
@@ -273,10 +290,18 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),
 			      c->Ml, C);
 		w->gsrc = par_drop_grad(m, w, c, &la->mask2);
+		if (pl->tpo) { /* gathered by proj's input-gradient ring */
+			par_tpo_rows(w);
+			return 0;
+		}
 		return pl->region->rows(m, c, w);
 	case PAR_PROJ: /* d atty (B T, h/t) */
 		par_zero(&w->datty);
-		linear_bwd_input(k, D(w->datty), w->g, PW(m, l, LP_PROJW), BT, Cl, C);
+		if (!pl->tpo)
+			linear_bwd_input(k, D(w->datty), w->g, PW(m, l, LP_PROJW), BT, Cl, C);
+		else if ((rc = par_tpo_ag(m, c, 1, w->gsrc, D(w->gfull), (size_t)C, D(w->datty),
+					  PW(m, l, LP_PROJW), NULL, Cl)))
+			return rc;
 		return par_weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
 				       PG(m, l, LP_PROJB), w->g, D(la->atty), BT, Cl, C);
 	case PAR_ATTN: {

@@ -16,6 +16,7 @@
 #include "ops.h"
 #include "coll.h"
 #include "par/tp.h"
+#include "par/tpo.h"
 
 /* fc and GeLU, kept for backward. */
 static int dense_refwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
@@ -29,16 +30,26 @@ static int dense_refwd(struct par_model *m, const struct par_tp *c, struct par_w
 	return 0;
 }
 
+/* The MLP's partial sums in w->tmp; under --tp-comm-overlap (par/tpo.h) with ln2's
+ * gathering fused into fc and fc2's reduce-scatter into fc2, summed into w->sum. */
 static int dense_fwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 		     struct gpt_layer_acts *la, int l, float *aux)
 {
-	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl;
+	int BT = c->B * m->T, C = m->cfg.hidden, F = c->Fl, rc;
 
 	(void)aux;
-	dense_refwd(m, c, w, la, l);
-	linear_fwd(&m->k, D(w->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), 1, BT,
-		   F, C);
-	return 0;
+	if (!m->plan[l].tpo_mlp) {
+		dense_refwd(m, c, w, la, l);
+		linear_fwd(&m->k, D(w->tmp), D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B),
+			   1, BT, F, C);
+		return 0;
+	}
+	if ((rc = par_tpo_ag(m, c, 0, par_ln_rows(m, c, &la->ln2), par_ln_whole(m, w, &la->ln2),
+			     (size_t)C, D(la->fch), PW(m, l, LP_FCW), PW(m, l, LP_FCB), F)))
+		return rc;
+	gelu_fwd(&m->k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
+	return par_tpo_rs(m, c, w, D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), F,
+			  (size_t)C, D(w->tmp), D(w->tmpl), &w->sum);
 }
 
 static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
@@ -50,7 +61,11 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 
 	(void)scale;
 	par_zero(&w->dfch_gelu);
-	linear_bwd_input(k, D(w->dfch_gelu), w->g, PW(m, l, LP_FC2W), BT, F, C);
+	if (!m->plan[l].tpo_mlp)
+		linear_bwd_input(k, D(w->dfch_gelu), w->g, PW(m, l, LP_FC2W), BT, F, C);
+	else if ((rc = par_tpo_ag(m, c, 1, w->gsrc, D(w->gfull), (size_t)C, D(w->dfch_gelu),
+				  PW(m, l, LP_FC2W), NULL, F)))
+		return rc;
 	if ((rc = par_weight_grad(m, weight, &st->gfc2, "stash d fc2", PG(m, l, LP_FC2W),
 				  PG(m, l, LP_FC2B), w->g, D(la->fch_gelu), BT, F, C)))
 		return rc;

@@ -121,6 +121,8 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 		A(&w->gfull, bt * h, "d residual gathered");
 		if (m->ln_rows)
 			A(&w->lnw, bt * h, "layernorm gathered");
+		if (m->pc.tpo)
+			A(&w->tpo_rs, ml * h, "reduce-scatter chunks");
 	}
 	A(&w->dln, bt * h, "d layernorm");
 	A(&w->tmp, bt * h, "branch out");
@@ -356,10 +358,14 @@ static void make_plans(struct par_model *m)
 			c->sp ? &par_region_sp : &par_region_tp,
 			c,
 			NULL,
+			0,
+			0,
 		};
 		m->plan[l].mlp_region = gpt_layer_is_moe(&m->cfg, l) && m->ep_rows && m->tp > 1
 						? &par_region_rows
 						: m->plan[l].region;
+		m->plan[l].tpo = m->pc.tpo && c->sp;
+		m->plan[l].tpo_mlp = m->plan[l].tpo && m->plan[l].mlp == &par_mlp_dense;
 	}
 }
 

@@ -96,6 +96,8 @@ struct par_cfg {
 	int split_bwd;                    /* the schedule splits backward (zero-bubble's W
 					   * passes), which keeps ln1, ln2 and lnf whole
 					   * (ln_rows) */
+	int tpo;                          /* Transformer Engine's overlap of the sequence-parallel
+					   * collectives with the GEMMs (par/tpo.h) */
 	int sync_dgrad;                   /* a column-parallel layer's input-gradient collective
 					   * after its weight gradient, exposed (Megatron-LM's
 					   * before 2022), not posted before it (par/layer.c) */
@@ -266,6 +268,8 @@ struct par_work {
 	struct tensor tmpl, dlocal;  /* (Ml, h), sp: a branch's rows, a LayerNorm's input grad */
 	struct tensor gfull;         /* (B T, h), sp: the residual gradient gathered */
 	struct tensor lnw;           /* (B T, h), ln_rows: a LayerNorm output gathered */
+	struct tensor tpo_rs;        /* (Ml, h), --tp-comm-overlap: the reduce-scatter's chunks
+				      * (par/tpo.h) */
 	struct tensor dln;           /* (B T, h): a LayerNorm output's gradient */
 	struct tensor tmp;           /* (B T, h): a branch's output, partial sums before g */
 	struct tensor dqkv;          /* (B T, 3h/t): column shard of d q, k, v */
@@ -330,6 +334,8 @@ struct par_plan {
 	const struct par_tp *tp;
 	const struct par_region *mlp_region; /* the MLP's, if not region's (each rank's own rows
 					      * to experts over tp and dp ranks, par/ep.h) */
+	int tpo, tpo_mlp; /* --tp-comm-overlap (par/tpo.h) on the attention's GEMMs, and on
+			   * the MLP's (a dense one) */
 };
 
 /* Told when parameter i's gradient is final for this micro-batch; i = -1 when backward

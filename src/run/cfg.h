@@ -57,6 +57,7 @@ struct run_cfg {
 	enum par_recompute recompute; /* activation recomputation */
 	enum par_overlap tp_overlap;  /* the tensor-parallel collectives' order (par/overlap.h) */
 	int tp_sync_dgrad;            /* --no-async-tensor-model-parallel-allreduce (par_cfg) */
+	int tp_comm_overlap;          /* --tp-comm-overlap (par/tpo.h) */
 	int tpf_layers, tpf;          /* --tp-first K:T: the first K layers cut T ways, 0 if not */
 	int flash;                    /* memory-efficient attention (no stored scores); cp > 1
 				       * needs it, and run_cfg_finish sets it then */

@@ -148,6 +148,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 		.mlp_chunks = cfg->mlp_chunks,
 		.overlap = cfg->tp_overlap,
 		.sync_dgrad = cfg->tp_sync_dgrad,
+		.tpo = cfg->tp_comm_overlap,
 		.split_bwd = cfg->mesh.size[MESH_PP] > 1 &&
 			     (cfg->schedule == SCHED_ZBH1 || cfg->schedule == SCHED_ZBH2),
 		.tpf_layers = cfg->tpf_layers,

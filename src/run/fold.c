@@ -183,9 +183,12 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 	fold_dp = me->size[MESH_DP] > 1 &&
 		  (mode == RUN_EP_NONE || mode == RUN_EP_TP ||
 		   (mode == RUN_EP_DP && me->size[MESH_CP] == 1 && experts_even(cfg)));
-	/* mixed degrees give tp ranks of different parts different owners: not folded */
+	/* mixed degrees give tp ranks of different parts different owners, and
+	 * --tp-comm-overlap's rings send to each rank's neighbours (par/tpo.h): not folded */
 	nrun = best_plan(&p, fold_dp,
-			 me->size[MESH_TP] > 2 && !cfg->tpf_layers && mode != RUN_EP_ROWS, rep);
+			 me->size[MESH_TP] > 2 && !cfg->tpf_layers && mode != RUN_EP_ROWS &&
+				 !cfg->tp_comm_overlap,
+			 rep);
 	for (int dim = 0; dim < MESH_NDIM; dim++)
 		free(p.shape[dim]);
 	free(p.ga);

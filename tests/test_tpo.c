@@ -1,0 +1,299 @@
+/* --tp-comm-overlap (src/par/tpo.h): Transformer Engine's overlap of sequence
+ * parallelism's collectives with the GEMMs beside them.
+ *   - numbers: the same GEMMs on row and column blocks and the same sums, so execute runs
+ *     pass verify against the serial reference and against the run without the flag;
+ *   - volume: each layer's four gathers before a GEMM become t - 1 sends of a rank's rows
+ *     round the ring, each forward reduce-scatter TPO_SPLITS of a column chunk each, the
+ *     bytes unchanged; the bulk ones (the backward re-gathers, the input gradients'
+ *     reduce-scatters) stay;
+ *   - time: on a DGX H100 at tp 8 the exposed tensor-parallel communication and the step
+ *     are shorter, the compute longer (smaller GEMMs, 16 SMs fewer under the pipeline);
+ *     a dry-run twice gives the same times to the nanosecond. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coll.h"
+#include "common.h"
+#include "par/tpo.h"
+#include "presets.h"
+#include "trace.h"
+#include "run/run.h"
+#include "verify.h"
+
+static struct data corpus;
+
+static void run_exec(struct run_cfg *cfg, struct run_out *o)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, cfg->mesh.world, 0, 0);
+	char err[256];
+
+	if (run_check(cfg, cfg->mesh.world, err, sizeof err))
+		fail_msg("config refused: %s", err);
+	run_alloc(o, cfg, 1);
+	if (run_parallel(c, cfg, o))
+		fail_msg("run failed: %s", emu_cluster_report(c));
+	emu_cluster_free(c);
+}
+
+/* Execute runs with and without the flag agree within verify's tolerances (the GEMMs on
+ * blocks may round differently in BLAS), and verify passes against the serial reference;
+ * over tp 2 and 4, dp, a pipeline, zero-bubble's split
+ * backward (which keeps the LayerNorm outputs whole), recomputation, dropout and MoE
+ * layers (whose MLPs keep sp's collectives). */
+static void test_same_numbers(void **state)
+{
+	static const struct {
+		const char *model;
+		int dp, tp, pp;
+		enum sched_kind sched;
+		enum par_recompute rec;
+		int dropout;
+	} cases[] = {
+		{"tiny", 1, 2, 1, SCHED_1F1B, PAR_RECOMPUTE_NONE, 0},
+		{"tiny", 2, 4, 1, SCHED_1F1B, PAR_RECOMPUTE_SELECTIVE, 1},
+		{"moe-tiny", 1, 2, 1, SCHED_1F1B, PAR_RECOMPUTE_FULL, 0},
+		{"tiny", 1, 2, 2, SCHED_1F1B, PAR_RECOMPUTE_NONE, 1},
+		{"tiny", 1, 2, 2, SCHED_ZBH1, PAR_RECOMPUTE_NONE, 0},
+	};
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct run_out o[2];
+		struct run_cfg cfg;
+		struct verify_result v;
+
+		for (int on = 0; on < 2; on++) {
+			test_make_cfg(&cfg, cases[k].model, cases[k].dp, cases[k].tp, cases[k].pp,
+				      &corpus);
+			cfg.sp = 1;
+			cfg.recompute = cases[k].rec;
+			cfg.tp_comm_overlap = on;
+			if (cases[k].dropout)
+				cfg.model.hidden_dropout = cfg.model.attention_dropout = 0.1f;
+			if (cases[k].pp > 1) {
+				cfg.model.num_layers = 4;
+				cfg.schedule = cases[k].sched;
+			}
+			run_exec(&cfg, &o[on]);
+		}
+		verify_compare(&o[0], &o[1], &cfg, &v);
+		assert_true(v.passed);
+		run_free(&o[0]);
+		run_free(&o[1]);
+		if (k < 2) {
+			v = test_verify(&cfg, NULL, 0);
+			assert_true(v.passed);
+		}
+	}
+}
+
+/* Per micro-batch of b s tokens, L layers, t ranks, h hidden, 2-byte elements (bsh the
+ * bytes of (b s, h)): sp's 4L + 2 all-gathers less the four a layer the rings take
+ * (ln1 and ln2 forward, the residual gradient's rows twice in backward), plus its 2L + 1
+ * re-gathers; 4L (t - 1) sends of bsh / t; the reduce-scatters' 4L + 2 with each forward
+ * one (2 a layer) in TPO_SPLITS, their bytes unchanged. */
+static void test_volume(void **state)
+{
+	struct run_cfg cfg;
+	struct run_out o;
+	struct emu_cluster *c;
+	struct coll_stats rs, ag, snd;
+	uint64_t L, bsh, t = 4, mb = 2;
+
+	(void)state;
+	test_make_cfg(&cfg, "small", 1, (int)t, 1, &corpus);
+	cfg.sp = 1;
+	cfg.tp_comm_overlap = 1;
+	cfg.mbs = 2;
+	cfg.gbs = (int)mb * cfg.mbs;
+	cfg.steps = 1;
+	c = test_dry(&cfg, &o, 0);
+	coll_stats_get(emu_cluster_dev(c, 1), "reduce-scatter", &rs);
+	coll_stats_get(emu_cluster_dev(c, 1), "all-gather", &ag);
+	coll_stats_get(emu_cluster_dev(c, 1), "send", &snd);
+	L = (uint64_t)cfg.model.num_layers;
+	bsh = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len * (uint64_t)cfg.model.hidden * 2;
+	assert_int_equal(ag.calls, mb * (2 + 2 * L + 1));
+	assert_int_equal(ag.bytes, mb * (2 + 2 * L + 1) * bsh);
+	assert_int_equal(snd.calls, mb * 4 * L * (t - 1));
+	assert_int_equal(snd.bytes, mb * 4 * L * (t - 1) * bsh / t);
+	assert_int_equal(rs.calls, mb * (2 * L * TPO_SPLITS + 2 * L + 2));
+	assert_int_equal(rs.bytes, mb * (4 * L + 2) * bsh);
+	run_free(&o);
+	emu_cluster_free(c);
+}
+
+/* Device 0's ops of the last run, and the compute ones in order. */
+struct ops {
+	size_t n, nc;
+	struct trace_op *op, **comp;
+};
+
+static void ops_get(const struct emu_cluster *c, struct ops *o)
+{
+	o->n = trace_count(c, 0);
+	o->op = calloc(o->n, sizeof *o->op);
+	o->comp = calloc(o->n, sizeof *o->comp);
+	assert_true(o->op && o->comp);
+	o->nc = 0;
+	for (size_t k = 0; k < o->n; k++) {
+		trace_op_get(c, 0, k, &o->op[k]);
+		if (o->op[k].stream == EMU_STREAM_COMPUTE)
+			o->comp[o->nc++] = &o->op[k];
+	}
+}
+
+/* The compute op that starts at t0 (or NULL); the first to start at t0 or later. */
+static const struct trace_op *starting(const struct ops *o, int64_t t0, int exact)
+{
+	for (size_t i = 0; i < o->nc; i++)
+		if (exact ? o->comp[i]->t0 == t0 : o->comp[i]->t0 >= t0)
+			return o->comp[i];
+	return NULL;
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c)
+{
+	int64_t m = a > b ? a : b;
+
+	return m > c ? m : c;
+}
+
+/* The times of the rings and the pipelines, from device 0's trace (small, tp 2, one
+ * micro-batch), to the nanosecond: every ring step's send and receive are posted as its
+ * chunk's GEMM starts, and the next compute starts at max(the GEMM's end, the send's, the
+ * receive's) (docs/formulas.md); every pipeline's chunk reduce-scatter k > 0 starts at
+ * max(chunk k - 1's end, GEMM k's end), chunk 0's at GEMM 0's end, and the compute after
+ * the last GEMM at max(its end, the last chunk's end). 4L ring steps, 2L pipelines. */
+static void test_schedule(void **state)
+{
+	struct run_cfg cfg;
+	struct run_out out;
+	struct emu_cluster *c;
+	struct ops o;
+	const struct trace_op *rs[TPO_SPLITS];
+	size_t steps = 0, pipes = 0, nrs = 0;
+	uint64_t chunk;
+
+	(void)state;
+	test_make_cfg(&cfg, "small", 1, 2, 1, &corpus);
+	cfg.sp = 1;
+	cfg.tp_comm_overlap = 1;
+	cfg.gbs = cfg.mbs;
+	cfg.steps = 1;
+	c = test_dry(&cfg, &out, 1);
+	ops_get(c, &o);
+	chunk = (uint64_t)cfg.mbs * cfg.model.seq_len * cfg.model.hidden / TPO_SPLITS * 2;
+	for (size_t k = 0; k < o.n; k++) {
+		const struct trace_op *e = &o.op[k], *g, *r = NULL, *next;
+
+		if (e->stream == EMU_STREAM_SEND) {
+			for (size_t j = 0; j < o.n; j++)
+				if (o.op[j].stream == EMU_STREAM_RECV && o.op[j].t0 == e->t0)
+					r = &o.op[j];
+			g = starting(&o, e->t0, 1);
+			assert_non_null(g);
+			assert_non_null(r);
+			next = starting(&o, g->t1, 0);
+			assert_int_equal(next->t0, max3(g->t1, e->t1, r->t1));
+			steps++;
+		}
+		if (strcmp(e->name, "reduce-scatter") || e->bytes != chunk)
+			continue;
+		rs[nrs++] = e;
+		if (nrs < TPO_SPLITS)
+			continue;
+		nrs = 0;
+		g = NULL;
+		for (size_t i = 0; i < o.nc; i++)
+			if (o.comp[i]->t1 == rs[0]->t0)
+				g = o.comp[i];
+		assert_non_null(g);
+		for (int s = 1; s < TPO_SPLITS; s++) {
+			g = starting(&o, g->t1, 1); /* the chunks' GEMMs back to back */
+			assert_non_null(g);
+			assert_int_equal(rs[s]->t0, rs[s - 1]->t1 > g->t1 ? rs[s - 1]->t1 : g->t1);
+		}
+		next = starting(&o, g->t1, 0);
+		assert_int_equal(next->t0, max3(g->t1, rs[TPO_SPLITS - 1]->t1, 0));
+		pipes++;
+	}
+	assert_int_equal(steps, 4 * (size_t)cfg.model.num_layers);
+	assert_int_equal(pipes, 2 * (size_t)cfg.model.num_layers);
+	free(o.op);
+	free(o.comp);
+	run_free(&out);
+	emu_cluster_free(c);
+}
+
+/* gpt3-175b's layer shape at tp 8 on a DGX H100 (the calibrated clock; 4 layers, micro-batch
+ * 1, 4 micro-batches): with the flag, less tensor-parallel communication exposed and a
+ * shorter step, for more compute; the same times on a second run. */
+static void test_time(void **state)
+{
+	int64_t step[3], comp[3], exposed[3];
+
+	(void)state;
+	for (int on = 0; on < 3; on++) {
+		struct emu_config ec;
+		struct emu_cluster *c;
+		struct run_cfg cfg;
+		struct run_out o;
+		char err[256];
+
+		test_make_cfg(&cfg, "gpt3-175b", 1, 8, 1, NULL);
+		cfg.model.num_layers = 4;
+		cfg.model.vocab = 50688; /* padded, as Megatron's, to a multiple of 128 t */
+		cfg.sp = 1;
+		cfg.flash = 1;
+		cfg.mbs = 1;
+		cfg.gbs = 4;
+		cfg.steps = 1;
+		cfg.prec = PREC_BF16;
+		cfg.tp_comm_overlap = on > 0;
+		if (emu_config_default(&ec, "dgx-h100"))
+			fail_msg("no dgx-h100 preset");
+		ec.ndev = 8;
+		ec.dry_run = 1;
+		c = emu_cluster_new(&ec);
+		if (run_check(&cfg, 8, err, sizeof err))
+			fail_msg("config refused: %s", err);
+		run_alloc(&o, &cfg, 0);
+		if (run_parallel(c, &cfg, &o))
+			fail_msg("dry run failed: %s", emu_cluster_report(c));
+		step[on] = o.step_ns[0];
+		comp[on] = o.compute_ns[0];
+		exposed[on] = coll_exposed_ns(emu_cluster_dev(c, 0));
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+	assert_true(exposed[1] < exposed[0] / 2);
+	assert_true(step[1] < step[0]);
+	assert_true(comp[1] > comp[0]);
+	assert_int_equal(step[2], step[1]);
+	assert_int_equal(comp[2], comp[1]);
+	assert_int_equal(exposed[2], exposed[1]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_same_numbers),
+		cmocka_unit_test(test_volume),
+		cmocka_unit_test(test_schedule),
+		cmocka_unit_test(test_time),
+	};
+	int rc;
+
+	data_builtin(&corpus, 1 << 16);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	data_free(&corpus);
+	return rc;
+}
