@@ -266,6 +266,7 @@ static void assert_same_layout(const struct run_cfg *a, const struct run_cfg *b)
 	assert_int_equal(a->tpf_layers, b->tpf_layers);
 	assert_int_equal(a->tpf, b->tpf);
 	assert_int_equal(a->sp, b->sp);
+	assert_int_equal(a->tp_comm_overlap, b->tp_comm_overlap);
 	assert_int_equal(a->flash, b->flash);
 	assert_int_equal(a->cp_comm, b->cp_comm);
 	assert_int_equal(a->prec, b->prec);
@@ -381,6 +382,57 @@ static void test_param_gather_search(void **state)
 				 a->p.dp, a->p.v[PLAN_TP]);
 	}
 	assert_true(faster > 0);
+	plan_result_free(&r[0]);
+	plan_result_free(&r[1]);
+}
+
+/* --tp-comm-overlap in the search: on every layout with sequence parallelism but Oases's,
+ * off on the others, which it refuses in pemu run; the same layouts fit as without it,
+ * and its pemu run and Megatron-LM lines give the layout back, the flag with it. */
+static void test_tp_comm_overlap_search(void **state)
+{
+	char *plan_argv[] = {"plan", "--model",           "tiny", "--global-batch-size",
+			     "32",   "--tp-comm-overlap", NULL};
+	struct plan_space s[2];
+	struct emu_config ec;
+	struct plan_result r[2];
+	char err[512];
+	int on = 0;
+
+	(void)state;
+	cluster(&ec, 0);
+	for (int k = 0; k < 2; k++) {
+		space(&s[k], "tiny", 32, 2);
+		s[k].fixed = 1u << PLAN_PP;
+		s[k].base.tp_comm_overlap = k;
+		assert_int_equal(plan_search(&s[k], &ec, 1, NULL, NULL, &r[k], err, sizeof err), 0);
+	}
+	assert_int_equal(r[1].n, r[0].n);
+	for (int i = 0; i < r[0].n; i++) {
+		const struct plan_entry *a = &r[0].all[i], *b = &r[1].all[i];
+		struct run_cfg cfg, got;
+		char *buf = NULL, *argv[128];
+		size_t len = 0;
+		FILE *f;
+		int n;
+
+		assert_memory_equal(a->p.v, b->p.v, sizeof a->p.v);
+		assert_int_equal(b->fate, a->fate);
+		if (a->fate != PLAN_OK)
+			continue;
+		assert_int_equal(plan_cfg(&s[1], &b->p, &cfg, err, sizeof err), 0);
+		assert_int_equal(cfg.tp_comm_overlap,
+				 cfg.sp && !cfg.tp_overlap && cfg.recompute != PAR_RECOMPUTE_OASES);
+		on += cfg.tp_comm_overlap;
+		f = open_memstream(&buf, &len);
+		cmd_plan_pemu_run(f, 6, plan_argv, &cfg, 0);
+		fclose(f);
+		n = split(buf, "run", argv, 120);
+		assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
+		assert_same_layout(&cfg, &got);
+		free(buf);
+	}
+	assert_true(on > 0);
 	plan_result_free(&r[0]);
 	plan_result_free(&r[1]);
 }
@@ -577,6 +629,7 @@ int main(void)
 		cmocka_unit_test(test_bound_under_moe),
 		cmocka_unit_test(test_zero_folds_exactly),
 		cmocka_unit_test(test_param_gather_search),
+		cmocka_unit_test(test_tp_comm_overlap_search),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_oases_degrees),

@@ -47,7 +47,7 @@ void cmd_plan_layout(const struct run_cfg *cfg, char *b, size_t n)
 	if (cfg->tpf_layers)
 		emu_str_addf(&s, " tp-first:%d:%d", cfg->tpf_layers, cfg->tpf);
 	if (cfg->sp)
-		emu_str_addf(&s, " sp");
+		emu_str_addf(&s, cfg->tp_comm_overlap ? " sp+tpo" : " sp");
 	if (cfg->flash)
 		emu_str_addf(&s, " flash");
 	snprintf(b, n, "%s", s.s ? s.s : "");
@@ -65,7 +65,8 @@ static int is_plan_only(int id)
 				   CLI_TIMELINE,
 				   CLI_TRACE,
 				   CLI_TRACE_DEVICES,
-				   CLI_MODEL_STEPS}; /* (the line runs the one step ranked) */
+				   CLI_MODEL_STEPS, /* (the line runs the one step ranked) */
+				   CLI_PAR_TP_COMM_OVERLAP}; /* (where the layout has sp) */
 
 	if (id >= CLI_PLAN_OASES || cmd_plan_dim(id) >= 0)
 		return 1;
@@ -109,6 +110,8 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		fprintf(f, " --tp-first %d:%d", cfg->tpf_layers, cfg->tpf);
 	if (cfg->sp)
 		fprintf(f, " --sequence-parallel");
+	if (cfg->tp_comm_overlap)
+		fprintf(f, " --tp-comm-overlap");
 	if (cfg->flash)
 		fprintf(f, " --use-flash-attn");
 	fputs(" --steps 1 --dry-run", f); /* the step the plan ranked */

@@ -271,6 +271,9 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->tp_overlap = (enum par_overlap)v[PLAN_OVERLAP];
 	cfg->recompute = (enum par_recompute)v[PLAN_RECOMPUTE];
 	cfg->sp = v[PLAN_SP];
+	/* --tp-comm-overlap applies to the layouts with sequence parallelism, not Oases's */
+	cfg->tp_comm_overlap = s->base.tp_comm_overlap && cfg->sp && !cfg->tp_overlap &&
+			       cfg->recompute != PAR_RECOMPUTE_OASES;
 	cfg->flash = v[PLAN_FLASH];
 	cfg->cp_comm = (enum par_cp_comm)v[PLAN_CP_COMM];
 	cfg->tpf_layers = v[PLAN_TPF] ? p->tpf_layers : 0;
