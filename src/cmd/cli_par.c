@@ -75,9 +75,9 @@ const struct cli_opt cli_par_opts[] = {
 	 "(reduce-scatter with sp) after its weight gradient, exposed (default: posted first, "
 	 "under the weight gradient's GEMM)"},
 	{"tp-comm-overlap", 0, 0, CLI_PAR_TP_COMM_OVERLAP, NULL,
-	 "Megatron-LM's with Transformer Engine (needs --sequence-parallel): each all-gather "
-	 "fused into its GEMM as a ring of sends, each reduce-scatter pipelined with its GEMM "
-	 "in 4 chunks on 16 SMs"},
+	 "Megatron-LM's with Transformer Engine (needs --sequence-parallel): the all-gathers "
+	 "before a GEMM fused into it as rings of sends, the reduce-scatters after a "
+	 "row-parallel GEMM pipelined with it in 4 chunks on 16 SMs (TE's defaults)"},
 	{"tp-first", 0, 1, CLI_PAR_TP_FIRST, "K:T",
 	 "Oases's mixed degrees: the first K layers with tensor-parallel size T (T divides tp; "
 	 "those layers' data-parallel size is dp tp / T)"},
