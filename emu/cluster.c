@@ -138,6 +138,7 @@ static void dev_reset_results(struct emu_dev *d)
 	memset(&d->stats, 0, sizeof d->stats);
 	d->tag = 0;
 	d->sm_margin = 0;
+	d->p2p_ce = 0;
 	d->clock_failed = 0;
 	memset(d->stream, 0, sizeof d->stream);
 	d->flops = 0;

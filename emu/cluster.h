@@ -42,13 +42,16 @@ enum emu_err {
  * COMM, or on COMM2 for a second process group that should not queue behind the first
  * (data-parallel gradient buckets beside tensor-parallel all-reduces, as frameworks give
  * each NCCL communicator its own stream; coll_use_stream); sends run on SEND and receives
- * on RECV, so a send never waits behind a receive. */
+ * on RECV, so a send never waits behind a receive, or on CE_SEND and CE_RECV, the copy
+ * engines' (coll_use_copy_engines), beside NCCL's. */
 enum emu_stream {
 	EMU_STREAM_COMPUTE,
 	EMU_STREAM_COMM,
 	EMU_STREAM_SEND,
 	EMU_STREAM_RECV,
 	EMU_STREAM_COMM2,
+	EMU_STREAM_CE_SEND,
+	EMU_STREAM_CE_RECV,
 	EMU_NSTREAMS
 };
 

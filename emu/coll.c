@@ -48,6 +48,14 @@ int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
 	return -1;
 }
 
+int coll_use_copy_engines(struct emu_dev *d, int on)
+{
+	int was = d->p2p_ce;
+
+	d->p2p_ce = on != 0;
+	return was;
+}
+
 enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s)
 {
 	enum emu_stream old = d->coll_stream;
@@ -403,7 +411,9 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 		arg.send = arg.owned;
 	}
 	rc = post(d, is_send ? chan_p2p(d, d->id, peer) : chan_p2p(d, peer, d->id), is_send ? 0 : 1,
-		  is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV, &arg, req);
+		  d->p2p_ce ? (is_send ? EMU_STREAM_CE_SEND : EMU_STREAM_CE_RECV)
+			    : (is_send ? EMU_STREAM_SEND : EMU_STREAM_RECV),
+		  &arg, req);
 	if (rc)
 		free(arg.owned);
 	return rc;

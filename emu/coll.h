@@ -123,6 +123,12 @@ int coll_wait(struct emu_dev *d, struct coll_req *req);
  * EMU_STREAM_COMM2. Returns the previous one. */
 enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s);
 
+/* Whether d's later sends and receives run on its copy engines' streams (CE_SEND, CE_RECV)
+ * rather than SEND and RECV: transfers beside NCCL's, as Transformer Engine's userbuffers
+ * rings copy (cudaMemcpy by the copy engines), the same link's time; no SM share either
+ * way. 0 at each run's start. Returns the previous setting. */
+int coll_use_copy_engines(struct emu_dev *d, int on);
+
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
  * 16-bit communication). Data still moves as float. */
 void coll_set_wire_bytes(struct emu_dev *d, int bytes);

@@ -238,6 +238,8 @@ struct emu_dev {
 	struct gemm_memo *gemm_memo; /* [GEMM_MEMO] clock.c's GEMM times, or NULL; each run */
 	int sm_margin; /* the SMs its GEMMs leave to communication (emu_set_sm_margin), 0
 			* each run */
+	int p2p_ce;    /* its sends and receives on the copy engines' streams
+			* (coll_use_copy_engines), 0 each run */
 };
 
 struct emu_cluster {

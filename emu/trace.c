@@ -12,7 +12,14 @@
 #include "units.h"
 #include "util.h"
 
-static const char *const stream_names[EMU_NSTREAMS] = {"compute", "comm", "send", "recv", "comm2"};
+static const char *const stream_names[EMU_NSTREAMS] = {"compute", "comm",    "send",   "recv",
+						       "comm2",   "ce send", "ce recv"};
+
+/* The JSON threads: the streams before the copy engines' by number, then the compute
+ * lanes, then the copy engines' (named only where used), so that a trace without them
+ * numbers its threads as before they were. */
+#define TID_LANE0 EMU_STREAM_CE_SEND
+#define TID_CE0   (TID_LANE0 + TRACE_MAX_LANES)
 
 void trace_reset(struct emu_dev *d)
 {
@@ -80,7 +87,10 @@ static int compute_lanes(const struct emu_dev *d)
 /* The JSON thread of an op: its stream's, or its compute lane's after the streams. */
 static int tid_of(const struct trace_ev *e)
 {
-	return e->stream == EMU_STREAM_COMPUTE && e->lane ? EMU_NSTREAMS + e->lane - 1 : e->stream;
+	if (e->stream == EMU_STREAM_COMPUTE && e->lane)
+		return TID_LANE0 + e->lane - 1;
+	return e->stream >= EMU_STREAM_CE_SEND ? TID_CE0 + e->stream - EMU_STREAM_CE_SEND
+					       : e->stream;
 }
 
 /* Prints ns as microseconds with exactly three decimals. */
@@ -116,16 +126,23 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 		",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
 		"\"sort_index\":%d}}",
 		d->id, d->id);
-	for (int s = 0; s < EMU_NSTREAMS; s++)
-		fprintf(f,
-			",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
-			"\"name\":\"%s\"}}",
-			d->id, s, stream_names[s]);
+	for (int s = 0; s < EMU_NSTREAMS; s++) {
+		struct trace_ev probe = {.stream = (uint8_t)s};
+		int used = s < EMU_STREAM_CE_SEND;
+
+		for (size_t i = 0; i < t->nev && !used; i++)
+			used = t->ev[i].stream == s;
+		if (used)
+			fprintf(f,
+				",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+				"\"args\":{\"name\":\"%s\"}}",
+				d->id, tid_of(&probe), stream_names[s]);
+	}
 	for (int l = 1, n = compute_lanes(d); l <= n; l++)
 		fprintf(f,
 			",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
 			"\"name\":\"compute lane %d\"}}",
-			d->id, EMU_NSTREAMS + l - 1, l);
+			d->id, TID_LANE0 + l - 1, l);
 	for (size_t i = 0; i < t->nev; i++) {
 		const struct trace_ev *e = &t->ev[i];
 
