@@ -143,6 +143,11 @@ static void test_bad_input(void **state)
 		{"run --model tiny --tp-comm-overlap", "which needs --tp > 1"},
 		{"run --model tiny --tp 2 --sequence-parallel --tp-comm-overlap --tp-overlap oases",
 		 "--tp-comm-overlap with --tp-overlap oases: two orders of the same collectives"},
+		{"plan --model tiny --gpus 8 --tp-comm-overlap "
+		 "--no-async-tensor-model-parallel-allreduce",
+		 "--tp-comm-overlap with --no-async-tensor-model-parallel-allreduce: two orders"},
+		{"plan --oases --model tiny --tp 2 --tp-comm-overlap",
+		 "--tp-comm-overlap with --oases: two orders of the same collectives"},
 		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
 		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "clock.h"
 #include "coll.h"
 #include "common.h"
 #include "par/tpo.h"
@@ -166,13 +167,20 @@ static int64_t max3(int64_t a, int64_t b, int64_t c)
 	return m > c ? m : c;
 }
 
-/* The times of the rings and the pipelines, from device 0's trace (small, tp 2, one
- * micro-batch), to the nanosecond: every ring step's send and receive are posted as its
+static int64_t max2(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* The times of the rings and the pipelines, from device 0's trace (small, tp 2, 4
+ * micro-batches, alone and as the first of 2 pipeline stages, whose sends the rings' run
+ * beside), to the nanosecond: every ring step's send and receive are posted as its
  * chunk's GEMM starts, and the next compute starts at max(the GEMM's end, the send's, the
  * receive's) (docs/formulas.md); every pipeline's chunk reduce-scatter k > 0 starts at
  * max(chunk k - 1's end, GEMM k's end), chunk 0's at GEMM 0's end, and the compute after
- * the last GEMM at max(its end, the last chunk's end). 4L ring steps, 2L pipelines. */
-static void test_schedule(void **state)
+ * the last GEMM at max(its end, the last chunk's end). 4L ring steps a micro-batch, 2L
+ * pipelines, L the stage's layers. */
+static void check_schedule(int pp)
 {
 	struct run_cfg cfg;
 	struct run_out out;
@@ -182,11 +190,10 @@ static void test_schedule(void **state)
 	size_t steps = 0, pipes = 0, nrs = 0;
 	uint64_t chunk;
 
-	(void)state;
-	test_make_cfg(&cfg, "small", 1, 2, 1, &corpus);
+	test_make_cfg(&cfg, "small", 1, 2, pp, &corpus);
 	cfg.sp = 1;
 	cfg.tp_comm_overlap = 1;
-	cfg.gbs = cfg.mbs;
+	cfg.gbs = 4 * cfg.mbs;
 	cfg.steps = 1;
 	c = test_dry(&cfg, &out, 1);
 	ops_get(c, &o);
@@ -194,9 +201,9 @@ static void test_schedule(void **state)
 	for (size_t k = 0; k < o.n; k++) {
 		const struct trace_op *e = &o.op[k], *g, *r = NULL, *next;
 
-		if (e->stream == EMU_STREAM_SEND) {
+		if (e->stream == EMU_STREAM_CE_SEND) {
 			for (size_t j = 0; j < o.n; j++)
-				if (o.op[j].stream == EMU_STREAM_RECV && o.op[j].t0 == e->t0)
+				if (o.op[j].stream == EMU_STREAM_CE_RECV && o.op[j].t0 == e->t0)
 					r = &o.op[j];
 			g = starting(&o, e->t0, 1);
 			assert_non_null(g);
@@ -219,26 +226,99 @@ static void test_schedule(void **state)
 		for (int s = 1; s < TPO_SPLITS; s++) {
 			g = starting(&o, g->t1, 1); /* the chunks' GEMMs back to back */
 			assert_non_null(g);
-			assert_int_equal(rs[s]->t0, rs[s - 1]->t1 > g->t1 ? rs[s - 1]->t1 : g->t1);
+			assert_int_equal(rs[s]->t0, max2(rs[s - 1]->t1, g->t1));
 		}
 		next = starting(&o, g->t1, 0);
-		assert_int_equal(next->t0, max3(g->t1, rs[TPO_SPLITS - 1]->t1, 0));
+		assert_int_equal(next->t0, max2(g->t1, rs[TPO_SPLITS - 1]->t1));
 		pipes++;
 	}
-	assert_int_equal(steps, 4 * (size_t)cfg.model.num_layers);
-	assert_int_equal(pipes, 2 * (size_t)cfg.model.num_layers);
+	assert_int_equal(steps, 4 * 4 * (size_t)cfg.model.num_layers / (size_t)pp);
+	assert_int_equal(pipes, 4 * 2 * (size_t)cfg.model.num_layers / (size_t)pp);
 	free(o.op);
 	free(o.comp);
 	run_free(&out);
 	emu_cluster_free(c);
 }
 
+static void test_schedule(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 2; pp++)
+		check_schedule(pp);
+}
+
+/* A GEMM's time on a DGX H100 under the calibrated clock, on all its SMs or under an SM
+ * margin: the oracle of what the pieces charge (linear_fwd's and linear_bwd_input's
+ * arguments, bf16). */
+struct gemm_probe {
+	int margin;
+	double m, n, k, extra, bytes;
+	int64_t t;
+};
+
+static int gemm_device(struct emu_dev *d, void *arg)
+{
+	struct gemm_probe *p = arg;
+
+	emu_set_sm_margin(d, p->margin);
+	p->t = emu_gemm(d, "probe", 1, p->m, p->n, p->k, p->extra, p->bytes);
+	return 0;
+}
+
+static int64_t gemm_ns(int margin, double m, double n, double k, double extra, double bytes)
+{
+	struct gemm_probe p = {margin, m, n, k, extra, bytes, 0};
+	struct emu_config ec;
+	struct emu_cluster *c;
+
+	if (emu_config_default(&ec, "dgx-h100"))
+		fail_msg("no dgx-h100 preset");
+	ec.ndev = 1;
+	ec.dry_run = 1;
+	c = emu_cluster_new(&ec);
+	assert_int_equal(emu_cluster_run(c, gemm_device, &p), 0);
+	emu_cluster_free(c);
+	return p.t;
+}
+
+/* Device 0's ops named name lasting exactly t. */
+static size_t lasting(const struct emu_cluster *c, const char *name, int64_t t)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < trace_count(c, 0); k++) {
+		struct trace_op e;
+
+		trace_op_get(c, 0, k, &e);
+		n += !strcmp(e.name, name) && e.t1 - e.t0 == t;
+	}
+	return n;
+}
+
 /* gpt3-175b's layer shape at tp 8 on a DGX H100 (the calibrated clock; 4 layers, micro-batch
  * 1, 4 micro-batches): with the flag, less tensor-parallel communication exposed and a
- * shorter step, for more compute; the same times on a second run. */
+ * shorter step, for more compute; the same times on a second run. The pipelines' chunk
+ * GEMMs (proj's and fc2's, 4 each a layer and micro-batch) and the bulk method's input
+ * gradients (QKV's and fc's) run on the SMs less 16, to the nanosecond of the GEMM law
+ * there; without the flag none does. */
 static void test_time(void **state)
 {
 	int64_t step[3], comp[3], exposed[3];
+	double bt = 2048, h = 12288, t = 8, f = 4 * h;
+	struct {
+		const char *name;
+		double m, n, k, extra, bytes;
+		size_t want;
+	} g[] = {
+		{"linear", bt, h / 4, h / t, bt * h / 4, 0, 16 * 4},
+		{"linear", bt, h / 4, f / t, bt * h / 4, 0, 16 * 4},
+		{"linear.bwd_input", bt, h, 3 * h / t, 0, 0, 16},
+		{"linear.bwd_input", bt, h, f / t, 0, 0, 16},
+	};
+
+	for (size_t i = 0; i < sizeof g / sizeof *g; i++) /* linear.c's bytes, 2 an element */
+		g[i].bytes = 2 * (i < 2 ? g[i].m * g[i].k + g[i].n * g[i].k + g[i].m * g[i].n
+					: g[i].m * g[i].k + g[i].k * g[i].n + 2 * g[i].m * g[i].n);
 
 	(void)state;
 	for (int on = 0; on < 3; on++) {
@@ -262,6 +342,7 @@ static void test_time(void **state)
 			fail_msg("no dgx-h100 preset");
 		ec.ndev = 8;
 		ec.dry_run = 1;
+		ec.trace = 1;
 		c = emu_cluster_new(&ec);
 		if (run_check(&cfg, 8, err, sizeof err))
 			fail_msg("config refused: %s", err);
@@ -271,6 +352,14 @@ static void test_time(void **state)
 		step[on] = o.step_ns[0];
 		comp[on] = o.compute_ns[0];
 		exposed[on] = coll_exposed_ns(emu_cluster_dev(c, 0));
+		for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+			int64_t under =
+				gemm_ns(TPO_SMS, g[i].m, g[i].n, g[i].k, g[i].extra, g[i].bytes);
+
+			assert_true(under >
+				    gemm_ns(0, g[i].m, g[i].n, g[i].k, g[i].extra, g[i].bytes));
+			assert_int_equal(lasting(c, g[i].name, under), on ? g[i].want : 0);
+		}
 		run_free(&o);
 		emu_cluster_free(c);
 	}

@@ -334,6 +334,9 @@ int cmd_plan(int argc, char **argv)
 		cli_fail(&c, "--sample: only pemu train generates text");
 	if (oases && search_only)
 		cli_fail(&c, "--%s: the layout search's option, not --oases's", search_only);
+	if (s.base.tp_comm_overlap && (oases || s.base.tp_sync_dgrad))
+		cli_fail(&c, "--tp-comm-overlap with %s: two orders of the same collectives",
+			 oases ? "--oases" : "--no-async-tensor-model-parallel-allreduce");
 	if (!oases && search_refuses == CLI_PAR_VPP_LAYERS)
 		cli_fail(&c, "--num-layers-per-virtual-pipeline-stage: pemu plan searches the "
 			     "pipeline's size, so fix the chunks a stage with --vpp");

@@ -283,8 +283,9 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		par_zero(&w->dln);
 		if ((rc = pl->mlp->bwd(m, c, w, la, l, scale, weight, st)))
 			return rc;
-		return exit_late(m, pl->mlp_region, c, w, D(w->dln), D(w->dlocal), (size_t)C,
-				 &w->dl);
+		rc = exit_late(m, pl->mlp_region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		par_tpo_bulk(m, 0);
+		return rc;
 	case PAR_MID: /* ln2's backward into dres, then its rows for proj */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
 			      D(la->res2), PW(m, l, LP_LN2W), D(la->ln2_mean), D(la->ln2_rstd),
@@ -311,6 +312,7 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	}
 	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl; ln1 gathered
 		       * again under the input gradient's GEMM, for the weight gradient */
+		par_tpo_bulk(m, pl->tpo); /* TE's bulk method's SMs */
 		if ((rc = par_ln_gather(m, pl->region, c, w, &la->ln1, 1)))
 			return rc;
 		par_zero(&w->dln);
@@ -320,7 +322,9 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 					       PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), D(w->dqkv),
 					       par_ln_whole(m, w, &la->ln1), BT, C, C3)))
 			return rc;
-		return exit_late(m, pl->region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		rc = exit_late(m, pl->region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
+		par_tpo_bulk(m, 0);
+		return rc;
 	case PAR_PRE: /* ln1's backward into dres */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), w->dl,
 			      par_layer_input(a, l), PW(m, l, LP_LN1W), D(la->ln1_mean),

@@ -71,7 +71,9 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 		return rc;
 	par_zero(&w->dfch);
 	gelu_bwd(k, D(w->dfch), D(la->fch), D(w->dfch_gelu), (size_t)BT * F);
-	/* ln2 gathered again under fc's input gradient (Megatron's sequence parallelism) */
+	/* ln2 gathered again under fc's input gradient (Megatron's sequence parallelism);
+	 * under --tp-comm-overlap on the SMs TE's bulk method leaves, until PAR_MLP's exit */
+	par_tpo_bulk(m, m->plan[l].tpo_mlp);
 	if ((rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 1)))
 		return rc;
 	linear_bwd_input(k, D(w->dln), D(w->dfch), PW(m, l, LP_FCW), BT, C, F);

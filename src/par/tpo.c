@@ -12,6 +12,7 @@ int par_tpo_ag(struct par_model *m, const struct par_tp *c, int dgrad, const flo
 	struct emu_dev *d = m->k.d;
 	int t = c->t, next = emu_group_dev(c->g, (c->r + 1) % t);
 	int prev = emu_group_dev(c->g, (c->r + t - 1) % t), rc = 0;
+	int ce = coll_use_copy_engines(d, 1);
 	size_t n = (size_t)c->Ml * C;
 
 	if (whole && rows != par_rows_at(whole, (size_t)c->row0, C))
@@ -22,21 +23,20 @@ int par_tpo_ag(struct par_model *m, const struct par_tp *c, int dgrad, const flo
 		float *y = par_rows_at(out, (size_t)j * c->Ml, (size_t)N);
 		struct coll_req *rq[2] = {NULL, NULL};
 
-		if (i < t - 1 &&
-		    ((rc = coll_isend(d, next, x, n, &rq[0])) ||
-		     (rc = coll_irecv(d, prev, par_rows_at(whole, (size_t)up * c->Ml, C), n,
-				      &rq[1]))))
-			break;
-		if (dgrad)
+		if (i < t - 1 && !(rc = coll_isend(d, next, x, n, &rq[0])))
+			rc = coll_irecv(d, prev, par_rows_at(whole, (size_t)up * c->Ml, C), n,
+					&rq[1]);
+		if (!rc && dgrad)
 			linear_bwd_input(&m->k, y, x, W, c->Ml, N, (int)C);
-		else
+		else if (!rc)
 			linear_fwd(&m->k, y, x, W, b, 1, c->Ml, (int)C, N);
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 2; k++) { /* (what was posted, also after a failure) */
 			int rc2 = coll_wait(d, rq[k]);
 
 			rc = rc ? rc : rc2;
 		}
 	}
+	coll_use_copy_engines(d, ce);
 	return rc;
 }
 
@@ -64,8 +64,7 @@ int par_tpo_rs(struct par_model *m, const struct par_tp *c, struct par_work *w, 
 		size_t c0 = split_at(C, s), nc = split_at(C, s + 1) - c0;
 
 		linear_fwd(&m->k, partial ? partial + (size_t)BT * c0 : NULL, in,
-			   par_rows_at((float *)W, c0, (size_t)K), b ? b + c0 : NULL, 1, BT, K,
-			   (int)nc);
+			   W ? W + c0 * (size_t)K : NULL, b ? b + c0 : NULL, 1, BT, K, (int)nc);
 		rc = coll_ireduce_scatter(d, c->g, partial ? partial + (size_t)BT * c0 : NULL,
 					  rs ? rs + Ml * c0 : NULL, Ml * nc, COLL_SUM, &rq[s]);
 	}
@@ -87,4 +86,9 @@ int par_tpo_rs(struct par_model *m, const struct par_tp *c, struct par_work *w, 
 void par_tpo_rows(struct par_work *w)
 {
 	w->g = D(w->gfull);
+}
+
+void par_tpo_bulk(struct par_model *m, int on)
+{
+	emu_set_sm_margin(m->k.d, on ? TPO_SMS : 0);
 }

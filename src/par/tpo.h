@@ -19,7 +19,12 @@
  *   bulk (qkv_dgrad, fc1_dgrad, qkv_wgrad, fc1_wgrad)
  *     a whole collective beside one GEMM: the LayerNorm output's rows gathered again
  *     under the input gradient's GEMM, and that gradient's reduce-scatter under the
- *     weight gradient's, which pemu's sequence parallelism already does (par/sp.h).
+ *     weight gradient's, which pemu's sequence parallelism already does (par/sp.h);
+ *     here the GEMMs on the SMs less TPO_SMS and the collectives on those (TE's default
+ *     set_sm_margin for bulk), par_tpo_bulk.
+ * The collectives on the TPO_SMS are timed as NCCL's (the SMs taken as enough for their
+ * bandwidth), the rings' sends on the copy engines' streams (coll_use_copy_engines),
+ * beside a pipeline's sends.
  *
  * The data are those of sequence parallelism (the same GEMMs on row or column blocks, the
  * same sums in the same order), so losses and weights match a run without the flag to
@@ -33,8 +38,8 @@
 
 #include "par/internal.h"
 
-/* TE's defaults for the pipeline method (get_default_config: num_splits 4, num_sm 16,
- * set_sm_margin). */
+/* TE's defaults for the pipeline and bulk methods (get_default_config: num_splits 4,
+ * num_sm 16, set_sm_margin). */
 #define TPO_SPLITS 4
 #define TPO_SMS    16
 
@@ -56,5 +61,9 @@ int par_tpo_rs(struct par_model *m, const struct par_tp *c, struct par_work *w, 
 /* Backward's rows before a ring: w->g names the gathered gradient, which the input
  * gradient's ring (par_tpo_ag on w->gsrc) fills. */
 void par_tpo_rows(struct par_work *w);
+
+/* The bulk method's SM margin on (TPO_SMS) or off, for the GEMMs and collectives of a
+ * column-parallel layer's backward. */
+void par_tpo_bulk(struct par_model *m, int on);
 
 #endif

@@ -278,31 +278,32 @@ static int check_ep(const struct run_cfg *cfg, char *err, size_t n)
 	return 0;
 }
 
-/* The rules of Oases's overlap (par/overlap.h): two sub-batches of a micro-batch, each
- * cut as a micro-batch would be. */
 /* --tp-comm-overlap (par/tpo.h): Megatron's rule (sequence parallelism), and what this
  * build does not combine it with. */
 static int check_tp_comm_overlap(const struct run_cfg *cfg, char *err, size_t n)
 {
 	if (!cfg->sp) {
 		snprintf(err, n,
-			 "--tp-comm-overlap needs --sequence-parallel (as Megatron-LM's: it "
-			 "overlaps "
-			 "sequence parallelism's all-gathers and reduce-scatters)%s",
+			 "--tp-comm-overlap needs --sequence-parallel (as Megatron-LM's: "
+			 "it overlaps sequence parallelism's all-gathers and reduce-scatters)%s",
 			 cfg->mesh.size[MESH_TP] == 1 ? ", which needs --tp > 1" : "");
 		return -1;
 	}
 	if (cfg->tp_overlap || cfg->recompute == PAR_RECOMPUTE_OASES || cfg->tp_sync_dgrad) {
+		const char *other = cfg->tp_overlap ? "--tp-overlap oases"
+				    : cfg->recompute == PAR_RECOMPUTE_OASES
+					    ? "--recompute oases"
+					    : "--no-async-tensor-model-parallel-allreduce";
+
 		snprintf(err, n, "--tp-comm-overlap with %s: two orders of the same collectives",
-			 cfg->tp_overlap                         ? "--tp-overlap oases"
-			 : cfg->recompute == PAR_RECOMPUTE_OASES ? "--recompute oases"
-								 : "--no-async-tensor-model-"
-								   "parallel-allreduce");
+			 other);
 		return -1;
 	}
 	return 0;
 }
 
+/* The rules of Oases's overlap (par/overlap.h): two sub-batches of a micro-batch, each
+ * cut as a micro-batch would be. */
 static int check_overlap(const struct run_cfg *cfg, char *err, size_t n)
 {
 	int tp = cfg->mesh.size[MESH_TP], tokens = cfg->mbs / PAR_NSUB * cfg->model.seq_len;
