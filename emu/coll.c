@@ -48,6 +48,14 @@ int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
 	return -1;
 }
 
+int coll_set_ctas(struct emu_dev *d, int ctas)
+{
+	int was = d->coll_ctas;
+
+	d->coll_ctas = ctas > 0 ? ctas : 0;
+	return was;
+}
+
 int coll_use_copy_engines(struct emu_dev *d, int on)
 {
 	int was = d->p2p_ce;
@@ -218,6 +226,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 		goto fail;
 	arg->t_issue = st->t > now ? st->t : now;
 	arg->wire_bytes = d->wire_bytes;
+	arg->ctas = d->coll_ctas;
 	if ((rc = rdv_arrive(d, ch, member, arg, &op)))
 		goto fail;
 	if ((r = d->req_spare)) {

@@ -123,6 +123,13 @@ int coll_wait(struct emu_dev *d, struct coll_req *req);
  * EMU_STREAM_COMM2. Returns the previous one. */
 enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s);
 
+/* The SMs d's later collectives take from the compute beside them (the SM share, under
+ * the calibrated model), as a library that runs its kernels on a set number of SMs does
+ * (Transformer Engine's userbuffers, num_sm); 0, each run's start: NCCL's channels (see
+ * coll_channels). Every member of a collective must give the same. Returns the previous
+ * number. */
+int coll_set_ctas(struct emu_dev *d, int ctas);
+
 /* Whether d's later sends and receives run on its copy engines' streams (CE_SEND, CE_RECV)
  * rather than SEND and RECV: transfers beside NCCL's, as Transformer Engine's userbuffers
  * rings copy (cudaMemcpy by the copy engines), the same link's time; no SM share either

@@ -509,7 +509,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	op->t_end = emu_time_add(op->t_start, dur);
 	if (c->cfg.cost == EMU_COST_CALIBRATED && n > 1 && a->kind != OP_BARRIER &&
 	    a->kind != OP_SEND && a->kind != OP_RECV) /* the SM share (topo.c) */
-		op->ctas = channels(op->ctas ? op->ctas : t->link[op->link].ctas, S);
+		op->ctas = a->ctas ? a->ctas          /* (a library's kernels on so many SMs) */
+				   : channels(op->ctas ? op->ctas : t->link[op->link].ctas, S);
 	if (c->cfg.dry_run)
 		op->ntasks = 0;
 	else if (a->kind == OP_ALL_TO_ALL_V)

@@ -58,6 +58,7 @@ struct op_arg {
 	size_t *send_counts; /* all-to-all-v: n entries, owned by the op */
 	size_t *recv_counts; /* all-to-all-v: n entries, owned by the op */
 	int wire_bytes;      /* bytes per element on the wire */
+	int ctas;            /* the SMs its kernels take (coll_set_ctas), 0: NCCL's channels */
 	int64_t t_issue;     /* virtual time at which this member's stream could start it */
 	float *owned;        /* an eager send's copy of its data, owned by the op */
 };
@@ -240,6 +241,7 @@ struct emu_dev {
 			* each run */
 	int p2p_ce;    /* its sends and receives on the copy engines' streams
 			* (coll_use_copy_engines), 0 each run */
+	int coll_ctas; /* the SMs its collectives take (coll_set_ctas), 0 each run */
 };
 
 struct emu_cluster {
