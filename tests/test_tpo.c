@@ -371,13 +371,135 @@ static void test_time(void **state)
 	assert_int_equal(exposed[2], exposed[1]);
 }
 
+/* --tp-comm-overlap-cfg: NeMo's preset for GPT-3 175B read into the report's
+ * tp_comm_overlap_cfg (the settings it gives, TE's defaults for the rest); each bad
+ * file refused with exit code 2 and one line naming the file, the line and why. */
+static void test_cfg_file(void **state)
+{
+	static const struct {
+		const char *text, *says;
+	} bad[] = {
+		{"qkv_fprop:\n  method: pipeline\n", ":2: qkv_fprop: method pipeline: Transformer "
+						     "Engine runs qkv_fprop as ring_exchange"},
+		{"fc2_fprop:\n  method: bulk\n",
+		 ":2: fc2_fprop: method bulk: Transformer Engine runs fc2_fprop as pipeline or "
+		 "ring_exchange"},
+		{"# a comment\nproj_wgrad:\n  method: external\n",
+		 ":2: 'proj_wgrad' is not one of Transformer Engine's GEMMs"},
+		{"qkv_fprop:\n  aggregate: 1\n", ":2: qkv_fprop: aggregate 1 is not in this build"},
+		{"qkv_fprop:\n  use_ce: 0\n", ":2: qkv_fprop: use_ce 0 is not in this build"},
+		{"qkv_dgrad:\n  num_sm: 0\n",
+		 ":2: qkv_dgrad: num_sm '0' is not a whole number from 1 to 1024"},
+		{"qkv_dgrad:\n  colour: blue\n", ":2: qkv_dgrad: unknown setting 'colour'"},
+		{"  method: bulk\n", ":1: 'method' before any GEMM's name"},
+		{"qkv_dgrad\n", ":1: 'qkv_dgrad' is not 'key: value'"},
+	};
+	static char out[1 << 16];
+	const char *path = "build/test-tpo-cfg.yaml";
+	char args[512];
+
+	(void)state;
+	assert_int_equal(test_pemu("run --model tiny --tp 2 --sequence-parallel --tp-comm-overlap "
+				   "--tp-comm-overlap-cfg "
+				   "bench/tp_overlap/nemo_gpt3_175b_h100_bf16.yaml --dry-run "
+				   "--steps 1 --json",
+				   0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"qkv_dgrad\":{\"method\":\"bulk\",\"num_sm\":4,"
+				    "\"num_splits\":4,\"set_sm_margin\":false}"));
+	assert_non_null(strstr(out, "\"proj_fprop\":{\"method\":\"pipeline\",\"num_sm\":24,"
+				    "\"num_splits\":4,\"set_sm_margin\":true}"));
+	assert_non_null(strstr(out, "\"fc2_fprop\":{\"method\":\"ring_exchange\",\"num_sm\":1,"
+				    "\"num_splits\":4,\"set_sm_margin\":true}"));
+	assert_non_null(strstr(out, "\"qkv_fprop\":{\"method\":\"ring_exchange\",\"num_sm\":1,"
+				    "\"num_splits\":4,\"set_sm_margin\":false}"));
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		FILE *f = fopen(path, "w");
+
+		assert_non_null(f);
+		fputs(bad[k].text, f);
+		fclose(f);
+		snprintf(args, sizeof args,
+			 "run --model tiny --tp 2 --sequence-parallel --tp-comm-overlap "
+			 "--tp-comm-overlap-cfg %s --dry-run",
+			 path);
+		assert_int_equal(test_pemu(args, 1, out, sizeof out), 2);
+		if (!strstr(out, bad[k].says) || !strstr(out, path))
+			fail_msg("case %zu: '%s' does not say '%s'", k, out, bad[k].says);
+	}
+	remove(path);
+	assert_int_equal(
+		test_pemu("run --tp-comm-overlap-cfg build/no-such.yaml", 1, out, sizeof out), 2);
+	assert_non_null(strstr(out, "--tp-comm-overlap-cfg: cannot open 'build/no-such.yaml'"));
+}
+
+/* The reduce-scatters as rings of sends (TE's CommOverlapP2P, NeMo's fc2_fprop): verify
+ * passes, and so against the pipelines' run; each forward reduce-scatter a layer is
+ * t - 1 sends of b s h / t to their owners and one reduce kernel, no collective. */
+static void test_rs_ring(void **state)
+{
+	struct run_out o[2];
+	struct run_cfg cfg;
+	struct verify_result v;
+	struct emu_cluster *c;
+	struct coll_stats rs, snd;
+	uint64_t L, bsh, t = 4, mb = 2;
+	size_t reduces = 0;
+
+	(void)state;
+	for (int ring = 0; ring < 2; ring++) {
+		test_make_cfg(&cfg, "tiny", 1, 4, 1, &corpus);
+		cfg.sp = 1;
+		cfg.tp_comm_overlap = 1;
+		par_tpo_defaults(&cfg.tpo_cfg);
+		cfg.tpo_cfg_set = 1;
+		if (ring)
+			cfg.tpo_cfg.g[PAR_TPO_PROJ_FPROP].method =
+				cfg.tpo_cfg.g[PAR_TPO_FC2_FPROP].method = PAR_TPO_RING;
+		run_exec(&cfg, &o[ring]);
+	}
+	verify_compare(&o[0], &o[1], &cfg, &v);
+	assert_true(v.passed);
+	run_free(&o[0]);
+	run_free(&o[1]);
+	v = test_verify(&cfg, NULL, 0);
+	assert_true(v.passed);
+
+	test_make_cfg(&cfg, "small", 1, (int)t, 1, &corpus);
+	cfg.sp = 1;
+	cfg.tp_comm_overlap = 1;
+	par_tpo_defaults(&cfg.tpo_cfg);
+	cfg.tpo_cfg_set = 1;
+	cfg.tpo_cfg.g[PAR_TPO_PROJ_FPROP].method = cfg.tpo_cfg.g[PAR_TPO_FC2_FPROP].method =
+		PAR_TPO_RING;
+	cfg.mbs = 2;
+	cfg.gbs = (int)mb * cfg.mbs;
+	cfg.steps = 1;
+	c = test_dry(&cfg, &o[0], 1);
+	coll_stats_get(emu_cluster_dev(c, 1), "reduce-scatter", &rs);
+	coll_stats_get(emu_cluster_dev(c, 1), "send", &snd);
+	L = (uint64_t)cfg.model.num_layers;
+	bsh = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len * (uint64_t)cfg.model.hidden * 2;
+	assert_int_equal(rs.calls, mb * (2 * L + 2));
+	assert_int_equal(snd.calls, mb * 6 * L * (t - 1));
+	assert_int_equal(snd.bytes, mb * 6 * L * (t - 1) * bsh / t);
+	for (size_t k = 0; k < trace_count(c, 1); k++) {
+		struct trace_op e;
+
+		trace_op_get(c, 1, k, &e);
+		reduces += !strcmp(e.name, "reduce");
+	}
+	assert_int_equal(reduces, mb * 2 * L);
+	run_free(&o[0]);
+	emu_cluster_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_same_numbers),
-		cmocka_unit_test(test_volume),
-		cmocka_unit_test(test_schedule),
-		cmocka_unit_test(test_time),
+		cmocka_unit_test(test_same_numbers), cmocka_unit_test(test_volume),
+		cmocka_unit_test(test_schedule),     cmocka_unit_test(test_time),
+		cmocka_unit_test(test_cfg_file),     cmocka_unit_test(test_rs_ring),
 	};
 	int rc;
 

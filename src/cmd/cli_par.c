@@ -78,6 +78,10 @@ const struct cli_opt cli_par_opts[] = {
 	 "Megatron-LM's with Transformer Engine (needs --sequence-parallel): the all-gathers "
 	 "before a GEMM fused into it as rings of sends, the reduce-scatters after a "
 	 "row-parallel GEMM pipelined with it in 4 chunks on 16 SMs (TE's defaults)"},
+	{"tp-comm-overlap-cfg", 0, 1, CLI_PAR_TP_COMM_OVERLAP_CFG, "FILE",
+	 "with --tp-comm-overlap, its methods: Transformer Engine's userbuffers YAML, as "
+	 "Megatron-LM and NeMo take it (each GEMM's method, num_sm, num_splits, set_sm_margin; "
+	 "default: TE's)"},
 	{"tp-first", 0, 1, CLI_PAR_TP_FIRST, "K:T",
 	 "Oases's mixed degrees: the first K layers with tensor-parallel size T (T divides tp; "
 	 "those layers' data-parallel size is dp tp / T)"},
@@ -234,6 +238,11 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_TP_COMM_OVERLAP:
 		cfg->tp_comm_overlap = 1;
+		break;
+	case CLI_PAR_TP_COMM_OVERLAP_CFG:
+		cli_tpo_read(c, v, &cfg->tpo_cfg);
+		cfg->tpo_cfg_set = 1;
+		cfg->tpo_cfg_path = v;
 		break;
 	case CLI_PAR_FOLD:
 		if (strcmp(v, "on") && strcmp(v, "off"))

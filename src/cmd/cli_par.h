@@ -37,6 +37,7 @@ enum {
 	CLI_PAR_TP_OVERLAP,
 	CLI_PAR_NO_ASYNC_TP,
 	CLI_PAR_TP_COMM_OVERLAP,
+	CLI_PAR_TP_COMM_OVERLAP_CFG,
 	CLI_PAR_TP_FIRST,
 	CLI_PAR_DIST_OPT,
 	CLI_PAR_RECOMPUTE_METHOD,
@@ -59,5 +60,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 
 /* After the options: the mesh of p's degrees into cfg->mesh. */
 void cli_par_finish(const struct cli_par *p, struct run_cfg *cfg);
+
+/* --tp-comm-overlap-cfg FILE into cfg (cmd/cli_tpo.c): Transformer Engine's defaults,
+ * then the file's settings; exits with code 2, naming the file and line, on a bad one. */
+void cli_tpo_read(const struct cli *c, const char *path, struct par_tpo_cfg *cfg);
 
 #endif

@@ -201,6 +201,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --no-async-tensor-model-parallel-allreduce");
 	if (cfg->tp_comm_overlap)
 		fprintf(f, " --tp-comm-overlap");
+	if (cfg->tp_comm_overlap && cfg->tpo_cfg_path)
+		fprintf(f, " --tp-comm-overlap-cfg %s", cfg->tpo_cfg_path);
 	if (cfg->prec == PREC_BF16)
 		fprintf(f, " --bf16");
 	if (cfg->seed != 1234)

@@ -135,6 +135,24 @@ static const char *prec_name(enum prec p)
 	return p == PREC_BF16 ? "bf16" : "fp32";
 }
 
+/* --tp-comm-overlap and each GEMM's method, TE's defaults or --tp-comm-overlap-cfg's */
+static void tpo_json(FILE *f, const struct run_cfg *cfg)
+{
+	struct par_tpo_cfg def;
+	const struct par_tpo_cfg *t = cfg->tpo_cfg_set ? &cfg->tpo_cfg : &def;
+
+	par_tpo_defaults(&def);
+	fprintf(f, ",\"tp_comm_overlap\":true,\"tp_comm_overlap_cfg\":{");
+	for (int g = 0; g < PAR_TPO_NGEMMS; g++)
+		fprintf(f,
+			"%s\"%s\":{\"method\":\"%s\",\"num_sm\":%d,\"num_splits\":%d,"
+			"\"set_sm_margin\":%s}",
+			g ? "," : "", par_tpo_names[g], par_tpo_methods[t->g[g].method],
+			t->g[g].num_sm, t->g[g].num_splits,
+			t->g[g].set_sm_margin ? "true" : "false");
+	fputc('}', f);
+}
+
 void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct emu_config *ecfg)
 {
 	const struct gpt_config *m = &cfg->model;
@@ -192,7 +210,7 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 	if (cfg->tp_sync_dgrad) /* the same */
 		fprintf(f, ",\"async_tensor_model_parallel_allreduce\":false");
 	if (cfg->tp_comm_overlap)
-		fprintf(f, ",\"tp_comm_overlap\":true");
+		tpo_json(f, cfg);
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
 			cfg->cp_comm == PAR_CP_A2A          ? "a2a"

@@ -220,7 +220,7 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 					 par_ln_whole(m, w, &la->ln1), (size_t)C);
 	case PAR_QKV: /* qkv (B T, 3h/t), this rank's heads */
 		if (pl->tpo)
-			return par_tpo_ag(m, c, 0, par_ln_rows(m, c, &la->ln1),
+			return par_tpo_ag(m, c, PAR_TPO_QKV_FPROP, 0, par_ln_rows(m, c, &la->ln1),
 					  par_ln_whole(m, w, &la->ln1), (size_t)C, D(la->qkv),
 					  PW(m, l, LP_QKVW), PW(m, l, LP_QKVB), C3);
 		linear_fwd(k, D(la->qkv), par_ln_whole(m, w, &la->ln1), PW(m, l, LP_QKVW),
@@ -233,9 +233,9 @@ int par_layer_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	}
 	case PAR_PROJ: /* row-parallel proj (B T, h) partial, summed by g into w->sum */
 		if (pl->tpo)
-			return par_tpo_rs(m, c, w, D(la->atty), PW(m, l, LP_PROJW),
-					  PW(m, l, LP_PROJB), Cl, (size_t)C, D(w->tmp), D(w->tmpl),
-					  &w->sum);
+			return par_tpo_rs(m, c, w, PAR_TPO_PROJ_FPROP, D(la->atty),
+					  PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), Cl, (size_t)C,
+					  D(w->tmp), D(w->tmpl), &w->sum);
 		linear_fwd(k, D(w->tmp), D(la->atty), PW(m, l, LP_PROJW), PW(m, l, LP_PROJB), 1, BT,
 			   Cl, C);
 		return pl->region->exit(m, c, w, D(w->tmp), D(w->tmpl), (size_t)C, &w->sum);
@@ -283,8 +283,9 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		par_zero(&w->dln);
 		if ((rc = pl->mlp->bwd(m, c, w, la, l, scale, weight, st)))
 			return rc;
+		par_tpo_bulk(m, pl->tpo_mlp ? PAR_TPO_FC1_WGRAD : -1);
 		rc = exit_late(m, pl->mlp_region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
-		par_tpo_bulk(m, 0);
+		par_tpo_bulk(m, -1);
 		return rc;
 	case PAR_MID: /* ln2's backward into dres, then its rows for proj */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN2W), PG(m, l, LP_LN2B), w->dl,
@@ -300,8 +301,8 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 		par_zero(&w->datty);
 		if (!pl->tpo)
 			linear_bwd_input(k, D(w->datty), w->g, PW(m, l, LP_PROJW), BT, Cl, C);
-		else if ((rc = par_tpo_ag(m, c, 1, w->gsrc, D(w->gfull), (size_t)C, D(w->datty),
-					  PW(m, l, LP_PROJW), NULL, Cl)))
+		else if ((rc = par_tpo_ag(m, c, PAR_TPO_PROJ_DGRAD, 1, w->gsrc, D(w->gfull),
+					  (size_t)C, D(w->datty), PW(m, l, LP_PROJW), NULL, Cl)))
 			return rc;
 		return par_weight_grad(m, weight, &st->gproj, "stash d proj", PG(m, l, LP_PROJW),
 				       PG(m, l, LP_PROJB), w->g, D(la->atty), BT, Cl, C);
@@ -312,7 +313,7 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 	}
 	case PAR_QKV: /* d ln1 from d qkv, summed (the backward of f) into w->dl; ln1 gathered
 		       * again under the input gradient's GEMM, for the weight gradient */
-		par_tpo_bulk(m, pl->tpo); /* TE's bulk method's SMs */
+		par_tpo_bulk(m, pl->tpo ? PAR_TPO_QKV_DGRAD : -1); /* TE's bulk method's SMs */
 		if ((rc = par_ln_gather(m, pl->region, c, w, &la->ln1, 1)))
 			return rc;
 		par_zero(&w->dln);
@@ -322,8 +323,9 @@ int par_layer_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, i
 					       PG(m, l, LP_QKVW), PG(m, l, LP_QKVB), D(w->dqkv),
 					       par_ln_whole(m, w, &la->ln1), BT, C, C3)))
 			return rc;
+		par_tpo_bulk(m, pl->tpo ? PAR_TPO_QKV_WGRAD : -1);
 		rc = exit_late(m, pl->region, c, w, D(w->dln), D(w->dlocal), (size_t)C, &w->dl);
-		par_tpo_bulk(m, 0);
+		par_tpo_bulk(m, -1);
 		return rc;
 	case PAR_PRE: /* ln1's backward into dres */
 		layernorm_bwd(k, D(w->dres), PG(m, l, LP_LN1W), PG(m, l, LP_LN1B), w->dl,

@@ -44,12 +44,13 @@ static int dense_fwd(struct par_model *m, const struct par_tp *c, struct par_wor
 			   1, BT, F, C);
 		return 0;
 	}
-	if ((rc = par_tpo_ag(m, c, 0, par_ln_rows(m, c, &la->ln2), par_ln_whole(m, w, &la->ln2),
-			     (size_t)C, D(la->fch), PW(m, l, LP_FCW), PW(m, l, LP_FCB), F)))
+	if ((rc = par_tpo_ag(m, c, PAR_TPO_FC1_FPROP, 0, par_ln_rows(m, c, &la->ln2),
+			     par_ln_whole(m, w, &la->ln2), (size_t)C, D(la->fch), PW(m, l, LP_FCW),
+			     PW(m, l, LP_FCB), F)))
 		return rc;
 	gelu_fwd(&m->k, D(la->fch_gelu), D(la->fch), (size_t)BT * F);
-	return par_tpo_rs(m, c, w, D(la->fch_gelu), PW(m, l, LP_FC2W), PW(m, l, LP_FC2B), F,
-			  (size_t)C, D(w->tmp), D(w->tmpl), &w->sum);
+	return par_tpo_rs(m, c, w, PAR_TPO_FC2_FPROP, D(la->fch_gelu), PW(m, l, LP_FC2W),
+			  PW(m, l, LP_FC2B), F, (size_t)C, D(w->tmp), D(w->tmpl), &w->sum);
 }
 
 static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
@@ -63,8 +64,8 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 	par_zero(&w->dfch_gelu);
 	if (!m->plan[l].tpo_mlp)
 		linear_bwd_input(k, D(w->dfch_gelu), w->g, PW(m, l, LP_FC2W), BT, F, C);
-	else if ((rc = par_tpo_ag(m, c, 1, w->gsrc, D(w->gfull), (size_t)C, D(w->dfch_gelu),
-				  PW(m, l, LP_FC2W), NULL, F)))
+	else if ((rc = par_tpo_ag(m, c, PAR_TPO_FC2_DGRAD, 1, w->gsrc, D(w->gfull), (size_t)C,
+				  D(w->dfch_gelu), PW(m, l, LP_FC2W), NULL, F)))
 		return rc;
 	if ((rc = par_weight_grad(m, weight, &st->gfc2, "stash d fc2", PG(m, l, LP_FC2W),
 				  PG(m, l, LP_FC2B), w->g, D(la->fch_gelu), BT, F, C)))
@@ -73,7 +74,7 @@ static int dense_bwd(struct par_model *m, const struct par_tp *c, struct par_wor
 	gelu_bwd(k, D(w->dfch), D(la->fch), D(w->dfch_gelu), (size_t)BT * F);
 	/* ln2 gathered again under fc's input gradient (Megatron's sequence parallelism);
 	 * under --tp-comm-overlap on the SMs TE's bulk method leaves, until PAR_MLP's exit */
-	par_tpo_bulk(m, m->plan[l].tpo_mlp);
+	par_tpo_bulk(m, m->plan[l].tpo_mlp ? PAR_TPO_FC1_DGRAD : -1);
 	if ((rc = par_ln_gather(m, m->plan[l].mlp_region, c, w, &la->ln2, 1)))
 		return rc;
 	linear_bwd_input(k, D(w->dln), D(w->dfch), PW(m, l, LP_FCW), BT, C, F);

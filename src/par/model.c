@@ -11,6 +11,7 @@
 #include "par/internal.h"
 #include "par/recompute.h"
 #include "par/tp.h"
+#include "par/tpo.h"
 #include "util.h"
 
 int par_unit_of(const struct par_model *m, int i)
@@ -121,8 +122,9 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 		A(&w->gfull, bt * h, "d residual gathered");
 		if (m->ln_rows)
 			A(&w->lnw, bt * h, "layernorm gathered");
-		if (m->pc.tpo)
-			A(&w->tpo_rs, ml * h, "reduce-scatter chunks");
+		if (m->pc.tpo) /* (a ring exchange's: the other ranks' sums of this one's rows) */
+			A(&w->tpo_rs, par_tpo_rs_ring(m) ? bt * h - ml * h : ml * h,
+			  "reduce-scatter chunks");
 	}
 	A(&w->dln, bt * h, "d layernorm");
 	A(&w->tmp, bt * h, "branch out");

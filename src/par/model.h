@@ -67,6 +67,43 @@ enum par_bug {
 /* The sub-batches a micro-batch is cut into under Oases's overlap. */
 #define PAR_NSUB 2
 
+/* Transformer Engine's overlap (--tp-comm-overlap, par/tpo.h): the GEMMs it overlaps, by
+ * TE's names, and how each one is (its userbuffers configuration's method, num_sm,
+ * num_splits and set_sm_margin). */
+enum par_tpo_gemm {
+	PAR_TPO_QKV_FPROP,
+	PAR_TPO_FC1_FPROP,
+	PAR_TPO_PROJ_DGRAD,
+	PAR_TPO_FC2_DGRAD, /* the all-gathers before a GEMM: ring exchanges */
+	PAR_TPO_PROJ_FPROP,
+	PAR_TPO_FC2_FPROP, /* the reduce-scatters after one: pipelines or ring exchanges */
+	PAR_TPO_QKV_DGRAD,
+	PAR_TPO_FC1_DGRAD,
+	PAR_TPO_QKV_WGRAD,
+	PAR_TPO_FC1_WGRAD, /* a whole collective beside a GEMM: bulk */
+	PAR_TPO_NGEMMS
+};
+
+enum par_tpo_method { PAR_TPO_RING, PAR_TPO_PIPELINE, PAR_TPO_BULK };
+
+struct par_tpo_cfg {
+	struct par_tpo_ub {
+		enum par_tpo_method method;
+		int num_sm;        /* the SMs its communication kernels take */
+		int num_splits;    /* a pipeline's chunks */
+		int set_sm_margin; /* the GEMMs leave num_sm SMs to them (else they contend) */
+	} g[PAR_TPO_NGEMMS];
+};
+
+/* c with Transformer Engine's defaults for every GEMM (get_default_config: a ring exchange
+ * on 1 SM without a margin, a pipeline in 4 chunks and bulk on 16 SMs with one;
+ * par/tpo.c). */
+void par_tpo_defaults(struct par_tpo_cfg *c);
+/* TE's names of the GEMMs ("qkv_fprop", ...) and of the methods ("ring_exchange",
+ * "pipeline", "bulk"). */
+extern const char *const par_tpo_names[PAR_TPO_NGEMMS];
+extern const char *const par_tpo_methods[3];
+
 /* What every rank of a run shares. */
 struct par_cfg {
 	struct gpt_config model;
@@ -98,6 +135,7 @@ struct par_cfg {
 					   * (ln_rows) */
 	int tpo;                          /* Transformer Engine's overlap of the sequence-parallel
 					   * collectives with the GEMMs (par/tpo.h) */
+	struct par_tpo_cfg tpo_cfg;       /* and its methods, each GEMM's */
 	int sync_dgrad;                   /* a column-parallel layer's input-gradient collective
 					   * after its weight gradient, exposed (Megatron-LM's
 					   * before 2022), not posted before it (par/layer.c) */

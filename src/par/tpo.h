@@ -13,18 +13,20 @@
  *     are taken: the sends are copies. par_tpo_ag.
  *   pipeline (proj_fprop, fc2_fprop; TE's split_overlap_rs)
  *     a row-parallel GEMM and the reduce-scatter of its output, the output's columns in
- *     TPO_SPLITS chunks: each chunk's GEMM on the SMs less TPO_SMS (set_sm_margin), then
- *     the chunk's reduce-scatter posted on the TPO_SMS left, under the next chunk's GEMM;
- *     the last one's exposed. par_tpo_rs.
+ *     num_splits chunks: each chunk's GEMM on the SMs less num_sm (set_sm_margin), then
+ *     the chunk's reduce-scatter posted on the num_sm left, under the next chunk's GEMM;
+ *     the last one's exposed. Or, as a ring exchange (CommOverlapP2P's), each rank's rows
+ *     computed in turn and sent to their owner, who sums them. par_tpo_rs.
  *   bulk (qkv_dgrad, fc1_dgrad, qkv_wgrad, fc1_wgrad)
  *     a whole collective beside one GEMM: the LayerNorm output's rows gathered again
  *     under the input gradient's GEMM, and that gradient's reduce-scatter under the
  *     weight gradient's, which pemu's sequence parallelism already does (par/sp.h);
  *     here the GEMMs on the SMs less TPO_SMS and the collectives on those (TE's default
  *     set_sm_margin for bulk), par_tpo_bulk.
- * The collectives on the TPO_SMS are timed as NCCL's (the SMs taken as enough for their
- * bandwidth), the rings' sends on the copy engines' streams (coll_use_copy_engines),
- * beside a pipeline's sends.
+ * The collectives on the num_sm SMs are timed as NCCL's (the SMs taken as enough for
+ * their bandwidth), the rings' sends on the copy engines' streams (coll_use_copy_engines),
+ * beside a pipeline's sends. Each GEMM's method and SMs are m->pc.tpo_cfg's (par/model.h:
+ * TE's defaults, or --tp-comm-overlap-cfg's file, cmd/cli_tpo.c).
  *
  * The data are those of sequence parallelism (the same GEMMs on row or column blocks, the
  * same sums in the same order), so losses and weights match a run without the flag to
@@ -38,32 +40,40 @@
 
 #include "par/internal.h"
 
-/* TE's defaults for the pipeline and bulk methods (get_default_config: num_splits 4,
- * num_sm 16, set_sm_margin). */
+/* TE's defaults (get_default_config): a ring exchange on num_sm 1 without a margin, the
+ * rest on 16 SMs with one, a pipeline in 4 chunks. */
 #define TPO_SPLITS 4
 #define TPO_SMS    16
 
-/* The ring exchange of a column-parallel GEMM's input, fused with it. rows (Ml, C) are
- * this rank's rows of whole (B T, C), which the ring fills. Forward (dgrad 0):
+/* The ring exchange of a column-parallel GEMM's input, fused with it (g's settings). rows
+ * (Ml, C) are this rank's rows of whole (B T, C), which the ring fills. Forward (dgrad 0):
  * out (B T, N) = whole W^T + b, W (N, C) (linear_fwd). Input gradient (dgrad 1): out
  * (B T, N) += whole W, W (C, N) (linear_bwd_input). 0 or a negative enum emu_err. */
-int par_tpo_ag(struct par_model *m, const struct par_tp *c, int dgrad, const float *rows,
-	       float *whole, size_t C, float *out, const float *W, const float *b, int N);
+int par_tpo_ag(struct par_model *m, const struct par_tp *c, enum par_tpo_gemm g, int dgrad,
+	       const float *rows, float *whole, size_t C, float *out, const float *W,
+	       const float *b, int N);
 
-/* The pipeline of a row-parallel GEMM and its reduce-scatter: in (B T, K) W^T + b, W
- * (C, K), partial sums (B T, C) cut into TPO_SPLITS chunks of columns (kept in partial,
- * chunk after chunk), summed and scattered into this rank's rows local (Ml, C); *out
- * = local. */
-int par_tpo_rs(struct par_model *m, const struct par_tp *c, struct par_work *w, const float *in,
-	       const float *W, const float *b, int K, size_t C, float *partial, float *local,
-	       const float **out);
+/* A row-parallel GEMM and its reduce-scatter, by g's method: in (B T, K) W^T + b, W (C, K),
+ * partial sums (B T, C) summed and scattered into this rank's rows local (Ml, C); *out =
+ * local. The pipeline cuts the output's columns into num_splits chunks (kept in partial,
+ * chunk after chunk), each chunk's reduce-scatter posted under the next chunk's GEMM; the
+ * ring exchange (TE's CommOverlapP2P split_overlap_rs) computes each rank's rows in turn,
+ * the others' first, sends each to its owner under the next GEMM, and sums what it
+ * receives with its own in the order the reduce-scatter would. */
+int par_tpo_rs(struct par_model *m, const struct par_tp *c, struct par_work *w, enum par_tpo_gemm g,
+	       const float *in, const float *W, const float *b, int K, size_t C, float *partial,
+	       float *local, const float **out);
 
 /* Backward's rows before a ring: w->g names the gathered gradient, which the input
  * gradient's ring (par_tpo_ag on w->gsrc) fills. */
 void par_tpo_rows(struct par_work *w);
 
-/* The bulk method's SM margin on (TPO_SMS) or off, for the GEMMs and collectives of a
- * column-parallel layer's backward. */
-void par_tpo_bulk(struct par_model *m, int on);
+/* The bulk method's SMs for g's GEMM and the collective beside it (TE's num_sm, and the
+ * GEMM's margin if set_sm_margin), or, g < 0 or m without the overlap, none. */
+void par_tpo_bulk(struct par_model *m, int g);
+
+/* The work a ring-exchange reduce-scatter needs beyond the pipeline's (Ml, h): t - 1
+ * rows of partial sums received, (B T - Ml, h); whether m has one. */
+int par_tpo_rs_ring(const struct par_model *m);
 
 #endif

@@ -58,13 +58,17 @@ struct run_cfg {
 	enum par_overlap tp_overlap;  /* the tensor-parallel collectives' order (par/overlap.h) */
 	int tp_sync_dgrad;            /* --no-async-tensor-model-parallel-allreduce (par_cfg) */
 	int tp_comm_overlap;          /* --tp-comm-overlap (par/tpo.h) */
-	int tpf_layers, tpf;          /* --tp-first K:T: the first K layers cut T ways, 0 if not */
-	int flash;                    /* memory-efficient attention (no stored scores); cp > 1
-				       * needs it, and run_cfg_finish sets it then */
-	int mlp_chunks;               /* the dense MLP run over this many chunks of rows (> 1) */
-	uint64_t bucket_bytes;        /* data-parallel gradient buckets */
-	int nfail;                    /* --inject-fault fail:DEV@STEP: device dev dies as */
-	struct {                      /* step (from 1) begins */
+	struct par_tpo_cfg tpo_cfg;   /* --tp-comm-overlap-cfg's methods, if tpo_cfg_set; else
+				       * Transformer Engine's defaults */
+	int tpo_cfg_set;
+	const char *tpo_cfg_path; /* the file they came from (the command line's string) */
+	int tpf_layers, tpf;      /* --tp-first K:T: the first K layers cut T ways, 0 if not */
+	int flash;                /* memory-efficient attention (no stored scores); cp > 1
+				   * needs it, and run_cfg_finish sets it then */
+	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
+	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
+	int nfail;                /* --inject-fault fail:DEV@STEP: device dev dies as */
+	struct {                  /* step (from 1) begins */
 		int dev, step;
 	} fail[16];
 	int overlap_grad;         /* ZeRO 0-1: 1 (--overlap-grad-reduce) reduces each

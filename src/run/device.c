@@ -122,7 +122,7 @@ static void copy_grads(const struct par_dp_state *s, struct run_out *o, int step
 /* This device's part of the configuration. */
 static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 {
-	return (struct par_cfg){
+	struct par_cfg pc = {
 		.model = cfg->model,
 		.mbs = cfg->mbs,
 		.prec = cfg->prec,
@@ -157,6 +157,12 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 		.overlap_param_gather = cfg->overlap_param_gather,
 		.seed = cfg->seed,
 		.batch0 = (uint64_t)cfg->step0 * (uint64_t)(cfg->gbs / cfg->mbs)};
+
+	if (cfg->tpo_cfg_set)
+		pc.tpo_cfg = cfg->tpo_cfg;
+	else
+		par_tpo_defaults(&pc.tpo_cfg);
+	return pc;
 }
 
 /* Oases's mixed degrees: of the tp group (tp_devs, this rank r), the tpf ranks r shares

@@ -4,7 +4,7 @@
  * cli_parsed before the command runs anything; the hooks turn both into a jump back here:
  * each parser must refuse or accept, never crash, overflow or hang. Lists naming --trace
  * or --save (which create files as the line is read) or reading a file (--data-path,
- * --vocab-file, --merge-file, --load) are skipped. */
+ * --vocab-file, --merge-file, --load, --tp-comm-overlap-cfg) are skipped. */
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,8 +34,9 @@ static void parsed(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const cmd[] = {"coll", "train", "plan"};
-	static const char *const skip[] = {"trace", "data-path", "vocab-file", "merge-file",
-					   "save",  "load",      NULL};
+	static const char *const skip[] = {
+		"trace", "data-path", "vocab-file",          "merge-file",
+		"save",  "load",      "tp-comm-overlap-cfg", NULL};
 	char *buf, *argv[MAX_ARGS + 1];
 	int argc, which, rc;
 
