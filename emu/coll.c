@@ -50,9 +50,9 @@ int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
 
 int coll_set_ctas(struct emu_dev *d, int ctas)
 {
-	int was = d->coll_ctas;
+	int was = d->coll_ctas, sms = d->c->cfg.topo.gpu.sms;
 
-	d->coll_ctas = ctas > 0 ? ctas : 0;
+	d->coll_ctas = ctas <= 0 ? 0 : ctas < sms ? ctas : sms - 1;
 	return was;
 }
 

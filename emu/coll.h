@@ -126,8 +126,9 @@ enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s);
 /* The SMs d's later collectives take from the compute beside them (the SM share, under
  * the calibrated model), as a library that runs its kernels on a set number of SMs does
  * (Transformer Engine's userbuffers, num_sm); 0, each run's start: NCCL's channels (see
- * coll_channels). Every member of a collective must give the same. Returns the previous
- * number. */
+ * coll_channels); at most the preset's SMs less one. Only the compute beside feels it:
+ * the collective's time is the link's whatever its SMs. Every member of a collective must
+ * give the same. Returns the previous number. */
 int coll_set_ctas(struct emu_dev *d, int ctas);
 
 /* Whether d's later sends and receives run on its copy engines' streams (CE_SEND, CE_RECV)

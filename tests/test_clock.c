@@ -452,17 +452,19 @@ static void test_sm_share(void **state)
 /* Under an SM margin of 16 (Transformer Engine's pipelined GEMMs): a GEMM's tiles go to
  * the 92 SMs of an A100 left, each at its usual rate; a collective posted under it runs
  * on the 16 and stretches nothing beside it; the margin given back, the full law and the
- * share again. [1] under the margin, [0] not: t[0] the GEMM; t[1] the cursor's move over an
- * all-reduce of 64 MiB beside a longer kernel t[2]; t[3] the margin set before. */
+ * share again. [1] under the margin, [0] not, [2] not but the collective on 4 SMs
+ * (coll_set_ctas): t[0] the GEMM; t[1] the cursor's move over an all-reduce of 64 MiB
+ * beside a longer kernel t[2]; t[3] the margin set before. */
 static int margin_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
 
-	for (int on = 1; on >= 0; on--) {
+	for (int on = 2; on >= 0; on--) {
 		struct coll_req *r;
 		int64_t t0, x, g;
-		int rc, was = emu_set_sm_margin(d, on ? 16 : 0);
+		int rc, was = emu_set_sm_margin(d, on == 1 ? 16 : 0);
 
+		coll_set_ctas(d, on == 2 ? 4 : 0); /* (2: no margin, the collective on 4 SMs) */
 		t0 = emu_now(d);
 		if ((rc = coll_iall_reduce(d, emu_world(d), NULL, NULL, 16u << 20, COLL_SUM, &r)))
 			return rc;
@@ -491,6 +493,9 @@ static void test_sm_margin(void **state)
 	assert_int_equal(emu_cluster_run(c, margin_device, &p), 0);
 	assert_int_equal(p.t[3][1], 0); /* each call returns the margin before it */
 	assert_int_equal(p.t[3][0], 16);
+	/* a collective on 4 SMs (coll_set_ctas) stretches what it overlaps by 4 / 104 */
+	assert_int_equal(p.t[1][2],
+			 p.t[2][2] + (int64_t)ceil(protocols_by_hand(64 << 20) * 4.0 / (108 - 4)));
 	assert_int_equal(p.t[0][1], gemm_on(g, 108 - 16, 1, 8192, 8192, 8192));
 	assert_int_equal(p.t[0][0], gemm_by_hand(g, 1, 8192, 8192, 8192));
 	assert_true(p.t[0][1] > p.t[0][0]);

@@ -372,31 +372,58 @@ static void test_time(void **state)
 }
 
 /* --tp-comm-overlap-cfg: NeMo's preset for GPT-3 175B read into the report's
- * tp_comm_overlap_cfg (the settings it gives, TE's defaults for the rest); each bad
- * file refused with exit code 2 and one line naming the file, the line and why. */
+ * tp_comm_overlap_cfg (the settings it gives, TE's defaults for the rest), and what else
+ * YAML allows (a byte-order mark, "---", quotes, blanks before a colon, on/off, no final
+ * newline); each bad file refused with exit code 2 and one line naming the file, the
+ * line and why; the file without the flag, a directory and a missing file refused. */
+static void cfg_run(const char *path, const char *text, const char *flags, int want, char *out,
+		    size_t n)
+{
+	char args[512];
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	snprintf(args, sizeof args,
+		 "run --model tiny --tp 2 --sequence-parallel %s --tp-comm-overlap-cfg %s "
+		 "--dry-run --steps 1 --json",
+		 flags, path);
+	assert_int_equal(test_pemu(args, want != 0, out, n), want);
+}
+
 static void test_cfg_file(void **state)
 {
 	static const struct {
 		const char *text, *says;
 	} bad[] = {
-		{"qkv_fprop:\n  method: pipeline\n", ":2: qkv_fprop: method pipeline: Transformer "
-						     "Engine runs qkv_fprop as ring_exchange"},
-		{"fc2_fprop:\n  method: bulk\n",
-		 ":2: fc2_fprop: method bulk: Transformer Engine runs fc2_fprop as pipeline or "
+		{"qkv_fprop:\n  method: pipeline\n",
+		 ":2: qkv_fprop: method pipeline is not in this build, which runs qkv_fprop as "
 		 "ring_exchange"},
+		{"fc2_fprop:\n  method: bulk\n", ":2: fc2_fprop: method bulk is not in this build, "
+						 "which runs fc2_fprop as pipeline "
+						 "or ring_exchange"},
+		{"qkv_dgrad:\n  method: ring_exchange\n",
+		 ":2: qkv_dgrad: method ring_exchange is not in this build, which runs qkv_dgrad "
+		 "as "
+		 "bulk"},
 		{"# a comment\nproj_wgrad:\n  method: external\n",
 		 ":2: 'proj_wgrad' is not one of Transformer Engine's GEMMs"},
 		{"qkv_fprop:\n  aggregate: 1\n", ":2: qkv_fprop: aggregate 1 is not in this build"},
 		{"qkv_fprop:\n  use_ce: 0\n", ":2: qkv_fprop: use_ce 0 is not in this build"},
+		{"---\nqkv_fprop:\n  atomic_gemm: 1\n",
+		 ":3: qkv_fprop: atomic_gemm 1 is not in this build"},
 		{"qkv_dgrad:\n  num_sm: 0\n",
 		 ":2: qkv_dgrad: num_sm '0' is not a whole number from 1 to 1024"},
+		{"qkv_dgrad:\n  num_sm: 4x\n",
+		 ":2: qkv_dgrad: num_sm '4x' is not a whole number from 1 to 1024"},
 		{"qkv_dgrad:\n  colour: blue\n", ":2: qkv_dgrad: unknown setting 'colour'"},
 		{"  method: bulk\n", ":1: 'method' before any GEMM's name"},
 		{"qkv_dgrad\n", ":1: 'qkv_dgrad' is not 'key: value'"},
+		{"qkv_dgrad:\n  num_sm: 4\nqkv_dgrad:\n", ":3: qkv_dgrad is named twice"},
 	};
 	static char out[1 << 16];
-	const char *path = "build/test-tpo-cfg.yaml";
-	char args[512];
+	const char *path = "build/test-tpo-cfg.yaml", *on = "--tp-comm-overlap";
 
 	(void)state;
 	assert_int_equal(test_pemu("run --model tiny --tp 2 --sequence-parallel --tp-comm-overlap "
@@ -406,28 +433,30 @@ static void test_cfg_file(void **state)
 				   0, out, sizeof out),
 			 0);
 	assert_non_null(strstr(out, "\"qkv_dgrad\":{\"method\":\"bulk\",\"num_sm\":4,"
-				    "\"num_splits\":4,\"set_sm_margin\":false}"));
+				    "\"set_sm_margin\":false}"));
 	assert_non_null(strstr(out, "\"proj_fprop\":{\"method\":\"pipeline\",\"num_sm\":24,"
 				    "\"num_splits\":4,\"set_sm_margin\":true}"));
 	assert_non_null(strstr(out, "\"fc2_fprop\":{\"method\":\"ring_exchange\",\"num_sm\":1,"
-				    "\"num_splits\":4,\"set_sm_margin\":true}"));
+				    "\"set_sm_margin\":true}"));
 	assert_non_null(strstr(out, "\"qkv_fprop\":{\"method\":\"ring_exchange\",\"num_sm\":1,"
-				    "\"num_splits\":4,\"set_sm_margin\":false}"));
+				    "\"set_sm_margin\":false}"));
+	cfg_run(path,
+		"\xEF\xBB\xBF---\nfc2_fprop :\n  method: 'ring_exchange'\n  set_sm_margin : on\n"
+		"qkv_dgrad:\n  num_sm: \"2\"",
+		on, 0, out, sizeof out);
+	assert_non_null(strstr(out, "\"fc2_fprop\":{\"method\":\"ring_exchange\",\"num_sm\":16,"
+				    "\"set_sm_margin\":true}"));
+	assert_non_null(strstr(out, "\"qkv_dgrad\":{\"method\":\"bulk\",\"num_sm\":2,"));
 	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-		FILE *f = fopen(path, "w");
-
-		assert_non_null(f);
-		fputs(bad[k].text, f);
-		fclose(f);
-		snprintf(args, sizeof args,
-			 "run --model tiny --tp 2 --sequence-parallel --tp-comm-overlap "
-			 "--tp-comm-overlap-cfg %s --dry-run",
-			 path);
-		assert_int_equal(test_pemu(args, 1, out, sizeof out), 2);
+		cfg_run(path, bad[k].text, on, 2, out, sizeof out);
 		if (!strstr(out, bad[k].says) || !strstr(out, path))
 			fail_msg("case %zu: '%s' does not say '%s'", k, out, bad[k].says);
 	}
+	cfg_run(path, "qkv_dgrad:\n  num_sm: 4\n", "", 2, out, sizeof out);
+	assert_non_null(strstr(out, "--tp-comm-overlap-cfg without --tp-comm-overlap"));
 	remove(path);
+	assert_int_equal(test_pemu("run --tp-comm-overlap-cfg build", 1, out, sizeof out), 2);
+	assert_non_null(strstr(out, "--tp-comm-overlap-cfg: 'build' is not a file"));
 	assert_int_equal(
 		test_pemu("run --tp-comm-overlap-cfg build/no-such.yaml", 1, out, sizeof out), 2);
 	assert_non_null(strstr(out, "--tp-comm-overlap-cfg: cannot open 'build/no-such.yaml'"));
@@ -490,6 +519,16 @@ static void test_rs_ring(void **state)
 		reduces += !strcmp(e.name, "reduce");
 	}
 	assert_int_equal(reduces, mb * 2 * L);
+	run_free(&o[0]);
+	emu_cluster_free(c);
+	/* a pipeline's num_splits reaches it: in 2 chunks, 2 reduce-scatters a layer each */
+	cfg.tpo_cfg.g[PAR_TPO_PROJ_FPROP].method = cfg.tpo_cfg.g[PAR_TPO_FC2_FPROP].method =
+		PAR_TPO_PIPELINE;
+	cfg.tpo_cfg.g[PAR_TPO_PROJ_FPROP].num_splits = cfg.tpo_cfg.g[PAR_TPO_FC2_FPROP].num_splits =
+		2;
+	c = test_dry(&cfg, &o[0], 0);
+	coll_stats_get(emu_cluster_dev(c, 1), "reduce-scatter", &rs);
+	assert_int_equal(rs.calls, mb * (2 * L * 2 + 2 * L + 2));
 	run_free(&o[0]);
 	emu_cluster_free(c);
 }

@@ -66,7 +66,8 @@ static int is_plan_only(int id)
 				   CLI_TRACE,
 				   CLI_TRACE_DEVICES,
 				   CLI_MODEL_STEPS, /* (the line runs the one step ranked) */
-				   CLI_PAR_TP_COMM_OVERLAP}; /* (where the layout has sp) */
+				   CLI_PAR_TP_COMM_OVERLAP, /* (where the layout has sp) */
+				   CLI_PAR_TP_COMM_OVERLAP_CFG};
 
 	if (id >= CLI_PLAN_OASES || cmd_plan_dim(id) >= 0)
 		return 1;
@@ -112,6 +113,10 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		fprintf(f, " --sequence-parallel");
 	if (cfg->tp_comm_overlap)
 		fprintf(f, " --tp-comm-overlap");
+	if (cfg->tp_comm_overlap && cfg->tpo_cfg_path) {
+		fprintf(f, " --tp-comm-overlap-cfg");
+		cli_put_arg(f, cfg->tpo_cfg_path, json);
+	}
 	if (cfg->flash)
 		fprintf(f, " --use-flash-attn");
 	fputs(" --steps 1 --dry-run", f); /* the step the plan ranked */
@@ -201,8 +206,10 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --no-async-tensor-model-parallel-allreduce");
 	if (cfg->tp_comm_overlap)
 		fprintf(f, " --tp-comm-overlap");
-	if (cfg->tp_comm_overlap && cfg->tpo_cfg_path)
-		fprintf(f, " --tp-comm-overlap-cfg %s", cfg->tpo_cfg_path);
+	if (cfg->tp_comm_overlap && cfg->tpo_cfg_path) {
+		fprintf(f, " --tp-comm-overlap-cfg");
+		cli_put_arg(f, cfg->tpo_cfg_path, 0);
+	}
 	if (cfg->prec == PREC_BF16)
 		fprintf(f, " --bf16");
 	if (cfg->seed != 1234)

@@ -143,13 +143,15 @@ static void tpo_json(FILE *f, const struct run_cfg *cfg)
 
 	par_tpo_defaults(&def);
 	fprintf(f, ",\"tp_comm_overlap\":true,\"tp_comm_overlap_cfg\":{");
-	for (int g = 0; g < PAR_TPO_NGEMMS; g++)
-		fprintf(f,
-			"%s\"%s\":{\"method\":\"%s\",\"num_sm\":%d,\"num_splits\":%d,"
-			"\"set_sm_margin\":%s}",
-			g ? "," : "", par_tpo_names[g], par_tpo_methods[t->g[g].method],
-			t->g[g].num_sm, t->g[g].num_splits,
-			t->g[g].set_sm_margin ? "true" : "false");
+	for (int g = 0; g < PAR_TPO_NGEMMS; g++) {
+		const struct par_tpo_ub *u = &t->g[g];
+
+		fprintf(f, "%s\"%s\":{\"method\":\"%s\",\"num_sm\":%d,", g ? "," : "",
+			par_tpo_names[g], par_tpo_methods[u->method], u->num_sm);
+		if (u->method == PAR_TPO_PIPELINE) /* (a ring's steps are tp's) */
+			fprintf(f, "\"num_splits\":%d,", u->num_splits);
+		fprintf(f, "\"set_sm_margin\":%s}", u->set_sm_margin ? "true" : "false");
+	}
 	fputc('}', f);
 }
 

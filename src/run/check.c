@@ -539,6 +539,12 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	if (cfg->tp_comm_overlap && check_tp_comm_overlap(cfg, err, n))
 		return -1;
+	if (cfg->tpo_cfg_set && !cfg->tp_comm_overlap) {
+		snprintf(err, n,
+			 "--tp-comm-overlap-cfg without --tp-comm-overlap: the file sets that "
+			 "overlap's methods");
+		return -1;
+	}
 	if (cfg->tpf_layers && check_tp_first(cfg, err, n))
 		return -1;
 	if (cfg->gbs / cfg->mbs % dp) {

@@ -184,7 +184,7 @@ int run_fold_plan(const struct run_cfg *cfg, const struct topo *t, int *rep)
 		  (mode == RUN_EP_NONE || mode == RUN_EP_TP ||
 		   (mode == RUN_EP_DP && me->size[MESH_CP] == 1 && experts_even(cfg)));
 	/* mixed degrees give tp ranks of different parts different owners, and
-	 * --tp-comm-overlap's rings send to each rank's neighbours (par/tpo.h): not folded */
+	 * --tp-comm-overlap's rings send to other tp ranks by rank (par/tpo.h): not folded */
 	nrun = best_plan(&p, fold_dp,
 			 me->size[MESH_TP] > 2 && !cfg->tpf_layers && mode != RUN_EP_ROWS &&
 				 !cfg->tp_comm_overlap,

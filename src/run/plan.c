@@ -274,6 +274,10 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	/* --tp-comm-overlap applies to the layouts with sequence parallelism, not Oases's */
 	cfg->tp_comm_overlap = s->base.tp_comm_overlap && cfg->sp && !cfg->tp_overlap &&
 			       cfg->recompute != PAR_RECOMPUTE_OASES;
+	if (!cfg->tp_comm_overlap) { /* (and its file with it) */
+		cfg->tpo_cfg_set = 0;
+		cfg->tpo_cfg_path = NULL;
+	}
 	cfg->flash = v[PLAN_FLASH];
 	cfg->cp_comm = (enum par_cp_comm)v[PLAN_CP_COMM];
 	cfg->tpf_layers = v[PLAN_TPF] ? p->tpf_layers : 0;
