@@ -21,8 +21,9 @@
  *     a whole collective beside one GEMM: the LayerNorm output's rows gathered again
  *     under the input gradient's GEMM, and that gradient's reduce-scatter under the
  *     weight gradient's, which pemu's sequence parallelism already does (par/sp.h);
- *     here the GEMMs on the SMs less TPO_SMS and the collectives on those (TE's default
- *     set_sm_margin for bulk), par_tpo_bulk.
+ *     here the GEMMs on the SMs less num_sm and the collectives on those (set_sm_margin,
+ *     TE's default for bulk), or the collectives taking num_sm of the GEMMs' SMs,
+ *     par_tpo_bulk.
  * The collectives on the num_sm SMs are timed as NCCL's (the SMs taken as enough for
  * their bandwidth), the rings' sends on the copy engines' streams (coll_use_copy_engines),
  * beside a pipeline's sends. Each GEMM's method and SMs are m->pc.tpo_cfg's (par/model.h:
@@ -30,9 +31,9 @@
  *
  * The data are those of sequence parallelism (the same GEMMs on row or column blocks, the
  * same sums in the same order), so losses and weights match a run without the flag to
- * rounding (BLAS may round a block's GEMM otherwise than the whole's); the clock differs. The dense
- * MLP overlaps its fc and fc2; the chunked and MoE MLPs keep sequence parallelism's collectives, as
- * Megatron's MoE experts do. */
+ * rounding (BLAS may round a block's GEMM otherwise than the whole's); the clock differs.
+ * The dense MLP overlaps its fc and fc2; the chunked and MoE MLPs keep sequence
+ * parallelism's collectives, as Megatron's MoE experts do. */
 #ifndef PEMU_PAR_TPO_H
 #define PEMU_PAR_TPO_H
 
