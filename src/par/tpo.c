@@ -115,9 +115,8 @@ static int rs_pipeline(struct par_model *m, const struct par_tp *c, struct par_w
 		rc = coll_ireduce_scatter(d, c->g, partial ? partial + (size_t)BT * c0 : NULL,
 					  rs ? rs + Ml * c0 : NULL, Ml * nc, COLL_SUM, &rq[s]);
 	}
-	emu_set_sm_margin(d, was.margin); /* (the waits beside no GEMM of its) */
+	tpo_unset(m, was); /* (what was posted keeps its margin and SMs; no GEMM follows) */
 	rc = wait_all(d, rq, ns, rc);
-	tpo_unset(m, was);
 	free(rq);
 	for (int s = 0; !rc && rs && local && s < ns; s++) { /* chunk s's columns into local */
 		size_t c0 = split_at(C, ns, s), nc = split_at(C, ns, s + 1) - c0;
