@@ -2,7 +2,8 @@
  * microbenchmark it was calibrated against or checked with, the measured figure with its
  * source, pemu's figure under --cost-model calibrated and the error: GEMMs (the largest
  * measured, square sizes, transformer shapes), attention's batched GEMMs (the scores' and
- * the context's), memory-bound kernels, fused (flash) attention, and collectives: thirty-five
+ * the context's; OpenXLA's table of 375 H100 GEMMs and batched GEMMs, fidelity_xla.h),
+ * memory-bound kernels, fused (flash) attention, and collectives: thirty-five
  * sweeps (8 A100 all-reduce and the 8-H100 ring all-reduce, all-gather and reduce-scatter under
  * nccl-tests -g 8; the 8-H100 NVLS all-reduce, all-gather, reduce-scatter and all-to-all
  * under MPI; 8 H200 timed by PyTorch; all-reduce, all-gather, reduce-scatter and
@@ -26,6 +27,7 @@
 #include "clock.h"
 #include "cluster.h"
 #include "coll.h"
+#include "fidelity_xla.h"
 
 enum kind { GEMM, MEM, ATTN, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL };
 
@@ -121,6 +123,7 @@ struct sweep {
  * 83272's reads 1.34 GB a call and is memory-bound: its error is the unnamed card's HBM
  * (+38% against an 80 GB A100's 2.04 TB/s, about +5% against a 40 GB one's 1.555) */
 #define PT83272 "pytorch/pytorch issue 83272 (torch.bmm, CUDA 11.6; GPU not named)"
+#define XLAH100 "openxla/xla matmul_interpolator_data.h, sm_90, bf16 (median kernel time)"
 #define ELEUTHER                                                                                   \
 	"EleutherAI/cookbook benchmarks/sizing/sample_results/transformer.out @0f810f8 "           \
 	"(torch.bmm, the slowest of its iterations; GPU not named)"
@@ -848,7 +851,8 @@ struct tally {
 	int ngemm, nbmm;
 };
 
-static void emit(FILE *csv, struct tally *t, const struct row *r)
+/* Prints and tallies r; its error. */
+static double emit(FILE *csv, struct tally *t, const struct row *r)
 {
 	static const char *const unit[] = {"TFLOP/s", "GB/s", "TFLOP/s", "us", "us", "us", "us"};
 	double got = predict(r), err = (got - r->measured) / r->measured;
@@ -871,12 +875,14 @@ static void emit(FILE *csv, struct tally *t, const struct row *r)
 		t->checks++;
 		t->worst_check = fabs(err) > t->worst_check ? fabs(err) : t->worst_check;
 	}
+	return err;
 }
 
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "build/bench/out";
-	struct tally all = {0}, per[sizeof sweeps / sizeof *sweeps] = {{0}};
+	struct tally all = {0}, xla = {0}, per[sizeof sweeps / sizeof *sweeps] = {{0}};
+	double xla_err = 0, xla_lo = 0, xla_hi = 0;
 	int nrows = (int)(sizeof rows / sizeof *rows),
 	    nsweeps = (int)(sizeof sweeps / sizeof *sweeps);
 	char path[4096];
@@ -892,6 +898,32 @@ int main(int argc, char **argv)
 	       "|\n|---|---|---|---|---|---|\n");
 	for (int i = 0; i < nrows; i++)
 		emit(csv, &all, &rows[i]);
+	for (size_t i = 0; i < sizeof xla_h100 / sizeof *xla_h100; i++) {
+		char what[96];
+		struct row r = {what,
+				"dgx-h100",
+				GEMM,
+				xla_h100[i].m,
+				xla_h100[i].n,
+				xla_h100[i].k,
+				xla_h100[i].tflops,
+				XLAH100,
+				1,
+				0,
+				0,
+				0,
+				0,
+				xla_h100[i].b,
+				0};
+		double err;
+
+		snprintf(what, sizeof what, "GEMM %d x %dx%dx%d, H100", xla_h100[i].b,
+			 xla_h100[i].m, xla_h100[i].n, xla_h100[i].k);
+		err = emit(csv, &xla, &r);
+		xla_err += fabs(err);
+		xla_lo = i && xla_lo < err ? xla_lo : err;
+		xla_hi = i && xla_hi > err ? xla_hi : err;
+	}
 	for (int i = 0; i < nsweeps; i++) {
 		const struct sweep *w = &sweeps[i];
 
@@ -920,6 +952,11 @@ int main(int argc, char **argv)
 	}
 	fclose(csv);
 	printf("\n");
+	printf("GEMM, H100 (OpenXLA's table), %d shapes: %d within 10%%, the mean error %.1f%%, "
+	       "from %+.0f%% to %+.0f%%\n",
+	       xla.n, xla.within, 100 * xla_err / xla.n, 100 * xla_lo, 100 * xla_hi);
+	all.n += xla.n;
+	all.within += xla.within;
 	for (int i = 0; i < nsweeps; i++) {
 		printf("%s, %d sizes: %d within 10%%, the largest error %.1f%%\n", sweeps[i].what,
 		       per[i].n, per[i].within, 100 * per[i].worst);
@@ -930,7 +967,7 @@ int main(int argc, char **argv)
 			per[i].worst_check > all.worst_check ? per[i].worst_check : all.worst_check;
 	}
 	printf("%d of %d microbenchmarks within 10%% (target: all); the GEMM law's mean error "
-	       "%.1f%% over %d shapes (target <= 5%%), its %d attention BMMs %+.0f%% to %+.0f%%; "
+	       "%.2f%% over %d shapes (target <= 5%%), its %d attention BMMs %+.0f%% to %+.0f%%; "
 	       "the worst of the %d checks %.0f%%\n",
 	       all.within, all.n, 100 * all.gemm_err / all.ngemm, all.ngemm, all.nbmm,
 	       100 * all.bmm_lo, 100 * all.bmm_hi, all.checks, 100 * all.worst_check);

@@ -9,21 +9,23 @@
  * or under the calibrated cost model (emu_config.cost; docs/formulas.md, "How accurate
  * is the clock") by the kind of kernel:
  *   memory-bound  kernel + max(flops / (peak * gemm_ceiling), bytes / (hbm_bw mem_eff))
- *   GEMM          kernel + max(the tiles' time, bytes / (hbm_bw mem_eff)): each of the
+ *   GEMM          gemm_ns + max(the tiles' time, bytes / (hbm_bw mem_eff)): each of the
  *                 batch output matrices (m, n) cut into tiles Tm x Tn of cuBLAS's usual
  *                 sizes, 256 x 128, 128 x 256 or 128 x 128, or the half tiles
  *                 128 x 64 and 64 x 128 at 0.78 of an SM's rate, and the tiles dealt
  *                 out to the SMs the faster of two ways: data-parallel, ceil(tiles / sms)
- *                 waves of one tile of k + 250 (its prologue and epilogue) an SM (tile
- *                 and wave quantization, NVIDIA's Matrix Multiplication Background
- *                 guide), or stream-K, every tile's k dealt out evenly, tiles k / sms +
- *                 250 (waves + 1) + 400 (the partial sums' fix-up) an SM; an SM's rate
- *                 is peak gemm_ceiling / sms; the least over the tiles
+ *                 waves of one tile of k + gemm_k0 (its prologue and epilogue: 250 on an
+ *                 A100, 120 on an H100) an SM (tile and wave quantization, NVIDIA's Matrix
+ *                 Multiplication Background guide), or stream-K, every tile's k dealt out
+ *                 evenly, tiles k / sms + gemm_k0 (waves + 1) + 400 (the partial sums'
+ *                 fix-up) an SM; an SM's rate is peak gemm_ceiling / sms; the least over
+ *                 the tiles; gemm_ns the GEMM kernel's fixed time (2 us on an A100, 5 on
+ *                 an H100)
  *   fused         a fused attention kernel: kernel + max((flops + fused_keys key_flops)
  *                 / (peak fused_eff), bytes / (hbm_bw mem_eff)): each row (a block's
  *                 load of its queries, or keys, and store of its output) costs as much
  *                 as fused_keys more keys
- * kernel being the preset's kernel_ns.
+ * kernel being the preset's kernel_ns (topo.h).
  * Under the roofline every kind is charged as emu_compute's roofline.
  *
  * Time has a horizon, EMU_TIME_MAX (2^62 ns, 146 years): a duration or a cursor that

@@ -46,6 +46,17 @@
  *                 pct_achievable_mem_bw); the others take their generation's
  *   kernel_ns     the fixed cost of a kernel, 2 us: pytorch/ao's roofline model's floor
  *                 for a kernel (the roofline's launch_ns is 3 us)
+ *   gemm_k0, gemm_ns  a GEMM tile's prologue and epilogue as more of k, and a GEMM
+ *                 kernel's fixed time (clock.c): A100 250 and kernel_ns's 2 us, fitted to
+ *                 bench/fidelity's GEMM rows with the tiles' other constants; H100 120 and
+ *                 5 us, fitted to OpenXLA's table of 375 H100 GEMMs in bf16, batches of 1
+ *                 to 4 of m, n, k from 256 to 4096 (xla/service/gpu/model/
+ *                 matmul_interpolator_data.h, sm_90: the median kernel time of traced runs;
+ *                 bench/fidelity_xla.h): mean error 6.3%, 317 within 10%, from -25% to +30%
+ *                 (the A100's 250 and 2 us gave 24.8%, 127 within, pemu fast by up to 44% on
+ *                 the 5 us kernels and slow by up to 25% where k is 256-1024), and 116 of
+ *                 the 118 above 20 us within 10%. H200 and H20 take H100's, the RTX cards
+ *                 A100's (assumptions)
  * and per link, for NCCL's collectives (coll_time.c: a collective costs base plus the faster
  * of its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model
@@ -164,12 +175,13 @@ struct preset {
 	struct topo_link intra, inter;
 };
 
-/* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns, fused_keys)
+/* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns, fused_keys,
+ * gemm_k0, gemm_ns)
  * and of the links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
  * nvls_ns, nvls_eff; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below, from the sources
  * above. */
-#define A100_SMS      108, 0.869, 0.624, 0.88, 2000, 208
-#define H100_SMS      132, 0.803, 0.573, 0.92, 2000, 154
+#define A100_SMS      108, 0.869, 0.624, 0.88, 2000, 208, 250, 2000
+#define H100_SMS      132, 0.803, 0.573, 0.92, 2000, 154, 120, 5000
 #define MiB           (1024ULL * 1024)
 #define NVLINK3       8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0
 #define NVLINK4       8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0
@@ -197,22 +209,26 @@ static const struct preset presets[] = {
 	 {"NVLink4", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
 	 {"IB NDR 400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"h20",
-	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.573, 0.92, 2000, 154},
+	 {"H20-96GB", 148e12, 0.7, 96 * GiB, 4.0e12, 3000, 78, 0.803, 0.573, 0.92, 2000, 154, 120,
+	  5000},
 	 8,
 	 {"NVLink", 3000, 450000000000ULL, NVLINK4, 24, NO_NVLS_TREE},
 	 {"400Gb/s", 5000, 50000000000ULL, IB_NDR, 16, NDR_NVLS_TREE}},
 	{"rtx3090-pcie",
-	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.624, 0.88, 2000, 208},
+	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.624, 0.88, 2000, 208,
+	  250, 2000},
 	 8,
 	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2, NO_NVLS_TREE},
 	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 	{"rtx3090-nvlink",
-	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.624, 0.88, 2000, 208},
+	 {"RTX3090-24GB", 71e12, 0.7, 24 * GiB, 0.94e12, 3000, 82, 0.811, 0.624, 0.88, 2000, 208,
+	  250, 2000},
 	 8,
 	 {"NVLink bridge", 3000, 56000000000ULL, NVLINK3, 2, NO_NVLS_TREE},
 	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},
 	{"rtx4090-pcie",
-	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.624, 0.88, 2000, 208},
+	 {"RTX4090-24GB", 165e12, 0.7, 24 * GiB, 1.0e12, 3000, 128, 0.811, 0.624, 0.88, 2000, 208,
+	  250, 2000},
 	 8,
 	 {"PCIe4 x16", 8000, 25000000000ULL, PCIE4, 2, NO_NVLS_TREE},
 	 {"Ethernet 100Gb/s", 30000, 12500000000ULL, ETH100, 2, NO_NVLS_TREE}},

@@ -73,6 +73,10 @@ struct topo_gpu {
 	 * fused_eff is the rate on long sequences, and a causal one of s tokens in blocks of
 	 * B queries reaches s / (s + B + 2 fused_keys) of it */
 	double fused_keys;
+	/* a GEMM's: a tile's prologue and epilogue as more of k, and the kernel's fixed
+	 * time (in place of kernel_ns) */
+	double gemm_k0;
+	int64_t gemm_ns;
 };
 
 struct topo {

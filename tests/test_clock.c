@@ -97,9 +97,10 @@ static struct emu_cluster *calibrated(int nodes, int ndev)
 }
 
 /* The GEMM law by hand: for each tile, 256 x 128, 128 x 256 and 128 x 128 at an SM's rate and
- * 128 x 64 and 64 x 128 at 0.78 of it, the fewer of data-parallel waves (a tile of k + 250
- * each) and stream-K's even share (tiles x k / SMs, plus 250 for each of waves + 1 tiles and
- * 400 for the fix-up), at the ceiling over the SMs; the least over the tiles. */
+ * 128 x 64 and 64 x 128 at 0.78 of it, the fewer of data-parallel waves (a tile of k + k0
+ * each: 250 on an A100) and stream-K's even share (tiles x k / SMs, plus k0 for each of
+ * waves + 1 tiles and 400 for the fix-up), at the ceiling over the SMs; the least over the
+ * tiles; and the GEMM kernel's fixed time (2 us on an A100). */
 static int64_t gemm_on(const struct topo_gpu *g, int sms, double batch, double m, double n,
 		       double k)
 {
@@ -110,13 +111,14 @@ static int64_t gemm_on(const struct topo_gpu *g, int sms, double batch, double m
 	for (int i = 0; i < 5; i++) {
 		double c = ceil(m / tiles[i][0]) * ceil(n / tiles[i][1]) * batch;
 		double waves = ceil(c / sms);
-		double dp = waves * (k + 250), sk = c * k / sms + (waves + 1) * 250 + 400;
+		double dp = waves * (k + g->gemm_k0),
+		       sk = c * k / sms + (waves + 1) * g->gemm_k0 + 400;
 		double t = 2 * tiles[i][0] * tiles[i][1] * (dp < sk ? dp : sk) /
 			   (g->peak_flops * g->gemm_ceiling / g->sms * tiles[i][2]);
 
 		best = t < best ? t : best;
 	}
-	return g->kernel_ns + (int64_t)ceil(best * 1e9);
+	return g->gemm_ns + (int64_t)ceil(best * 1e9);
 }
 
 /* The law on all the GPU's SMs */
@@ -194,6 +196,18 @@ static void test_calibrated_compute(void **state)
 	assert_int_equal(p.t[0][6], 2000 + (int64_t)ceil(1e9 / (2.04e12 * 0.88) * 1e9));
 	assert_int_equal(p.t[0][7],
 			 2000 + (int64_t)ceil((1e12 + 208 * 1e9) / (312e12 * 0.624) * 1e9));
+	emu_cluster_free(c);
+	/* an H100 has its own: a tile's 120 more of k and a GEMM kernel's fixed 5 us (fitted
+	 * to OpenXLA's table of 375 H100 GEMMs, topo.c); a memory kernel keeps 2 us */
+	c = calibrated_on("dgx-h100", 1, 1);
+	g = &emu_cluster_config(c)->topo.gpu;
+	assert_int_equal(emu_cluster_run(c, gemm_device, &p), 0);
+	assert_int_equal(p.t[0][0], gemm_by_hand(g, 1, 8192, 8192, 8192));
+	assert_int_equal(p.t[0][4], gemm_by_hand(g, 96, 2048, 2048, 128));
+	assert_int_equal(p.t[1][2], gemm_by_hand(g, 2, 1024, 1024, 8192));
+	assert_int_equal(p.t[1][0], 5000 + (int64_t)ceil(2.0 * 128 * 64 * (512 + 120) /
+							 (989e12 * 0.803 / 132 * 0.78) * 1e9));
+	assert_int_equal(p.t[0][6], 2000 + (int64_t)ceil(1e9 / (3.35e12 * 0.92) * 1e9));
 	emu_cluster_free(c);
 }
 
