@@ -73,10 +73,13 @@ enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s)
 	return old;
 }
 
-void coll_set_wire_bytes(struct emu_dev *d, int bytes)
+int coll_set_wire_bytes(struct emu_dev *d, int bytes)
 {
+	int was = d->wire_bytes;
+
 	EMU_ASSERT(bytes > 0 && bytes <= 8);
 	d->wire_bytes = bytes;
+	return was;
 }
 
 /* ------------------------------------------------------------------------------------ */

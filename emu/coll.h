@@ -138,8 +138,8 @@ int coll_set_ctas(struct emu_dev *d, int ctas);
 int coll_use_copy_engines(struct emu_dev *d, int on);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
- * 16-bit communication). Data still moves as float. */
-void coll_set_wire_bytes(struct emu_dev *d, int bytes);
+ * 16-bit communication). Data still moves as float. Returns the previous setting. */
+int coll_set_wire_bytes(struct emu_dev *d, int bytes);
 
 /* Statistics of d's last run, by op name ("all-reduce", ...): calls, message bytes and
  * modelled time; and the bytes d put on each link class (enum topo_link_class). */

@@ -130,7 +130,7 @@ float gpt_forward(struct gpt *m, const int *tokens, const int *targets)
 	layernorm_fwd(k, D(m->lnf), D(m->lnf_mean), D(m->lnf_rstd), x, m->p[m->np - 2].w.data,
 		      m->p[m->np - 1].w.data, BT, C);
 	linear_fwd(k, D(m->probs), D(m->lnf), m->p[0].w.data, NULL, 0, BT, C, V); /* tied to wte */
-	crossentropy_fwd(k, D(m->losses), D(m->probs), D(m->probs), m->targets, BT, V);
+	crossentropy_fwd(k, CE_ONE, D(m->losses), D(m->probs), D(m->probs), m->targets, BT, V);
 	if (kctx_math(k)) {
 		double s = 0;
 
@@ -159,7 +159,8 @@ void gpt_backward(struct gpt *m, float scale)
 
 	/* loss -> logits -> final layernorm: dres holds d(block output) from here on. */
 	zero(&m->dlogits);
-	crossentropy_bwd(k, D(m->dlogits), D(m->probs), m->targets, scale / (float)BT, BT, V);
+	crossentropy_bwd(k, CE_ONE, D(m->dlogits), D(m->probs), m->targets, scale / (float)BT, BT,
+			 V);
 	zero(&m->dln);
 	linear_bwd_input(k, D(m->dln), D(m->dlogits), m->p[0].w.data, BT, C, V);
 	linear_bwd_weight(k, m->p[0].g.data, NULL, 0, D(m->dlogits), D(m->lnf), BT, C, V);

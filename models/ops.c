@@ -421,13 +421,80 @@ void softmax_bwd(const struct kctx *k, float *dinp, const float *out, const floa
 		team_for((size_t)M, row_grain(N), softmax_bwd_rows, &a);
 }
 
-void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
-		      const int *targets, int M, int V)
+/* A kernel over the M x V values, 1 FLOP each, moving bytes a value. */
+static void ce_kernel(const struct kctx *k, const char *name, double mv, double bytes)
 {
-	double mv = (double)M * V;
+	emu_compute(k->d, name, mv, mv * bytes);
+}
+
+void crossentropy_charge(const struct kctx *k, enum ce_impl impl, enum ce_phase ph, int M, int V)
+{
+	double mv = (double)M * V, ab = k->ab;
+	int cast = k->ab < 4; /* (fp32 logits: .float() and the cast back are no kernels) */
+
+	switch (impl) {
+	case CE_ONE:
+		if (ph == CE_PH_PROBS)
+			emu_compute(k->d, "crossentropy", 5 * mv, 2 * mv * ab);
+		else if (ph == CE_PH_BWD)
+			emu_compute(k->d, "crossentropy.bwd", 2 * mv, 3 * mv * ab);
+		return;
+	case CE_UNFUSED:
+		if (ph == CE_PH_MAX) {
+			if (cast)
+				ce_kernel(k, "crossentropy.float", mv, ab + 4);
+			ce_kernel(k, "crossentropy.max", mv, 4);
+		} else if (ph == CE_PH_SUM) {
+			ce_kernel(k, "crossentropy.sub", mv, 8);
+			ce_kernel(k, "crossentropy.exp", mv, 8);
+			ce_kernel(k, "crossentropy.sum", mv, 4);
+		} else if (ph == CE_PH_PROBS) {
+			ce_kernel(k, "crossentropy.div", mv, 8);
+		} else {
+			ce_kernel(k, "crossentropy.bwd.mul", mv, 8);
+			if (cast)
+				ce_kernel(k, "crossentropy.bwd.cast", mv, 4 + ab);
+		}
+		return;
+	case CE_NATIVE:
+		if (ph == CE_PH_MAX)
+			ce_kernel(k, "crossentropy.float_max", mv, cast ? ab + 4 : 4);
+		else if (ph == CE_PH_SUM)
+			ce_kernel(k, "crossentropy.sub_exp_sum", mv, 8);
+		else if (ph == CE_PH_PROBS)
+			ce_kernel(k, "crossentropy.div", mv, 8);
+		else {
+			/* the saved probabilities changed in place (written back) and the
+			 * gradient written in bf16, whatever the logits' precision (the
+			 * function casts to torch.bfloat16); fp32 logits take autograd's
+			 * cast back */
+			ce_kernel(k, "crossentropy.bwd", mv, 4 + 4 + 2);
+			if (!cast)
+				ce_kernel(k, "crossentropy.bwd.cast", mv, 2 + 4);
+		}
+		return;
+	case CE_TE:
+		if (ph == CE_PH_MAX) {
+			ce_kernel(k, "crossentropy.online_softmax", mv, ab);
+		} else if (ph == CE_PH_PROBS) {
+			ce_kernel(k, "crossentropy.grad", mv, ab + 4);
+		} else if (ph == CE_PH_BWD) {
+			ce_kernel(k, "crossentropy.bwd.mul", mv, 8);
+			if (cast)
+				ce_kernel(k, "crossentropy.bwd.cast", mv, 4 + ab);
+		}
+		return;
+	}
+}
+
+void crossentropy_fwd(const struct kctx *k, enum ce_impl impl, float *losses, float *probs,
+		      const float *logits, const int *targets, int M, int V)
+{
 	struct args a = {.out = probs, .out2 = losses, .in = logits, .idx = targets, .C = V};
 
-	emu_compute(k->d, "crossentropy", 5 * mv, 2 * mv * k->ab);
+	crossentropy_charge(k, impl, CE_PH_MAX, M, V);
+	crossentropy_charge(k, impl, CE_PH_SUM, M, V);
+	crossentropy_charge(k, impl, CE_PH_PROBS, M, V);
 	if (kctx_math(k))
 		team_for((size_t)M, row_grain(V), softmax_rows, &a);
 }
@@ -449,13 +516,12 @@ VM_CLONES static void crossentropy_bwd_rows(void *arg, size_t lo, size_t hi, int
 	}
 }
 
-void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs, const int *targets,
-		      float dloss, int M, int V)
+void crossentropy_bwd(const struct kctx *k, enum ce_impl impl, float *dlogits, const float *probs,
+		      const int *targets, float dloss, int M, int V)
 {
-	double mv = (double)M * V;
 	struct args a = {.out = dlogits, .in = probs, .idx = targets, .C = V, .x = dloss};
 
-	emu_compute(k->d, "crossentropy.bwd", 2 * mv, 3 * mv * k->ab);
+	crossentropy_charge(k, impl, CE_PH_BWD, M, V);
 	if (kctx_math(k))
 		team_for((size_t)M, row_grain(V), crossentropy_bwd_rows, &a);
 }

@@ -50,12 +50,39 @@ void position_fwd(const struct kctx *k, float *out, const float *wpe, int M, con
 void position_bwd(const struct kctx *k, float *dwpe, const float *dout, int M, const int *pos,
 		  int C);
 
-/* probs (M, V) = softmax(logits); losses (M) = -log probs[target]. */
-void crossentropy_fwd(const struct kctx *k, float *losses, float *probs, const float *logits,
-		      const int *targets, int M, int V);
+/* The kernels the cross-entropy over M rows of V logits is charged as (the math is the
+ * same whichever; docs/formulas.md has the bytes):
+ *   CE_ONE      one kernel forward (the logits read, the probabilities written) and one
+ *               backward: the serial reference's
+ *   CE_UNFUSED  Megatron-LM's vocab_parallel_cross_entropy, its default
+ *               (megatron/core/tensor_parallel/cross_entropy.py): the logits cast to fp32,
+ *               then max, subtract, exp, sum and divide, each a kernel over the M x V values
+ *               in fp32; backward a multiply, and the gradient cast back
+ *   CE_NATIVE   --cross-entropy-loss-fusion (megatron/core/fusions/fused_cross_entropy.py,
+ *               its functions compiled by jit_fuser): cast and max, subtract-exp-sum,
+ *               divide; backward the multiply, written back into the saved
+ *               probabilities, and the cast to bf16 in one
+ *   CE_TE       --cross-entropy-fusion-impl te, Transformer Engine's Triton kernels
+ *               (transformer_engine/common/triton/cross_entropy.py): an online softmax
+ *               reading the logits once, then a kernel reading them again to write the fp32
+ *               gradient; backward a multiply, and the cast PyTorch's autograd makes to the
+ *               logits' precision
+ * Megatron's and TE's keep the probabilities (TE: the gradient) for backward in fp32
+ * (par/model.c accounts them so).
+ * The kernels over a value a row (the target's logit gathered, the masks) are not charged.
+ * Each is charged in its phase: before the row maxima are reduced over the vocabulary's
+ * shards, between that and the sums' reduction, after it, and in backward. */
+enum ce_impl { CE_UNFUSED, CE_NATIVE, CE_TE, CE_ONE }; /* (Megatron's default the zero value) */
+enum ce_phase { CE_PH_MAX, CE_PH_SUM, CE_PH_PROBS, CE_PH_BWD };
+void crossentropy_charge(const struct kctx *k, enum ce_impl impl, enum ce_phase ph, int M, int V);
+
+/* probs (M, V) = softmax(logits); losses (M) = -log probs[target]; charged as impl runs it
+ * (every phase). */
+void crossentropy_fwd(const struct kctx *k, enum ce_impl impl, float *losses, float *probs,
+		      const float *logits, const int *targets, int M, int V);
 /* dlogits (M, V) += (probs - onehot(target)) * dloss, for the loss averaged with weight
  * dloss per row. */
-void crossentropy_bwd(const struct kctx *k, float *dlogits, const float *probs, const int *targets,
-		      float dloss, int M, int V);
+void crossentropy_bwd(const struct kctx *k, enum ce_impl impl, float *dlogits, const float *probs,
+		      const int *targets, float dloss, int M, int V);
 
 #endif

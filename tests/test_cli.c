@@ -382,6 +382,20 @@ static void test_comm_exposed(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"tp_comm_overlap\":true"));
 	assert_true(json_num(out, "comm_exposed_s") < exposed);
+	/* the fused cross-entropy (said in the report's config, Megatron's names; the
+	 * unfused, its default, not): fewer bytes through HBM, a shorter step */
+	assert_int_equal(
+		run("run --model gpt2-124m --dry-run --tp 2 --steps 1 --json", 0, out, sizeof out),
+		0);
+	step = json_num(out, "step_time_s");
+	assert_null(strstr(out, "cross_entropy"));
+	assert_int_equal(run("run --model gpt2-124m --dry-run --tp 2 --steps 1 --json "
+			     "--cross-entropy-fusion-impl te --cross-entropy-loss-fusion",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"cross_entropy_loss_fusion\":true,"
+				    "\"cross_entropy_fusion_impl\":\"te\""));
+	assert_true(json_num(out, "step_time_s") < step);
 	/* steps unlike each other (MoE routing, weights gathered in the next step): the
 	 * waiting is the last step's, as its idle time is, and never more than it */
 	assert_int_equal(
@@ -540,6 +554,43 @@ static void test_plan_search(void **state)
 	assert_non_null(r = strstr(r, "\"step_time_s\":"));
 	planned = atof(r + strlen("\"step_time_s\":"));
 	assert_line_runs(r, "\"pemu_run\"", "", planned); /* as printed */
+	/* the cross-entropy's kernels: in the run line once, which times as ranked, and in
+	 * Megatron's; Transformer Engine's, which Megatron-LM now refuses, in no Megatron
+	 * line */
+	for (int te = 0; te < 2; te++) {
+		char cmd[4096], mcmd[4096];
+		const char *l,
+			*want = te ? " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+				   : " --cross-entropy-loss-fusion";
+
+		assert_int_equal(
+			run(te ? "plan --model tiny --gpus 8 --global-batch-size 16 "
+				 "--max-micro-batch-size 2 --commands 1 --json "
+				 "--cross-entropy-fusion-impl te --cross-entropy-loss-fusion"
+			       : "plan --model tiny --gpus 8 --global-batch-size 16 "
+				 "--max-micro-batch-size 2 --commands 1 --json "
+				 "--cross-entropy-loss-fusion",
+			    0, out, sizeof out),
+			0);
+		assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));
+		assert_non_null(l = strstr(r, "\"pemu_run\":\""));
+		assert_int_equal(sscanf(l, "\"pemu_run\":\"%4095[^\"]", cmd), 1);
+		assert_non_null(l = strstr(cmd, want));
+		assert_null(strstr(l + strlen(want), "--cross-entropy"));
+		if (te) {
+			assert_non_null(
+				strstr(r, "\"megatron\":null,\"megatron_gap\":"
+					  "\"Megatron-LM refuses --cross-entropy-fusion-impl te"));
+		} else {
+			assert_non_null(l = strstr(r, "\"megatron\":\""));
+			assert_int_equal(sscanf(l, "\"megatron\":\"%4095[^\"]", mcmd), 1);
+			assert_non_null(l = strstr(mcmd, want));
+			assert_null(strstr(l + strlen(want), "--cross-entropy"));
+		}
+		assert_non_null(r = strstr(r, "\"step_time_s\":"));
+		planned = atof(r + strlen("\"step_time_s\":"));
+		assert_line_runs(r, "\"pemu_run\"", "", planned);
+	}
 	assert_int_equal(run("plan --model tiny --tp 2", 1, out, sizeof out), 2);
 	assert_non_null(strstr(out, "--global-batch-size is needed"));
 	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 --mem-cap 100K", 0,

@@ -148,6 +148,11 @@ static void test_bad_input(void **state)
 		 "--tp-comm-overlap with --no-async-tensor-model-parallel-allreduce: two orders"},
 		{"plan --oases --model tiny --tp 2 --tp-comm-overlap",
 		 "--tp-comm-overlap with --oases: two orders of the same collectives"},
+		{"run --model tiny --cross-entropy-fusion-impl te",
+		 "--cross-entropy-fusion-impl without --cross-entropy-loss-fusion: it chooses the "
+		 "fused cross-entropy's kernels, and the unfused one runs"},
+		{"run --model tiny --cross-entropy-loss-fusion --cross-entropy-fusion-impl triton",
+		 "--cross-entropy-fusion-impl: 'triton' is not native or te"},
 		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
 		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},

@@ -501,8 +501,8 @@ static void ce_dev(const struct kctx *k, void *ctx)
 {
 	struct ce *c = ctx;
 
-	crossentropy_fwd(k, c->losses, c->probs, c->x, c->tgt, CM, CV);
-	crossentropy_bwd(k, c->dx, c->probs, c->tgt, 1.0f / CM, CM, CV);
+	crossentropy_fwd(k, CE_ONE, c->losses, c->probs, c->x, c->tgt, CM, CV);
+	crossentropy_bwd(k, CE_ONE, c->dx, c->probs, c->tgt, 1.0f / CM, CM, CV);
 }
 
 static double ce_loss(void *ctx)

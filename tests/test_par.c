@@ -624,21 +624,24 @@ static void test_recompute(void **state)
 		make_cfg(&cfg, "gpt2-124m", 1, 1, 0);
 		scores = (uint64_t)cfg.model.num_layers * (uint64_t)cfg.model.heads *
 			 (uint64_t)cfg.model.seq_len * (uint64_t)cfg.model.seq_len * 2;
-		/* one layer's scores are live at a time during the recomputed backward */
-		assert_int_equal(act[0] - act[1], scores - scores / (uint64_t)cfg.model.num_layers);
+		/* none live at the peak, forward's end, where the logits at the activations'
+		 * precision and Megatron's cross-entropy's fp32 copy are (more than the one
+		 * layer's scores live at a time in the recomputed backward) */
+		assert_int_equal(act[0] - act[1], scores);
 	}
 	assert_true(act[2] < act[1]);
 	assert_true(comp[1] > comp[0] && comp[2] > comp[1]);
 	/* Oases's keeps res2 as well as the layer's output, (b s h) a layer more than full
-	 * recomputation, and runs neither proj nor fc2 again: 2 b s h (h + f) FLOPs a layer
-	 * less than full, 2 b s h f + 2 b s h h more than none */
+	 * recomputation (all of them at the peak, forward's end, as above), and runs neither
+	 * proj nor fc2 again: 2 b s h (h + f) FLOPs a layer less than full, 2 b s h f + 2 b s
+	 * h h more than none */
 	{
 		struct run_cfg cfg;
 		uint64_t bsh;
 
 		make_cfg(&cfg, "gpt2-124m", 1, 1, 0);
 		bsh = (uint64_t)cfg.model.seq_len * (uint64_t)cfg.model.hidden * 2;
-		assert_int_equal(act[3] - act[2], bsh * (uint64_t)(cfg.model.num_layers - 1));
+		assert_int_equal(act[3] - act[2], bsh * (uint64_t)cfg.model.num_layers);
 		assert_true(comp[3] > comp[0] && comp[3] < comp[2]);
 	}
 }
@@ -904,33 +907,45 @@ static void test_zero_memory_and_volume(void **state)
 }
 
 /* Megatron TP: 4 all-reduces of b s h per layer per micro-batch (2 forward, 2 backward),
- * plus, outside the layers, the vocab-parallel embedding (b s h), the cross-entropy's row
- * max (b s) and sums (2 b s), and the final layernorm's input gradient (b s h). */
+ * plus, outside the layers, the vocab-parallel embedding (b s h), the final layernorm's
+ * input gradient (b s h) and the cross-entropy's: by default (Megatron's unfused) the row
+ * max (b s), then the target logits and the sums (b s each); fused (native) the last two
+ * in one all-reduce (2 b s); Transformer Engine's none, but one all-gather of every rank's
+ * (max, sum, target logit) (3 b s t); the cross-entropy's in fp32. */
 static void test_tp_volume(void **state)
 {
-	struct run_cfg cfg;
-	struct run_out o;
-	struct emu_cluster *c;
-	struct coll_stats st;
-	uint64_t bsh, bs, L, want_calls, want_bytes;
+	static const enum ce_impl impls[] = {CE_UNFUSED, CE_NATIVE, CE_TE};
 
 	(void)state;
-	make_cfg(&cfg, "small", 1, 4, 0);
-	cfg.mbs = 2;
-	cfg.gbs = 4; /* 2 micro-batches */
-	cfg.steps = 1;
-	c = dry(&cfg, &o);
-	coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
-	L = (uint64_t)cfg.model.num_layers;
-	bs = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len;
-	bsh = bs * (uint64_t)cfg.model.hidden;
-	/* per micro-batch; and once per step, the gradient norm's one element over tp */
-	want_calls = 2 * (4 * L + 4) + 1;
-	want_bytes = 2 * (4 * L * bsh + bsh + bs + 2 * bs + bsh) * 2 + 2;
-	assert_int_equal(st.calls, want_calls);
-	assert_int_equal(st.bytes, want_bytes);
-	run_free(&o);
-	emu_cluster_free(c);
+	for (size_t i = 0; i < sizeof impls / sizeof *impls; i++) {
+		struct run_cfg cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+		struct coll_stats st, ag;
+		uint64_t bsh, bs, L, ce_calls, ce_bytes;
+
+		make_cfg(&cfg, "small", 1, 4, 0);
+		cfg.mbs = 2;
+		cfg.gbs = 4; /* 2 micro-batches */
+		cfg.steps = 1;
+		cfg.ce = impls[i];
+		c = dry(&cfg, &o);
+		coll_stats_get(emu_cluster_dev(c, 0), "all-reduce", &st);
+		coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &ag);
+		L = (uint64_t)cfg.model.num_layers;
+		bs = (uint64_t)cfg.mbs * (uint64_t)cfg.model.seq_len;
+		bsh = bs * (uint64_t)cfg.model.hidden;
+		ce_calls = impls[i] == CE_UNFUSED ? 3 : impls[i] == CE_NATIVE ? 2 : 0;
+		ce_bytes = impls[i] == CE_TE ? 0 : 3 * bs;
+		/* per micro-batch; and once per step, the gradient norm's one element over tp */
+		assert_int_equal(st.calls, 2 * (4 * L + 2 + ce_calls) + 1);
+		/* (the cross-entropy's in fp32, 4 bytes a value, the rest at the run's 2) */
+		assert_int_equal(st.bytes, 2 * (4 * L * bsh + 2 * bsh) * 2 + 2 * ce_bytes * 4 + 2);
+		assert_int_equal(ag.calls, impls[i] == CE_TE ? 2 : 0);
+		assert_int_equal(ag.bytes, impls[i] == CE_TE ? 2 * 3 * bs * 4 * 4 : 0);
+		run_free(&o);
+		emu_cluster_free(c);
+	}
 }
 
 /* Sequence parallelism moves the same volume as reduce-scatter + all-gather: each of

@@ -28,6 +28,13 @@ const struct cli_opt cli_par_opts[] = {
 	 "Megatron's: layers a recomputed group, 1 in pemu"},
 	{"use-flash-attn", 0, 0, CLI_PAR_FLASH, NULL,
 	 "memory-efficient attention: no (s, s) scores kept, recomputed in backward"},
+	{"cross-entropy-loss-fusion", 0, 0, CLI_PAR_CE_FUSION, NULL,
+	 "Megatron-LM's fused cross-entropy: 3 kernels forward and 1 backward over the logits "
+	 "(default: its unfused one, 6 and 2, in fp32)"},
+	{"cross-entropy-fusion-impl", 0, 1, CLI_PAR_CE_IMPL, "IMPL",
+	 "with --cross-entropy-loss-fusion: native (the default, Megatron's jit-fused "
+	 "functions) or te (Transformer Engine's: 2 kernels forward, the rows' max, sum and "
+	 "target logit all-gathered over tp; Megatron-LM refuses it since June 2026)"},
 	{"mlp-chunks", 0, 1, CLI_PAR_MLP_CHUNKS, "N",
 	 "run the MLP over N chunks of rows, keeping none of it for backward (HelixPipe's)"},
 	{"cp", 0, 1, CLI_PAR_CP, "N",
@@ -97,6 +104,8 @@ void cli_par_init(struct cli_par *p)
 {
 	p->dp = p->tp = p->pp = p->cp = p->ep = 1;
 	p->dist_opt = 0;
+	p->ce_fusion = 0;
+	p->ce_impl = CE_NATIVE;
 }
 
 static int recompute_of(const struct cli *c, const char *v)
@@ -195,6 +204,15 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 	case CLI_PAR_FLASH:
 		cfg->flash = 1;
 		break;
+	case CLI_PAR_CE_FUSION:
+		p->ce_fusion = 1;
+		break;
+	case CLI_PAR_CE_IMPL:
+		if (strcmp(v, "native") && strcmp(v, "te"))
+			cli_fail(c, "--cross-entropy-fusion-impl: '%s' is not native or te", v);
+		p->ce_impl = !strcmp(v, "te") ? CE_TE : CE_NATIVE;
+		cfg->ce_impl_set = 1;
+		break;
 	case CLI_PAR_MLP_CHUNKS:
 		cfg->mlp_chunks = (int)cli_int(c, "--mlp-chunks", v, 1, 1 << 20);
 		break;
@@ -261,6 +279,7 @@ void cli_par_finish(const struct cli_par *p, struct run_cfg *cfg)
 	 * of the devices */
 	mesh_init(&cfg->mesh, p->tp, p->cp, 1, p->dp, p->pp);
 	cfg->ep = p->ep;
+	cfg->ce = p->ce_fusion ? p->ce_impl : CE_UNFUSED;
 	if (p->dist_opt && cfg->zero < 1)
 		cfg->zero = 1;
 }

@@ -26,6 +26,8 @@ enum {
 	CLI_PAR_VPP_LAYERS,
 	CLI_PAR_RECOMPUTE,
 	CLI_PAR_FLASH,
+	CLI_PAR_CE_FUSION,
+	CLI_PAR_CE_IMPL,
 	CLI_PAR_MLP_CHUNKS,
 	CLI_PAR_ZERO,
 	CLI_PAR_BUCKET,
@@ -48,7 +50,9 @@ extern const struct cli_opt cli_par_opts[];
 /* The mesh's degrees as given (1 when not). */
 struct cli_par {
 	int dp, tp, pp, cp, ep;
-	int dist_opt; /* --use-distributed-optimizer */
+	int dist_opt;         /* --use-distributed-optimizer */
+	int ce_fusion;        /* --cross-entropy-loss-fusion */
+	enum ce_impl ce_impl; /* --cross-entropy-fusion-impl (CE_NATIVE unless te) */
 };
 
 void cli_par_init(struct cli_par *p);

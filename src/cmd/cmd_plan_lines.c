@@ -67,7 +67,9 @@ static int is_plan_only(int id)
 				   CLI_TRACE_DEVICES,
 				   CLI_MODEL_STEPS, /* (the line runs the one step ranked) */
 				   CLI_PAR_TP_COMM_OVERLAP, /* (where the layout has sp) */
-				   CLI_PAR_TP_COMM_OVERLAP_CFG};
+				   CLI_PAR_TP_COMM_OVERLAP_CFG,
+				   CLI_PAR_CE_FUSION, /* (from the configuration, both) */
+				   CLI_PAR_CE_IMPL};
 
 	if (id >= CLI_PLAN_OASES || cmd_plan_dim(id) >= 0)
 		return 1;
@@ -119,6 +121,9 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 	}
 	if (cfg->flash)
 		fprintf(f, " --use-flash-attn");
+	if (cfg->ce != CE_UNFUSED)
+		fprintf(f, " --cross-entropy-loss-fusion%s",
+			cfg->ce == CE_TE ? " --cross-entropy-fusion-impl te" : "");
 	fputs(" --steps 1 --dry-run", f); /* the step the plan ranked */
 }
 
@@ -146,6 +151,9 @@ const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_co
 	if (cfg->ep > 1 && cfg->mesh.size[MESH_TP] > 1 && !cfg->sp)
 		return "Megatron-LM runs expert and tensor parallelism with sequence parallelism "
 		       "only";
+	if (cfg->ce == CE_TE)
+		return "Megatron-LM refuses --cross-entropy-fusion-impl te since June 2026 "
+		       "(\"disabled due to stability issues\"); its releases before took it";
 	return NULL;
 }
 
@@ -191,6 +199,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --sequence-parallel");
 	if (cfg->flash)
 		fprintf(f, " --use-flash-attn");
+	if (cfg->ce == CE_NATIVE) /* (TE's is a gap: cmd_plan_megatron_gap) */
+		fprintf(f, " --cross-entropy-loss-fusion");
 	if (cfg->recompute == PAR_RECOMPUTE_FULL)
 		fprintf(f, " --recompute-granularity full --recompute-method uniform "
 			   "--recompute-num-layers 1");

@@ -213,6 +213,10 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		fprintf(f, ",\"async_tensor_model_parallel_allreduce\":false");
 	if (cfg->tp_comm_overlap)
 		tpo_json(f, cfg);
+	if (cfg->ce != CE_UNFUSED) /* (the unfused one is Megatron's default) */
+		fprintf(f,
+			",\"cross_entropy_loss_fusion\":true,\"cross_entropy_fusion_impl\":\"%s\"",
+			cfg->ce == CE_TE ? "te" : "native");
 	if (size[MESH_CP] > 1) /* context parallelism's attention, only when used */
 		fprintf(f, ",\"cp_comm_type\":\"%s\",\"cp_layout\":\"%s\"",
 			cfg->cp_comm == PAR_CP_A2A          ? "a2a"

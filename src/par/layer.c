@@ -424,7 +424,7 @@ int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 {
 	const struct kctx *k = &m->k;
 	const struct par_tp *c = &m->tpv[PAR_TPV_MODEL];
-	int BT = m->B * m->T, C = m->cfg.hidden, rc;
+	int C = m->cfg.hidden, rc;
 
 	if ((rc = par_use(m, PAR_UNIT_LNF(m))))
 		return rc;
@@ -436,9 +436,7 @@ int par_head_fwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 				 (size_t)C)) ||
 	    (rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
-	/* the tied output layer: logits (B T, V/t) of this rank's vocabulary shard */
-	linear_fwd(k, D(a->probs), par_ln_whole(m, w, &a->lnf), m->p[0].w, NULL, 0, BT, C, m->Vl);
-	return par_tp_crossentropy(m, w, a);
+	return par_tp_logits_loss(m, w, a, par_ln_whole(m, w, &a->lnf));
 }
 
 int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, const float *x,
@@ -452,8 +450,8 @@ int par_head_bwd(struct par_model *m, struct par_work *w, struct par_acts *a, co
 	if ((rc = par_use(m, PAR_UNIT_EMB(m))))
 		return rc;
 	par_zero(&w->dlogits);
-	crossentropy_bwd(k, D(w->dlogits), D(a->probs), m->tp == 1 ? a->targets : a->ltargets,
-			 scale / (float)BT, BT, V);
+	crossentropy_bwd(k, m->pc.ce, D(w->dlogits), D(a->probs),
+			 m->tp == 1 ? a->targets : a->ltargets, scale / (float)BT, BT, V);
 	par_zero(&w->dln);
 	/* the LayerNorm's rows gathered again under the input gradient's GEMM */
 	if ((rc = par_ln_gather(m, m->ends, c, w, &a->lnf, 1)))

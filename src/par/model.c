@@ -154,10 +154,19 @@ static int alloc_work(struct par_model *m, struct par_work *w)
 	  m->pc.flash ? 2 * (size_t)FLASH_ROWS * (size_t)(m->cp > 1 ? par_cp_keys(m) : m->T)
 		      : (size_t)m->T * m->T,
 	  "attention scratch");
-	if (m->tp > 1 && m->part.last) {
-		A(&w->ce_max, bt, "cross-entropy max");
-		A(&w->ce_sums, 2 * bt, "cross-entropy sums");
+	/* (fp32 floats, whatever the activations' precision: Megatron's and TE's are) */
+#define A32(t, n, name)                                                                            \
+	do {                                                                                       \
+		if (!rc)                                                                           \
+			rc = tensor_alloc_bytes(k, (t), MEM_WORK, (n)*4, (name));                  \
+	} while (0)
+	if (m->tp > 1 && m->part.last && m->pc.ce != CE_TE) {
+		A32(&w->ce_max, bt, "cross-entropy max");
+		A32(&w->ce_sums, 2 * bt, "cross-entropy sums");
+	} else if (m->tp > 1 && m->part.last) {
+		A32(&w->ce_sums, 3 * bt * (size_t)(m->tp + 1), "cross-entropy rows");
 	}
+#undef A32
 	if (m->cfg.num_experts > 0)
 		A(&w->drouter, (size_t)m->cfg.num_experts * h, "d router");
 	if (m->cfg.num_experts > 0 && m->route_n > 1)
@@ -231,7 +240,11 @@ int par_acts_head(struct par_model *m, struct par_acts *a)
 	if ((rc = tensor_alloc(k, &a->lnf, MEM_ACT, (m->ln_rows ? ml : bt) * h, "lnf")) ||
 	    (rc = tensor_alloc(k, &a->lnf_mean, MEM_ACT, ml, "lnf.mean")) ||
 	    (rc = tensor_alloc(k, &a->lnf_rstd, MEM_ACT, ml, "lnf.rstd")) ||
-	    (rc = tensor_alloc(k, &a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits")))
+	    /* Megatron's cross-entropy keeps its probabilities in fp32 for backward */
+	    (rc = m->pc.ce == CE_ONE
+			  ? tensor_alloc(k, &a->probs, MEM_ACT, bt * (size_t)m->Vl, "logits")
+			  : tensor_alloc_bytes(k, &a->probs, MEM_ACT, bt * (size_t)m->Vl * 4,
+					       "logits (fp32)")))
 		return rc;
 	return tensor_alloc(k, &a->losses, MEM_ACT, bt, "losses");
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "gpt.h"
+#include "ops.h"
 #include "util.h"
 
 /* Activation recomputation (par/recompute.c). */
@@ -128,6 +129,7 @@ struct par_cfg {
 					   * the experts' shards (0 without it) */
 	enum par_recompute recompute;     /* what a layer keeps between forward and backward */
 	int flash;                        /* memory-efficient attention */
+	enum ce_impl ce;                  /* the cross-entropy's kernels (models/ops.h) */
 	int mlp_chunks;                   /* the dense MLP over this many chunks of rows (> 1) */
 	enum par_overlap overlap;         /* the tensor-parallel collectives' order */
 	int split_bwd;                    /* the schedule splits backward (zero-bubble's W
@@ -318,7 +320,10 @@ struct par_work {
 	struct tensor dlogits;       /* (B T, V/t): vocabulary shard of d logits */
 	struct tensor att_scratch;   /* (T, T), or flash's 2 blocks of rows */
 	struct tensor ce_max;        /* (B T), t > 1: vocab-parallel cross-entropy's max */
-	struct tensor ce_sums;       /* (B T, 2): its sums of exponentials, target logits */
+	struct tensor ce_sums;       /* its target logits (B T), then its sums of exponentials
+				      * (B T); Transformer Engine's: the rows' (max, sum,
+				      * target logit), this rank's then every rank's (B T, 3,
+				      * t + 1). fp32, as Megatron's and TE's are */
 	struct tensor drouter;       /* (E, h): one micro-batch's router gradient */
 	struct tensor kv[2], dkv[3]; /* context parallelism's KV buffers, by comm type (par/cp.c) */
 	struct tensor bout, blse;    /* (B T, h/t), (B, a/t, T), the ring: a block's out, lse */

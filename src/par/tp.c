@@ -415,56 +415,133 @@ int par_tp_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a
 	return 0;
 }
 
+/* The cross-entropy's collectives over the tp group (an all-reduce of n, or with gather an
+ * all-gather of n a rank into out), at 4 bytes a value: Megatron's and TE's tensors are
+ * fp32 whatever the run's precision. */
+static int ce_coll(struct par_model *m, float *buf, float *out, size_t n, enum coll_redop op,
+		   int gather)
+{
+	int wire = coll_set_wire_bytes(m->k.d, 4), rc;
+
+	rc = gather ? coll_all_gather(m->k.d, m->g, buf, out, n)
+		    : coll_all_reduce(m->k.d, m->g, buf, buf, n, op);
+	coll_set_wire_bytes(m->k.d, wire);
+	return rc;
+}
+
 /* Megatron's vocab-parallel cross-entropy: the row max and the sum of exponentials
- * (with the target's logit) over the whole vocabulary, from each rank's shard. */
+ * (with the target's logit) over the whole vocabulary, from each rank's shard. The
+ * target's logits and the sums are reduced in two all-reduces (vocab_parallel_cross_entropy)
+ * or, concatenated, in one (--cross-entropy-loss-fusion); sums holds the M target logits,
+ * then the M sums. Its kernels are charged as pc.ce runs them (models/ops.h). */
 static int vocab_parallel_ce(struct par_model *m, struct par_work *w, struct par_acts *a, int M)
 {
 	const struct kctx *k = &m->k;
+	enum ce_impl ce = m->pc.ce;
 	int V = m->Vl, rc;
 	float *x = D(a->probs), *mx = D(w->ce_max), *sums = D(w->ce_sums);
 
-	emu_compute(k->d, "crossentropy.max", (double)M * V, (double)M * V * k->ab);
+	crossentropy_charge(k, ce, CE_PH_MAX, M, V);
 	if (kctx_math(k))
 		for (int i = 0; i < M; i++) {
 			mx[i] = x[(size_t)i * V];
 			for (int v = 1; v < V; v++)
 				mx[i] = x[(size_t)i * V + v] > mx[i] ? x[(size_t)i * V + v] : mx[i];
 		}
-	if ((rc = coll_all_reduce(k->d, m->g, mx, mx, (size_t)M, COLL_MAX)))
+	if ((rc = ce_coll(m, mx, NULL, (size_t)M, COLL_MAX, 0)))
 		return rc;
-	emu_compute(k->d, "crossentropy.sum", 2.0 * M * V, (double)M * V * k->ab);
+	crossentropy_charge(k, ce, CE_PH_SUM, M, V);
 	if (kctx_math(k))
 		for (int i = 0; i < M; i++) {
 			float s = 0;
 
 			for (int v = 0; v < V; v++)
 				s += vm_expf(x[(size_t)i * V + v] - mx[i]);
-			sums[2 * i] = s;
-			sums[2 * i + 1] = a->ltargets[i] >= 0
-						  ? x[(size_t)i * V + a->ltargets[i]] - mx[i]
-						  : 0.0f;
+			sums[i] = a->ltargets[i] >= 0 ? x[(size_t)i * V + a->ltargets[i]] - mx[i]
+						      : 0.0f;
+			sums[M + i] = s;
 		}
-	if ((rc = coll_all_reduce(k->d, m->g, sums, sums, 2 * (size_t)M, COLL_SUM)))
+	if ((rc = ce_coll(m, sums, NULL, ce == CE_UNFUSED ? (size_t)M : 2 * (size_t)M, COLL_SUM,
+			  0)) ||
+	    (ce == CE_UNFUSED && (rc = ce_coll(m, sums + M, NULL, (size_t)M, COLL_SUM, 0))))
 		return rc;
-	emu_compute(k->d, "crossentropy.probs", 3.0 * M * V, 2.0 * M * V * k->ab);
+	crossentropy_charge(k, ce, CE_PH_PROBS, M, V);
 	if (kctx_math(k))
 		for (int i = 0; i < M; i++) {
 			for (int v = 0; v < V; v++)
 				x[(size_t)i * V + v] =
-					vm_expf(x[(size_t)i * V + v] - mx[i]) / sums[2 * i];
-			a->losses.data[i] = logf(sums[2 * i]) - sums[2 * i + 1];
+					vm_expf(x[(size_t)i * V + v] - mx[i]) / sums[M + i];
+			a->losses.data[i] = logf(sums[M + i]) - sums[i];
 		}
 	return 0;
 }
 
-int par_tp_crossentropy(struct par_model *m, struct par_work *w, struct par_acts *a)
+/* Transformer Engine's (--cross-entropy-fusion-impl te): each rank's row max m, sum of
+ * exponentials d below it and target logit (-inf off its shard), all-gathered over the
+ * tensor-parallel group and merged rank by rank from the first as TE's kernel does (d
+ * rescaled to the larger max); sums holds this rank's M triples, then the t ranks'. */
+static int te_ce(struct par_model *m, struct par_work *w, struct par_acts *a, int M)
 {
-	int BT = m->B * m->T;
+	const struct kctx *k = &m->k;
+	int V = m->Vl, t = m->tp, rc;
+	float *x = D(a->probs), *mine = D(w->ce_sums), *all = mine + 3 * (size_t)M;
 
-	if (m->tp == 1) {
-		crossentropy_fwd(&m->k, D(a->losses), D(a->probs), D(a->probs), a->targets, BT,
-				 m->Vl);
-		return 0;
-	}
-	return vocab_parallel_ce(m, w, a, BT);
+	crossentropy_charge(k, CE_TE, CE_PH_MAX, M, V);
+	if (kctx_math(k))
+		for (int i = 0; i < M; i++) {
+			const float *r = x + (size_t)i * V;
+			float mx = r[0], d = 0;
+
+			for (int v = 1; v < V; v++)
+				mx = r[v] > mx ? r[v] : mx;
+			for (int v = 0; v < V; v++)
+				d += vm_expf(r[v] - mx);
+			mine[3 * i] = mx;
+			mine[3 * i + 1] = d;
+			mine[3 * i + 2] = a->ltargets[i] >= 0 ? r[a->ltargets[i]] : -INFINITY;
+		}
+	if ((rc = ce_coll(m, mine, all, 3 * (size_t)M, COLL_SUM, 1)))
+		return rc;
+	crossentropy_charge(k, CE_TE, CE_PH_PROBS, M, V);
+	if (kctx_math(k))
+		for (int i = 0; i < M; i++) {
+			float mx = all[3 * i], d = all[3 * i + 1], xy = all[3 * i + 2];
+			float *r = x + (size_t)i * V;
+
+			for (int q = 1; q < t; q++) {
+				const float *o = all + 3 * ((size_t)q * M + i);
+				float hi = o[0] > mx ? o[0] : mx;
+
+				d = d * vm_expf(mx - hi) + o[1] * vm_expf(o[0] - hi);
+				mx = hi;
+				xy = o[2] > xy ? o[2] : xy;
+			}
+			for (int v = 0; v < V; v++)
+				r[v] = vm_expf(r[v] - mx) / d;
+			a->losses.data[i] = logf(d) + mx - xy;
+		}
+	return 0;
+}
+
+int par_tp_logits_loss(struct par_model *m, struct par_work *w, struct par_acts *a, const float *in)
+{
+	const struct kctx *k = &m->k;
+	int BT = m->B * m->T, rc = 0;
+	struct mem_block *logits = NULL;
+
+	/* the output layer's logits at the activations' precision, live while Megatron's
+	 * cross-entropy takes its fp32 copy (a->probs, kept for backward), until forward
+	 * ends */
+	if (m->pc.ce != CE_ONE && k->ab < 4 &&
+	    !(logits = mem_alloc_host(k->d, MEM_ACT, (uint64_t)BT * (uint64_t)m->Vl * k->ab, 0,
+				      "logits (activations' precision)")))
+		return EMU_EOOM;
+	linear_fwd(k, D(a->probs), in, m->p[0].w, NULL, 0, BT, m->cfg.hidden, m->Vl);
+	if (m->tp == 1)
+		crossentropy_fwd(k, m->pc.ce, D(a->losses), D(a->probs), D(a->probs), a->targets,
+				 BT, m->Vl);
+	else
+		rc = m->pc.ce == CE_TE ? te_ce(m, w, a, BT) : vocab_parallel_ce(m, w, a, BT);
+	mem_free(k->d, logits);
+	return rc;
 }

@@ -61,10 +61,12 @@ int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int
 			      size_t max[2], int *counted);
 
 /* The vocabulary-parallel ends: the embedding of a->tokens into a->enc (this rank's
- * rows), its backward from w's rows into wte and wpe, and the cross-entropy of a->probs
- * (B T, V/t) into a->losses, a->probs left as probabilities. */
+ * rows), its backward from w's rows into wte and wpe, and the tied output layer of in
+ * (B T, h) into a->probs (B T, V/t), this rank's vocabulary shard, and its cross-entropy
+ * into a->losses, a->probs left as probabilities. */
 int par_tp_embed_fwd(struct par_model *m, struct par_work *w, struct par_acts *a);
 int par_tp_embed_bwd(struct par_model *m, struct par_work *w, struct par_acts *a);
-int par_tp_crossentropy(struct par_model *m, struct par_work *w, struct par_acts *a);
+int par_tp_logits_loss(struct par_model *m, struct par_work *w, struct par_acts *a,
+		       const float *in);
 
 #endif

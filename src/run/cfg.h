@@ -65,6 +65,10 @@ struct run_cfg {
 	int tpf_layers, tpf;      /* --tp-first K:T: the first K layers cut T ways, 0 if not */
 	int flash;                /* memory-efficient attention (no stored scores); cp > 1
 				   * needs it, and run_cfg_finish sets it then */
+	enum ce_impl ce;          /* the cross-entropy's kernels: Megatron's unfused (the
+				   * default), or --cross-entropy-loss-fusion's, native or TE's
+				   * (models/ops.h) */
+	int ce_impl_set;          /* --cross-entropy-fusion-impl was given */
 	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
 	int nfail;                /* --inject-fault fail:DEV@STEP: device dev dies as */

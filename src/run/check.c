@@ -539,6 +539,12 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	if (cfg->tp_comm_overlap && check_tp_comm_overlap(cfg, err, n))
 		return -1;
+	if (cfg->ce_impl_set && cfg->ce == CE_UNFUSED) {
+		snprintf(err, n,
+			 "--cross-entropy-fusion-impl without --cross-entropy-loss-fusion: it "
+			 "chooses the fused cross-entropy's kernels, and the unfused one runs");
+		return -1;
+	}
 	if (cfg->tpo_cfg_set && !cfg->tp_comm_overlap) {
 		snprintf(err, n,
 			 "--tp-comm-overlap-cfg without --tp-comm-overlap: the file sets that "

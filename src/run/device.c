@@ -145,6 +145,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 			       : 0,
 		.recompute = cfg->recompute,
 		.flash = cfg->flash,
+		.ce = cfg->ce,
 		.mlp_chunks = cfg->mlp_chunks,
 		.overlap = cfg->tp_overlap,
 		.sync_dgrad = cfg->tp_sync_dgrad,

@@ -214,6 +214,7 @@ static int probe_device(struct emu_dev *d, void *arg)
 			     .pad = 1,
 			     .recompute = PAR_RECOMPUTE_OASES,
 			     .flash = cfg->flash,
+			     .ce = cfg->ce,
 			     .mlp_chunks = cfg->mlp_chunks,
 			     .overlap = PAR_OVERLAP_OASES,
 			     .bucket_bytes = cfg->bucket_bytes};
