@@ -34,8 +34,7 @@ float optim_lr(const struct optim_cfg *o, int step)
 
 void optim_sq_norm_charge(const struct kctx *k, size_t n)
 {
-	emu_compute(k->d, "grad_norm", 2.0 * (double)n,
-		    (double)n * tensor_elem_bytes(k->prec, MEM_GRAD));
+	emu_compute(k->d, "grad_norm", 2.0 * (double)n, (double)n * k->gb);
 }
 
 /* Lanes of the sum of squares: element i adds into lane i % SQ_LANES (the tail's from
@@ -67,8 +66,11 @@ double optim_sq_norm(const struct kctx *k, const float *g, size_t n)
 void optim_adamw_charge(const struct kctx *k, size_t n)
 {
 	/* Reads gradient, master weight, m, v; writes weight, m, v: 28 bytes a parameter in
-	 * fp32, and in bf16 (2-byte gradient and weight copy, 4-byte master, m, v) as well. */
-	emu_compute(k->d, "adamw", 12.0 * (double)n, 28.0 * (double)n);
+	 * fp32, and in bf16 (2-byte gradient and weight copy, 4-byte master, m, v) as well;
+	 * 30 in bf16 with fp32 main gradients. */
+	double bytes = 28.0 + (k->gb - (double)tensor_elem_bytes(k->prec, MEM_GRAD));
+
+	emu_compute(k->d, "adamw", 12.0 * (double)n, bytes * (double)n);
 }
 
 struct adamw {

@@ -7,6 +7,7 @@ void kctx_init(struct kctx *k, struct emu_dev *d, enum prec prec)
 	k->d = d;
 	k->prec = prec;
 	k->ab = prec == PREC_BF16 ? 2 : 4;
+	k->gb = k->ab;
 }
 
 int kctx_math(const struct kctx *k)
@@ -19,6 +20,12 @@ unsigned tensor_elem_bytes(enum prec prec, enum mem_cat cat)
 	if (prec == PREC_FP32)
 		return cat == MEM_OPTIM ? 8 : 4;
 	return cat == MEM_OPTIM ? 12 : 2;
+}
+
+/* A gradient's bytes are k's own (fp32 main gradients or not); the rest the precision's. */
+static uint64_t elem_bytes(const struct kctx *k, enum mem_cat cat)
+{
+	return cat == MEM_GRAD ? (uint64_t)k->gb : tensor_elem_bytes(k->prec, cat);
 }
 
 static int alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n, uint64_t bytes,
@@ -36,8 +43,7 @@ static int alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_
 int tensor_alloc(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
 		 const char *name)
 {
-	return alloc(k, t, cat, n, (uint64_t)n * tensor_elem_bytes(k->prec, cat), (uint64_t)n * 4,
-		     name);
+	return alloc(k, t, cat, n, (uint64_t)n * elem_bytes(k, cat), (uint64_t)n * 4, name);
 }
 
 int tensor_ensure(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
@@ -49,8 +55,7 @@ int tensor_ensure(const struct kctx *k, struct tensor *t, enum mem_cat cat, size
 int tensor_alloc_shard(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t n,
 		       size_t resident, const char *name)
 {
-	return alloc(k, t, cat, n, (uint64_t)resident * tensor_elem_bytes(k->prec, cat),
-		     (uint64_t)n * 4, name);
+	return alloc(k, t, cat, n, (uint64_t)resident * elem_bytes(k, cat), (uint64_t)n * 4, name);
 }
 
 int tensor_alloc_bytes(const struct kctx *k, struct tensor *t, enum mem_cat cat, size_t nbytes,

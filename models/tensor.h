@@ -20,13 +20,16 @@
 enum prec { PREC_FP32, PREC_BF16 };
 
 /* What every kernel needs: the device it charges, and the bytes an activation element
- * occupies in memory traffic (4 in fp32, 2 in bf16). */
+ * occupies in memory traffic (4 in fp32, 2 in bf16), and a gradient (the same, or 4 with
+ * fp32 main gradients: Megatron-LM's --accumulate-allreduce-grads-in-fp32). */
 struct kctx {
 	struct emu_dev *d;
 	enum prec prec;
 	int ab; /* bytes per activation element */
+	int gb; /* bytes per gradient element, in memory and on the wire */
 };
 
+/* gb as ab: gradients in the training precision. */
 void kctx_init(struct kctx *k, struct emu_dev *d, enum prec prec);
 /* 1 when the kernel should compute (execute mode), 0 in dry-run. */
 int kctx_math(const struct kctx *k);

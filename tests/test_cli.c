@@ -591,6 +591,34 @@ static void test_plan_search(void **state)
 		planned = atof(r + strlen("\"step_time_s\":"));
 		assert_line_runs(r, "\"pemu_run\"", "", planned);
 	}
+	/* fp32 gradients: the user's flag in the run line, which times as ranked; Megatron's
+	 * bf16 keeps them by default, and pemu's 16-bit ones are its --grad-reduce-in-bf16 */
+	for (int fp32 = 0; fp32 < 2; fp32++) {
+		char cmd[4096], mcmd[4096];
+		const char *l;
+
+		assert_int_equal(run(fp32 ? "plan --model tiny --gpus 8 --global-batch-size 16 "
+					    "--max-micro-batch-size 2 --commands 1 --json "
+					    "--accumulate-allreduce-grads-in-fp32"
+					  : "plan --model tiny --gpus 8 --global-batch-size 16 "
+					    "--max-micro-batch-size 2 --commands 1 --json",
+				     0, out, sizeof out),
+				 0);
+		assert_non_null(r = strstr(out, "\"ranked\":[{\"rank\":1,"));
+		assert_non_null(l = strstr(r, "\"pemu_run\":\""));
+		assert_int_equal(sscanf(l, "\"pemu_run\":\"%4095[^\"]", cmd), 1);
+		l = strstr(cmd, " --accumulate-allreduce-grads-in-fp32");
+		assert_true(fp32 ? l && !strstr(l + 2, "--accumulate") : !l);
+		assert_non_null(l = strstr(r, "\"megatron\":\""));
+		assert_int_equal(sscanf(l, "\"megatron\":\"%4095[^\"]", mcmd), 1);
+		l = strstr(mcmd, " --bf16");
+		assert_non_null(l);
+		assert_true(fp32 ? !strstr(mcmd, "grad-reduce-in-bf16")
+				 : !strncmp(l, " --bf16 --grad-reduce-in-bf16", 29));
+		assert_non_null(r = strstr(r, "\"step_time_s\":"));
+		planned = atof(r + strlen("\"step_time_s\":"));
+		assert_line_runs(r, "\"pemu_run\"", "", planned);
+	}
 	assert_int_equal(run("plan --model tiny --tp 2", 1, out, sizeof out), 2);
 	assert_non_null(strstr(out, "--global-batch-size is needed"));
 	assert_int_equal(run("plan --model tiny --gpus 8 --global-batch-size 16 --mem-cap 100K", 0,

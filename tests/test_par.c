@@ -848,11 +848,14 @@ static double numel(const struct gpt_config *m, int i0, int i1)
  * Flat buffers pad each parameter to a multiple of N elements, so the figures hold within
  * that padding (at most N elements a tensor). What stages 2-3 hold only while in use
  * (gradient buckets, gathered units) is charged as comm memory, within the working set
- * par/dp.h describes. */
+ * par/dp.h describes. With fp32 main gradients (Megatron-LM's bf16 default) a gradient
+ * takes 4 bytes, in memory and on the wire: the distributed optimizer (stage 1) holds
+ * Megatron's 6 + 12 / N bytes a parameter (REFERENCES.md), and stage 0 sends 4 Psi. */
 static void test_zero_memory_and_volume(void **state)
 {
 	(void)state;
-	for (int zero = 0; zero <= 3; zero++) {
+	for (int i = 0; i < 8; i++) {
+		int zero = i % 4, fp32_grads = i / 4, gb = fp32_grads ? 4 : 2;
 		struct run_cfg cfg;
 		struct run_out o;
 		struct emu_cluster *c;
@@ -866,6 +869,7 @@ static void test_zero_memory_and_volume(void **state)
 		cfg.gbs = N;
 		cfg.steps = 1;
 		cfg.bucket_bytes = (uint64_t)bucket;
+		cfg.fp32_grads = fp32_grads;
 		c = dry(&cfg, &o);
 		d = emu_cluster_dev(c, 0);
 		psi = (double)gpt_num_params(&cfg.model);
@@ -874,14 +878,22 @@ static void test_zero_memory_and_volume(void **state)
 		got = (double)mem_peak_bytes(d, MEM_PARAM);
 		if (fabs(got - want) > 2 * pad)
 			fail_msg("ZeRO %d: param %.6g bytes, want %.6g", zero, got, want);
-		want = 2 * psi / (zero >= 2 ? N : 1);
+		want = gb * psi / (zero >= 2 ? N : 1);
 		got = (double)mem_peak_bytes(d, MEM_GRAD);
-		if (fabs(got - want) > 2 * pad)
+		if (fabs(got - want) > gb * pad)
 			fail_msg("ZeRO %d: grad %.6g bytes, want %.6g", zero, got, want);
 		want = 12 * psi / (zero >= 1 ? N : 1);
 		got = (double)mem_peak_bytes(d, MEM_OPTIM);
 		if (fabs(got - want) > 12 * pad)
 			fail_msg("ZeRO %d: optim %.6g bytes, want %.6g", zero, got, want);
+		if (zero == 1) { /* all three: Megatron's distributed optimizer */
+			want = (gb + 2 + 12.0 / N) * psi;
+			got = (double)(mem_peak_bytes(d, MEM_PARAM) + mem_peak_bytes(d, MEM_GRAD) +
+				       mem_peak_bytes(d, MEM_OPTIM));
+			if (fabs(got - want) > 16 * pad)
+				fail_msg("ZeRO 1, %d-byte gradients: %.6g bytes, want %.6g", gb,
+					 got, want);
+		}
 		/* the transients: stage 2 the wte bucket (the embeddings and at most a bucket
 		 * more) and two others, a bucket being under the bucket size plus one layer;
 		 * stage 3 the embeddings and two layers, as gathered weights and as
@@ -889,18 +901,23 @@ static void test_zero_memory_and_volume(void **state)
 		emb = numel(&cfg.model, 0, 2);
 		layer = numel(&cfg.model, 2, 2 + LP_N);
 		comm = (double)mem_peak_bytes(d, MEM_COMM);
-		comm_max = zero == 2   ? 2 * (emb + 3 * (bucket / 2 + layer))
-			   : zero == 3 ? 2 * 2 * (emb + 2 * layer)
+		comm_max = zero == 2   ? gb * (emb + 3 * (bucket / 2 + layer))
+			   : zero == 3 ? (2 + gb) * (emb + 2 * layer)
 				       : 0;
-		if (comm > comm_max + 2 * pad || (zero >= 2 && comm < 2 * emb))
+		if (comm > comm_max + gb * pad || (zero >= 2 && comm < gb * emb))
 			fail_msg("ZeRO %d: %.6g bytes of transient buffers, expected at least "
 				 "%.6g and at most %.6g",
-				 zero, comm, 2 * emb, comm_max);
+				 zero, comm, gb * emb, comm_max);
+		/* the gradients' reduction (an all-reduce, twice a reduce-scatter's bytes) at
+		 * gb bytes an element, the weights' gathers at 2 */
 		sent = (double)coll_link_bytes(d, TOPO_LINK_INTRA);
-		want_sent = (zero == 3 ? 3.0 : 2.0) * (N - 1) / N * psi * 2;
+		want_sent = (double)(N - 1) / N * psi *
+			    (zero == 0   ? 2.0 * gb
+			     : zero == 3 ? 2 * 2.0 + gb
+					 : 2.0 + gb);
 		if (fabs(sent / want_sent - 1) > 1e-3)
-			fail_msg("ZeRO %d: device 0 sent %.6g bytes, %d Psi is %.6g", zero, sent,
-				 zero == 3 ? 3 : 2, want_sent);
+			fail_msg("ZeRO %d, %d-byte gradients: device 0 sent %.6g bytes, want %.6g",
+				 zero, gb, sent, want_sent);
 		run_free(&o);
 		emu_cluster_free(c);
 	}
@@ -1072,6 +1089,47 @@ static void test_param_gather_overlap(void **state)
 	assert_int_equal(o[0].step_ns[1], o[0].step_ns[0]);
 	run_free(&o[0]);
 	run_free(&o[1]);
+}
+
+/* fp32 main gradients (--accumulate-allreduce-grads-in-fp32) change the clock and the
+ * memory only: under bf16 accounting, execute runs give bitwise the same losses, first
+ * gradients and weights with and without, under dp with ZeRO 0 to 3, tp with sp, a
+ * pipeline (the tied embedding's gradient summed between its ends) and experts; the
+ * gradients take twice the bytes, and the step is longer wherever they cross a link. */
+static void test_fp32_grads(void **state)
+{
+	static const struct {
+		const char *model;
+		int dp, tp, sp, pp, zero;
+	} cases[] = {{"tiny", 2, 1, 0, 1, 0}, {"tiny", 2, 2, 1, 1, 1}, {"tiny", 2, 1, 0, 1, 2},
+		     {"tiny", 2, 1, 0, 1, 3}, {"tiny", 1, 2, 1, 2, 0}, {"moe-tiny", 2, 1, 0, 1, 1}};
+	struct run_out o[2];
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct run_cfg cfg;
+
+		for (int fp32 = 0; fp32 < 2; fp32++) {
+			make_cfg(&cfg, cases[k].model, cases[k].dp, cases[k].tp, cases[k].zero);
+			cfg.sp = cases[k].sp;
+			cfg.prec = PREC_BF16;
+			cfg.fp32_grads = fp32;
+			if (cases[k].pp > 1) {
+				mesh_init(&cfg.mesh, cases[k].tp, 1, 1, cases[k].dp, cases[k].pp);
+				cfg.model.num_layers = 4;
+				cfg.schedule = SCHED_1F1B;
+				cfg.vpp = 1;
+				cfg.gbs = 4 * cfg.mbs;
+			}
+			run_exec(&cfg, &o[fp32], k);
+		}
+		assert_same_run(&cfg, &o[1], &o[0]);
+		if (o[1].step_ns[0] <= o[0].step_ns[0])
+			fail_msg("case %zu: fp32 gradients' step %lld ns, 16-bit %lld", k,
+				 (long long)o[1].step_ns[0], (long long)o[0].step_ns[0]);
+		run_free(&o[0]);
+		run_free(&o[1]);
+	}
 }
 
 /* Megatron's order for a column-parallel layer's backward (its input-gradient collective
@@ -1277,6 +1335,7 @@ int main(void)
 		cmocka_unit_test(test_buckets_overlap),
 		cmocka_unit_test(test_param_gather_overlap),
 		cmocka_unit_test(test_async_dgrad),
+		cmocka_unit_test(test_fp32_grads),
 		cmocka_unit_test(test_pipeline_grads_overlap),
 		cmocka_unit_test(test_host_need),
 	};

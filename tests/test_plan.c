@@ -270,6 +270,7 @@ static void assert_same_layout(const struct run_cfg *a, const struct run_cfg *b)
 	assert_int_equal(a->flash, b->flash);
 	assert_int_equal(a->cp_comm, b->cp_comm);
 	assert_int_equal(a->prec, b->prec);
+	assert_int_equal(a->fp32_grads, b->fp32_grads);
 	assert_int_equal(a->vocab_div, b->vocab_div);
 	assert_int_equal(run_overlaps_grads(a), run_overlaps_grads(b));
 }

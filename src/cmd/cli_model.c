@@ -65,6 +65,12 @@ const struct cli_opt cli_model_opts[] = {
 	{"precision", 0, 1, CLI_MODEL_PRECISION, "fp32|bf16",
 	 "memory and traffic accounting (default fp32, bf16 in dry-run)"},
 	{"bf16", 0, 0, CLI_MODEL_BF16, NULL, "the same as --precision bf16 (Megatron's)"},
+	{"accumulate-allreduce-grads-in-fp32", 0, 0, CLI_MODEL_FP32_GRADS, NULL,
+	 "bf16: keep and reduce the gradients in fp32, 4 bytes an element in memory and on the "
+	 "wire (Megatron-LM's default for bf16; pemu's default is 16-bit gradients, Megatron's "
+	 "--grad-reduce-in-bf16)"},
+	{"grad-reduce-in-bf16", 0, 0, CLI_MODEL_BF16_GRADS, NULL,
+	 "16-bit gradients, in memory and on the wire (pemu's default; Megatron-LM's flag)"},
 	{"max-position-embeddings", 0, 1, CLI_MODEL_MAX_POS, "N",
 	 "Megatron's position table rows: at least --seq-length (pemu's table has seq-length)"},
 	{"log-interval", 0, 1, CLI_MODEL_LOG, "N", "print every N steps (default: about 30 lines)"},
@@ -169,6 +175,10 @@ int cli_model_opt(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
 		break;
 	case CLI_MODEL_BF16:
 		m->prec = "bf16";
+		break;
+	case CLI_MODEL_FP32_GRADS:
+	case CLI_MODEL_BF16_GRADS:
+		cfg->fp32_grads = id == CLI_MODEL_FP32_GRADS;
 		break;
 	case CLI_MODEL_MAX_POS:
 		m->max_pos = (int)cli_int(c, "--max-position-embeddings", v, 1, 1 << 22);

@@ -220,8 +220,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --tp-comm-overlap-cfg");
 		cli_put_arg(f, cfg->tpo_cfg_path, 0);
 	}
-	if (cfg->prec == PREC_BF16)
-		fprintf(f, " --bf16");
+	if (cfg->prec == PREC_BF16) /* (Megatron's bf16 keeps fp32 gradients unless told) */
+		fprintf(f, " --bf16%s", cfg->fp32_grads ? "" : " --grad-reduce-in-bf16");
 	if (cfg->seed != 1234)
 		fprintf(f, " --seed %llu", (unsigned long long)cfg->seed);
 }

@@ -85,6 +85,7 @@ static int train_device(struct emu_dev *d, void *arg)
 	if (!tok || !tgt)
 		return emu_dev_fail(d, "out of host memory for a batch");
 	kctx_init(&k, d, cfg->prec);
+	k.gb = (int)run_grad_bytes(cfg);
 	rc = gpt_init(&m, &k, &cfg->model, cfg->mbs, cfg->seed);
 	if (!rc && cfg->resume && !emu_dev_dry_run(d))
 		ckpt_to_gpt(cfg->resume, &m);

@@ -213,6 +213,8 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		fprintf(f, ",\"async_tensor_model_parallel_allreduce\":false");
 	if (cfg->tp_comm_overlap)
 		tpo_json(f, cfg);
+	if (cfg->fp32_grads) /* only when asked for */
+		fprintf(f, ",\"accumulate_allreduce_grads_in_fp32\":true");
 	if (cfg->ce != CE_UNFUSED) /* (the unfused one is Megatron's default) */
 		fprintf(f,
 			",\"cross_entropy_loss_fusion\":true,\"cross_entropy_fusion_impl\":\"%s\"",

@@ -31,19 +31,21 @@ static int post(struct par_dp_state *s, struct par_dp_bucket *b)
 	float *g = s->m->grads.data;
 	size_t lo, chunk = par_dp_chunk(b, &lo);
 	enum emu_stream old;
-	int rc;
+	int rc, wire;
 
 	b->posted = 1;
 	if (b->n == 1)
 		return 0;
 	/* on a stream of their own, so that TP's blocking all-reduces never queue behind them */
 	old = coll_use_stream(s->m->k.d, EMU_STREAM_COMM2);
+	wire = par_grad_wire(s->m);
 	if (s->zero >= 1)
 		rc = coll_ireduce_scatter(s->m->k.d, b->g, g ? g + b->lo : NULL, g ? g + lo : NULL,
 					  chunk, COLL_SUM, &b->req);
 	else
 		rc = coll_iall_reduce(s->m->k.d, b->g, g ? g + b->lo : NULL, g ? g + b->lo : NULL,
 				      b->hi - b->lo, COLL_SUM, &b->req);
+	coll_set_wire_bytes(s->m->k.d, wire);
 	coll_use_stream(s->m->k.d, old);
 	return rc;
 }
@@ -68,7 +70,7 @@ void par_dp_owned_ranges(const struct par_dp_state *s, void (*fn)(void *, size_t
 /* Stages 2-3: bucket b's gradients become a live buffer as backward starts writing it. */
 static int open_bucket(struct par_dp_state *s, struct par_dp_bucket *b)
 {
-	uint64_t bytes = (b->hi - b->lo) * (uint64_t)tensor_elem_bytes(s->m->k.prec, MEM_GRAD);
+	uint64_t bytes = (b->hi - b->lo) * (uint64_t)s->m->k.gb;
 
 	if (b->gbuf)
 		return 0;
@@ -277,6 +279,8 @@ static void unit_buckets(struct par_dp_state *s, const struct par_groups *g)
 
 int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_groups *g)
 {
+	/* a bucket's size counts its elements at the weights' width, fp32 gradients or not
+	 * (as Megatron's counts elements): the same buckets, so the same sums, either way */
 	int dp = m->pc.pad ? m->pc.pad : 1, zero = m->pc.zero, wire_bytes = m->k.ab;
 	uint64_t bucket_bytes = m->pc.bucket_bytes;
 	size_t lo = 0;

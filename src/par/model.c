@@ -440,6 +440,8 @@ int par_model_init(struct par_model *m, const struct par_cfg *cfg, const struct 
 	m->pc = *cfg;
 	m->cfg = *c;
 	kctx_init(&m->k, g->dev, cfg->prec);
+	if (cfg->fp32_grads)
+		m->k.gb = 4;
 	m->tp = tp;
 	m->r = g->tp_rank;
 	m->g = g->tp;
@@ -524,7 +526,16 @@ void par_zero_grad(struct par_model *m)
 	par_zero(&m->grads);
 }
 
+int par_grad_wire(struct par_model *m)
+{
+	return coll_set_wire_bytes(m->k.d, m->k.gb);
+}
+
 int par_sum_tied_embedding(struct par_model *m, struct emu_group *emb)
 {
-	return coll_all_reduce(m->k.d, emb, m->p[0].g, m->p[0].g, m->p[0].n, COLL_SUM);
+	int was = par_grad_wire(m),
+	    rc = coll_all_reduce(m->k.d, emb, m->p[0].g, m->p[0].g, m->p[0].n, COLL_SUM);
+
+	coll_set_wire_bytes(m->k.d, was);
+	return rc;
 }

@@ -144,6 +144,9 @@ struct par_cfg {
 	int tpf_layers, tpf;              /* Oases's mixed degrees: the first tpf_layers layers
 					   * cut tpf ways (tpf divides tp), 0 if none */
 	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h) */
+	int fp32_grads;                   /* gradients kept and reduced in fp32 under bf16
+					   * (Megatron-LM's --accumulate-allreduce-grads-in-fp32):
+					   * the clock and memory only (kctx.gb) */
 	int overlap_param_gather;         /* ZeRO 1-2: the updated weights' all-gathers
 					   * overlap the next step's forward (par/dp.h) */
 	enum par_bug bug;                 /* for tests: a bug verify must catch, or none */
@@ -468,6 +471,10 @@ void par_model_free(struct par_model *m);
 int par_unit_of(const struct par_model *m, int i);
 
 void par_zero_grad(struct par_model *m);
+/* Sets m's device to put gradients on the wire at their own width (k.gb: 4 bytes an
+ * element with fp32 main gradients) for its later collectives; returns the width to
+ * restore (coll_set_wire_bytes). */
+int par_grad_wire(struct par_model *m);
 
 /* One micro-batch's activations for the layers [l0, l1) (with the output layer's if
  * l1 = L), charged as act memory, cut into m->nsub sub-batches if more than 1;

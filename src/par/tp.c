@@ -212,9 +212,9 @@ int par_tp_sum(struct par_model *m, float *buf, size_t n)
 
 int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi)
 {
-	int rc;
+	int rc = 0, wire = par_grad_wire(m);
 
-	for (int i = 0; i < m->np; i++) {
+	for (int i = 0; i < m->np && !rc; i++) {
 		const struct par_param *p = &m->p[i];
 		size_t a = p->off > lo ? p->off : lo, b = p->off + p->n < hi ? p->off + p->n : hi;
 		float *g = p->g ? p->g + (a - p->off) : NULL;
@@ -224,10 +224,9 @@ int par_tp_sum_partials(struct par_model *m, size_t lo, size_t hi)
 		rc = p->partial == PAR_PARTIAL_TP
 			     ? par_tp_sum(m, g, b - a)
 			     : coll_all_reduce(m->k.d, m->merge, g, g, b - a, COLL_SUM);
-		if (rc)
-			return rc;
 	}
-	return 0;
+	coll_set_wire_bytes(m->k.d, wire);
+	return rc;
 }
 
 /* Elements of flat [lo, hi) whose gradient is partial of kind (PAR_PARTIAL_TP or _MERGE),
@@ -283,18 +282,19 @@ int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int
 {
 	static const int kinds[2] = {PAR_PARTIAL_TP, PAR_PARTIAL_MERGE};
 	size_t lo = blo + (size_t)r * chunk;
-	int rc = 0;
+	int rc = 0, wire;
 
 	if (!*counted)
 		partials_max(m, blo, chunk, n, max);
 	*counted = 1;
+	wire = par_grad_wire(m);
 	for (int k = 0; k < 2 && !rc; k++) {
 		struct tensor buf = {0};
 
 		if (!max[k])
 			continue;
 		if ((rc = tensor_alloc(&m->k, &buf, MEM_WORK, max[k], "partial gradients")))
-			return rc;
+			break;
 		partials_of(m, kinds[k], lo, lo + chunk, buf.data, 1);
 		rc = kinds[k] == PAR_PARTIAL_TP ? par_tp_sum(m, buf.data, max[k])
 						: coll_all_reduce(m->k.d, m->merge, buf.data,
@@ -303,6 +303,7 @@ int par_tp_sum_chunk_partials(struct par_model *m, size_t blo, size_t chunk, int
 			partials_of(m, kinds[k], lo, lo + chunk, buf.data, 0);
 		tensor_free(&m->k, &buf);
 	}
+	coll_set_wire_bytes(m->k.d, wire);
 	return rc;
 }
 

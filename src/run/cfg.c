@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "par/tp.h"
+#include "tensor.h"
 
 void run_cfg_init(struct run_cfg *cfg)
 {
@@ -122,6 +123,11 @@ void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc)
 int run_overlaps_grads(const struct run_cfg *cfg)
 {
 	return cfg->zero >= 2 || cfg->overlap_grad == 1;
+}
+
+unsigned run_grad_bytes(const struct run_cfg *cfg)
+{
+	return cfg->fp32_grads ? 4 : tensor_elem_bytes(cfg->prec, MEM_GRAD);
 }
 
 enum run_ep_mode run_ep_mode(const struct run_cfg *cfg)

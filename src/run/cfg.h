@@ -71,6 +71,9 @@ struct run_cfg {
 	int ce_impl_set;          /* --cross-entropy-fusion-impl was given */
 	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
 	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
+	int fp32_grads;           /* --accumulate-allreduce-grads-in-fp32: gradients kept and
+				   * reduced in fp32 under bf16, as Megatron-LM's bf16 training
+				   * does by default (par_cfg) */
 	int nfail;                /* --inject-fault fail:DEV@STEP: device dev dies as */
 	struct {                  /* step (from 1) begins */
 		int dev, step;
@@ -131,6 +134,9 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n);
  * (each micro-batch's), stages 0-1 with --overlap-grad-reduce (the last micro-batch's
  * backward, on each pipeline stage each block's). */
 int run_overlaps_grads(const struct run_cfg *cfg);
+/* Bytes a gradient element takes in memory and on the wire under cfg (kctx.gb): 4 in fp32
+ * or with fp32_grads, else 2. */
+unsigned run_grad_bytes(const struct run_cfg *cfg);
 
 /* Where cfg's experts go (par/ep.h), Megatron's ETP x EP x EDP grid on the same ranks:
  *   NONE  no expert parallelism (the experts cut over tp as the dense MLP)

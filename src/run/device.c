@@ -155,6 +155,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 		.tpf_layers = cfg->tpf_layers,
 		.tpf = cfg->tpf,
 		.bucket_bytes = cfg->bucket_bytes,
+		.fp32_grads = cfg->fp32_grads,
 		.overlap_param_gather = cfg->overlap_param_gather,
 		.seed = cfg->seed,
 		.batch0 = (uint64_t)cfg->step0 * (uint64_t)(cfg->gbs / cfg->mbs)};

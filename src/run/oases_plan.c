@@ -217,7 +217,8 @@ static int probe_device(struct emu_dev *d, void *arg)
 			     .ce = cfg->ce,
 			     .mlp_chunks = cfg->mlp_chunks,
 			     .overlap = PAR_OVERLAP_OASES,
-			     .bucket_bytes = cfg->bucket_bytes};
+			     .bucket_bytes = cfg->bucket_bytes,
+			     .fp32_grads = cfg->fp32_grads};
 	const struct par_source src = {cfg->seed, NULL};
 	struct par_groups g = {.dev = d, .tp_rank = id};
 	struct oases_block mine[2] = {{0}};
@@ -225,8 +226,7 @@ static int probe_device(struct emu_dev *d, void *arg)
 	struct par_model m;
 	struct par_acts *a;
 	struct par_work *w;
-	unsigned ab = tensor_elem_bytes(cfg->prec, MEM_PARAM),
-		 gb = tensor_elem_bytes(cfg->prec, MEM_GRAD);
+	unsigned ab = tensor_elem_bytes(cfg->prec, MEM_PARAM), gb = run_grad_bytes(cfg);
 	unsigned ob = tensor_elem_bytes(cfg->prec, MEM_OPTIM);
 
 	pc.model.num_layers = 1;
@@ -464,7 +464,7 @@ int oases_plan(const struct emu_config *ecfg, const struct run_cfg *cfg, struct 
 						0,
 						(size_t)p.elems[b],
 						0,
-						(int)tensor_elem_bytes(cfg->prec, MEM_GRAD)};
+						(int)run_grad_bytes(cfg)};
 
 			c->blk[b][k] = p.blk[b];
 			rc = coll_time(ecfg, &dp, &c->blk[b][k].dp);

@@ -31,7 +31,8 @@ uint64_t plan_mem_bound(const struct run_cfg *cfg, int gpus)
 	copies[2] = cfg->zero >= 1 ? 1 : S;
 	held = 0;
 	for (int c = 0; c < 3; c++)
-		held += tensor_elem_bytes(cfg->prec, cat[c]) *
+		held += (cat[c] == MEM_GRAD ? run_grad_bytes(cfg)
+					    : tensor_elem_bytes(cfg->prec, cat[c])) *
 			((total - expert) * copies[c] + expert);
 	return (uint64_t)(held / gpus);
 }
