@@ -133,6 +133,26 @@ static void test_train_json(void **state)
 	assert_non_null(p);
 	last = atof(p + 19);
 	assert_true(first > 5.3 && last < first - 0.5);
+	/* fp32 gradients: 4 bytes a parameter in the grad category, and said in the config */
+	assert_int_equal(run("train --model tiny --steps 1 --dry-run --json --precision bf16 "
+			     "--accumulate-allreduce-grads-in-fp32",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"accumulate_allreduce_grads_in_fp32\":true"));
+	assert_non_null(strstr(out, "\"grad\":474112,")); /* 4 x 118528 */
+	/* Megatron's --grad-reduce-in-bf16 wins over it, before or after */
+	for (int after = 0; after < 2; after++) {
+		assert_int_equal(run(after ? "train --model tiny --steps 1 --dry-run --json --bf16 "
+					     "--accumulate-allreduce-grads-in-fp32 "
+					     "--grad-reduce-in-bf16"
+					   : "train --model tiny --steps 1 --dry-run --json --bf16 "
+					     "--grad-reduce-in-bf16 "
+					     "--accumulate-allreduce-grads-in-fp32",
+				     0, out, sizeof out),
+				 0);
+		assert_null(strstr(out, "accumulate_allreduce_grads_in_fp32"));
+		assert_non_null(strstr(out, "\"grad\":237056,")); /* 2 x 118528 */
+	}
 }
 
 /* A device's kernels share the host threads the devices leave (models/team.h;

@@ -1095,17 +1095,44 @@ static void test_param_gather_overlap(void **state)
  * memory only: under bf16 accounting, execute runs give bitwise the same losses, first
  * gradients and weights with and without, under dp with ZeRO 0 to 3, tp with sp, a
  * pipeline (the tied embedding's gradient summed between its ends) and experts; the
- * gradients take twice the bytes, and the step is longer wherever they cross a link. */
+ * gradients take twice the bytes, and the step is longer wherever they cross a link. In
+ * dry-run at tp 2 without sp, the one gradient summed over tp is the MoE router's, once a
+ * layer a micro-batch: a device sends exactly 2 bytes more for each of its elements. */
 static void test_fp32_grads(void **state)
 {
 	static const struct {
 		const char *model;
 		int dp, tp, sp, pp, zero;
-	} cases[] = {{"tiny", 2, 1, 0, 1, 0}, {"tiny", 2, 2, 1, 1, 1}, {"tiny", 2, 1, 0, 1, 2},
-		     {"tiny", 2, 1, 0, 1, 3}, {"tiny", 1, 2, 1, 2, 0}, {"moe-tiny", 2, 1, 0, 1, 1}};
+	} cases[] = {{"tiny", 2, 1, 0, 1, 0},    {"tiny", 2, 2, 1, 1, 1},
+		     {"tiny", 2, 1, 0, 1, 2},    {"tiny", 2, 1, 0, 1, 3},
+		     {"tiny", 1, 2, 1, 2, 0},    {"moe-tiny", 2, 1, 0, 1, 1},
+		     {"moe-tiny", 1, 2, 0, 1, 0}};
 	struct run_out o[2];
+	double sent[2], router = 0;
 
 	(void)state;
+	for (int fp32 = 0; fp32 < 2; fp32++) {
+		struct run_cfg cfg;
+		struct emu_cluster *c;
+
+		make_cfg(&cfg, "moe-tiny", 1, 2, 0);
+		cfg.prec = PREC_BF16;
+		cfg.fp32_grads = fp32;
+		cfg.steps = 1;
+		c = dry(&cfg, &o[fp32]);
+		sent[fp32] = (double)coll_link_bytes(emu_cluster_dev(c, 0), TOPO_LINK_INTRA);
+		emu_cluster_free(c);
+		run_free(&o[fp32]);
+		router = 0;
+		for (int l = 0; l < cfg.model.num_layers; l++)
+			router += (double)gpt_tensor_numel(&cfg.model, 2 + l * LP_N + LP_ROUTER);
+		router *= cfg.gbs / cfg.mbs;
+	}
+	assert_true(router > 0);
+	if (sent[1] - sent[0] != 2 * router)
+		fail_msg("tp 2, fp32 gradients: %.0f more bytes sent, the router's %.0f elements "
+			 "at 2 bytes more are %.0f",
+			 sent[1] - sent[0], router, 2 * router);
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
 		struct run_cfg cfg;
 

@@ -70,7 +70,8 @@ const struct cli_opt cli_model_opts[] = {
 	 "wire (Megatron-LM's default for bf16; pemu's default is 16-bit gradients, Megatron's "
 	 "--grad-reduce-in-bf16)"},
 	{"grad-reduce-in-bf16", 0, 0, CLI_MODEL_BF16_GRADS, NULL,
-	 "16-bit gradients, in memory and on the wire (pemu's default; Megatron-LM's flag)"},
+	 "bf16: 16-bit gradients, in memory and on the wire (pemu's default; Megatron-LM's flag, "
+	 "which wins over --accumulate-allreduce-grads-in-fp32 as there)"},
 	{"max-position-embeddings", 0, 1, CLI_MODEL_MAX_POS, "N",
 	 "Megatron's position table rows: at least --seq-length (pemu's table has seq-length)"},
 	{"log-interval", 0, 1, CLI_MODEL_LOG, "N", "print every N steps (default: about 30 lines)"},
@@ -177,8 +178,10 @@ int cli_model_opt(struct cli_model *m, struct run_cfg *cfg, const struct cli *c,
 		m->prec = "bf16";
 		break;
 	case CLI_MODEL_FP32_GRADS:
+		cfg->fp32_grads = 1;
+		break;
 	case CLI_MODEL_BF16_GRADS:
-		cfg->fp32_grads = id == CLI_MODEL_FP32_GRADS;
+		m->grad_bf16 = 1;
 		break;
 	case CLI_MODEL_MAX_POS:
 		m->max_pos = (int)cli_int(c, "--max-position-embeddings", v, 1, 1 << 22);
@@ -282,6 +285,8 @@ static void apply_sizes(const struct cli_model *m, struct gpt_config *g, const s
 
 void cli_model_finish(struct cli_model *m, struct run_cfg *cfg, const struct cli *c, int dry_run)
 {
+	if (m->grad_bf16) /* (over --accumulate-allreduce-grads-in-fp32, as in Megatron-LM) */
+		cfg->fp32_grads = 0;
 	if (m->preset) {
 		cfg->preset = find_preset(c, m->preset);
 		cfg->model = cfg->preset->cfg;

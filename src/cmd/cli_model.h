@@ -64,6 +64,7 @@ struct cli_model {
 	const char *data_path; /* --data; NULL: the built-in corpus */
 	int sample;            /* --sample N: bytes to generate (pemu train) */
 	int max_pos;           /* --max-position-embeddings; 0: not given */
+	int grad_bf16;         /* --grad-reduce-in-bf16: 16-bit gradients, whatever else says */
 	struct data data;      /* the corpus cfg->data points at, once loaded */
 	const char *load;      /* --load DIR */
 	struct ckpt ck;        /* its checkpoint, if it held one (ck.w set) */

@@ -168,6 +168,8 @@ void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct e
 		gpt_num_params(m), cfg->mbs, cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec));
 	report_cluster_json(f, ecfg);
 	checkpoint_json(f, cfg);
+	if (cfg->fp32_grads) /* only when asked for, as pemu run's */
+		fprintf(f, ",\"accumulate_allreduce_grads_in_fp32\":true");
 	fputc('}', f);
 }
 

@@ -215,13 +215,18 @@ int par_moe_router_sum(struct par_model *m, const struct par_tp *c, struct par_w
 {
 	size_t nr = m->p[2 + l * LP_N + LP_ROUTER].n;
 	float *dr = D(w->drouter);
-	int rc;
+	int rc, wire;
 
 	if (c->t == 1)
 		return 0;
-	/* after the collective in flight: one at a time (par_post_slot) */
-	if ((rc = par_work_wait(m, m->inflight)) ||
-	    (rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM)))
+	/* after the collective in flight: one at a time (par_post_slot); a gradient, so at
+	 * the gradients' width */
+	if ((rc = par_work_wait(m, m->inflight)))
+		return rc;
+	wire = par_grad_wire(m);
+	rc = coll_all_reduce(m->k.d, c->g, dr, dr, nr, COLL_SUM);
+	coll_set_wire_bytes(m->k.d, wire);
+	if (rc)
 		return rc;
 	add_acc(&m->k, PG(m, l, LP_ROUTER), dr, nr);
 	return 0;
