@@ -21,8 +21,10 @@
  * 937571cfd4, July 2024): Megatron-Core, GPT models of 1.7B to 462B parameters on 48 to
  * 6144 H100s (data-parallel 48 throughout), sequence 4096, vocabulary 131072, with
  * --overlap-grad-reduce, --overlap-param-gather (so the distributed optimizer),
- * --tp-comm-overlap and the pipeline's own overlap. Its count is Megatron's
- * num_floating_point_operations (megatron/training/training.py at that commit), model
+ * --tp-comm-overlap and the pipeline's own overlap; in bf16, whose gradients Megatron-LM
+ * then always kept and reduced in fp32 (megatron/training/arguments.py at that commit:
+ * bf16 sets accumulate_allreduce_grads_in_fp32), so --accumulate-allreduce-grads-in-fp32. Its count
+ * is Megatron's num_floating_point_operations (megatron/training/training.py at that commit), model
  * FLOPs only:
  *
  *     F = 72 B s l h^2 (1 + s / 6h + V / 12 l h)
@@ -92,11 +94,15 @@ static const struct row nemo_rows[] = {
 };
 
 /* The H100 tables' shared options: Megatron-Core's, as far as pemu has them */
-#define H100_OPTS                                                                                  \
+#define H100_COMMON                                                                                \
 	" --cluster dgx-h100 --use-flash-attn --use-distributed-optimizer --overlap-grad-reduce "  \
 	"--overlap-param-gather"
-/* NeMo's: and its userbuffers preset */
-#define NEMO_OPTS H100_OPTS " --tp-comm-overlap-cfg bench/tp_overlap/nemo_gpt3_175b_h100_bf16.yaml"
+/* Megatron-LM's: and its fp32 gradients */
+#define H100_OPTS H100_COMMON " --accumulate-allreduce-grads-in-fp32"
+/* NeMo's: and its userbuffers preset; its optimizer reduces the gradients in bf16
+ * (gpt3_175b_hydra.yaml, optim.grad_sync_dtype), pemu's default */
+#define NEMO_OPTS                                                                                  \
+	H100_COMMON " --tp-comm-overlap-cfg bench/tp_overlap/nemo_gpt3_175b_h100_bf16.yaml"
 
 /* A published table: its rows, the runs' shared shape and options, and its FLOP count
  * F = coef B s l h^2 (1 + s / 6h + V / (vdiv l h)). */
@@ -125,8 +131,8 @@ static const struct table {
 	 {"full", NULL, NULL}},
 	{"the Megatron-LM README's H100 table (Megatron-Core, July 2024), against pemu's dry-run "
 	 "(calibrated clock, dgx-h100): seq 4096, vocab 131072, bf16, micro-batch 1, the "
-	 "distributed optimizer with both overlaps, flash attention, sp with tp, dropout 0.1, "
-	 "1F1B, the least recomputation that fits, --tp-comm-overlap with tp",
+	 "distributed optimizer with both overlaps and fp32 gradients, flash attention, sp with "
+	 "tp, dropout 0.1, 1F1B, the least recomputation that fits, --tp-comm-overlap with tp",
 	 "72 B s l h^2 (1 + s/6h + V/12lh) / (step time x GPUs), Megatron's model FLOPs",
 	 "the H100 table",
 	 h100_rows,
