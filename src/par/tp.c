@@ -430,6 +430,32 @@ static int ce_coll(struct par_model *m, float *buf, float *out, size_t n, enum c
 	return rc;
 }
 
+/* A row of n logits: its largest (from the first, in order), its sum of exp(r - mx) (in
+ * order), and its probabilities exp(r - mx) / d in place; both cross-entropies' steps. */
+static float row_max(const float *r, int n)
+{
+	float mx = r[0];
+
+	for (int v = 1; v < n; v++)
+		mx = r[v] > mx ? r[v] : mx;
+	return mx;
+}
+
+static float row_exp_sum(const float *r, int n, float mx)
+{
+	float s = 0;
+
+	for (int v = 0; v < n; v++)
+		s += vm_expf(r[v] - mx);
+	return s;
+}
+
+static void row_probs(float *r, int n, float mx, float d)
+{
+	for (int v = 0; v < n; v++)
+		r[v] = vm_expf(r[v] - mx) / d;
+}
+
 /* Megatron's vocab-parallel cross-entropy: the row max and the sum of exponentials
  * (with the target's logit) over the whole vocabulary, from each rank's shard. The
  * target's logits and the sums are reduced in two all-reduces (vocab_parallel_cross_entropy)
@@ -444,23 +470,16 @@ static int vocab_parallel_ce(struct par_model *m, struct par_work *w, struct par
 
 	crossentropy_charge(k, ce, CE_PH_MAX, M, V);
 	if (kctx_math(k))
-		for (int i = 0; i < M; i++) {
-			mx[i] = x[(size_t)i * V];
-			for (int v = 1; v < V; v++)
-				mx[i] = x[(size_t)i * V + v] > mx[i] ? x[(size_t)i * V + v] : mx[i];
-		}
+		for (int i = 0; i < M; i++)
+			mx[i] = row_max(x + (size_t)i * V, V);
 	if ((rc = ce_coll(m, mx, NULL, (size_t)M, COLL_MAX, 0)))
 		return rc;
 	crossentropy_charge(k, ce, CE_PH_SUM, M, V);
 	if (kctx_math(k))
 		for (int i = 0; i < M; i++) {
-			float s = 0;
-
-			for (int v = 0; v < V; v++)
-				s += vm_expf(x[(size_t)i * V + v] - mx[i]);
 			sums[i] = a->ltargets[i] >= 0 ? x[(size_t)i * V + a->ltargets[i]] - mx[i]
 						      : 0.0f;
-			sums[M + i] = s;
+			sums[M + i] = row_exp_sum(x + (size_t)i * V, V, mx[i]);
 		}
 	if ((rc = ce_coll(m, sums, NULL, ce == CE_UNFUSED ? (size_t)M : 2 * (size_t)M, COLL_SUM,
 			  0)) ||
@@ -469,9 +488,7 @@ static int vocab_parallel_ce(struct par_model *m, struct par_work *w, struct par
 	crossentropy_charge(k, ce, CE_PH_PROBS, M, V);
 	if (kctx_math(k))
 		for (int i = 0; i < M; i++) {
-			for (int v = 0; v < V; v++)
-				x[(size_t)i * V + v] =
-					vm_expf(x[(size_t)i * V + v] - mx[i]) / sums[M + i];
+			row_probs(x + (size_t)i * V, V, mx[i], sums[M + i]);
 			a->losses.data[i] = logf(sums[M + i]) - sums[i];
 		}
 	return 0;
@@ -491,14 +508,10 @@ static int te_ce(struct par_model *m, struct par_work *w, struct par_acts *a, in
 	if (kctx_math(k))
 		for (int i = 0; i < M; i++) {
 			const float *r = x + (size_t)i * V;
-			float mx = r[0], d = 0;
+			float mx = row_max(r, V);
 
-			for (int v = 1; v < V; v++)
-				mx = r[v] > mx ? r[v] : mx;
-			for (int v = 0; v < V; v++)
-				d += vm_expf(r[v] - mx);
 			mine[3 * i] = mx;
-			mine[3 * i + 1] = d;
+			mine[3 * i + 1] = row_exp_sum(r, V, mx);
 			mine[3 * i + 2] = a->ltargets[i] >= 0 ? r[a->ltargets[i]] : -INFINITY;
 		}
 	if ((rc = ce_coll(m, mine, all, 3 * (size_t)M, COLL_SUM, 1)))
@@ -517,8 +530,7 @@ static int te_ce(struct par_model *m, struct par_work *w, struct par_acts *a, in
 				mx = hi;
 				xy = o[2] > xy ? o[2] : xy;
 			}
-			for (int v = 0; v < V; v++)
-				r[v] = vm_expf(r[v] - mx) / d;
+			row_probs(r, V, mx, d);
 			a->losses.data[i] = logf(d) + mx - xy;
 		}
 	return 0;
