@@ -64,6 +64,14 @@ int coll_use_copy_engines(struct emu_dev *d, int on)
 	return was;
 }
 
+int coll_set_rendezvous(struct emu_dev *d, int on)
+{
+	int was = d->p2p_rdv;
+
+	d->p2p_rdv = on != 0;
+	return was;
+}
+
 enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s)
 {
 	enum emu_stream old = d->coll_stream;
@@ -247,7 +255,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->post_t = now;
 	r->post_busy = d->compute_ns;
 	r->margin = d->sm_margin;
-	if (arg->kind == OP_SEND) { /* eager: its end is known now, see coll.h */
+	if (arg->kind == OP_SEND && !arg->rendezvous) { /* eager: its end is known now (coll.h) */
 		r->eager_end = emu_time_add(
 			arg->t_issue,
 			coll_send_ns(d->c, ch, (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
@@ -402,8 +410,12 @@ static int blocking(struct emu_dev *d, int rc, struct coll_req **req)
 static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float *send, float *recv,
 		    size_t count, struct coll_req **req)
 {
-	struct op_arg arg = {.kind = kind, .count = count, .send = send, .recv = recv};
 	int is_send = kind == OP_SEND, rc;
+	struct op_arg arg = {.kind = kind,
+			     .count = count,
+			     .send = send,
+			     .recv = recv,
+			     .rendezvous = is_send && d->p2p_rdv};
 
 	if (peer < 0 || peer >= d->c->cfg.ndev)
 		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)",

@@ -42,6 +42,7 @@
  * send's end or when it is posted, whichever is later: an eager protocol, the message
  * landing in a buffer on the receiver (the host holds the copy; no device is charged).
  * A pipeline stage can so post its activations and go on.
+ * coll_set_rendezvous makes a device's sends wait for their receivers instead.
  *
  * Under the calibrated cost model a posted collective also takes SMs from the compute
  * beside it (its CTAs, emu/topo.c): coll_wait charges the compute stream the stretch of
@@ -136,6 +137,16 @@ int coll_set_ctas(struct emu_dev *d, int ctas);
  * rings copy (cudaMemcpy by the copy engines), the same link's time; no SM share either
  * way. 0 at each run's start. Returns the previous setting. */
 int coll_use_copy_engines(struct emu_dev *d, int on);
+
+/* Whether d's later sends wait for their receivers (a rendezvous) rather than leave at
+ * once (eager, the default; see above): such a send starts when both its sender and its
+ * receiver have posted it, the later of the two, and lasts alpha + S/beta; the sender's
+ * wait returns at its end, as the receiver's does. So a sender that waits on its send at
+ * once waits for the peer to get there and for the transfer: NCCL's send of a message
+ * larger than its buffers, and what Megatron-LM's pipeline P2P makes of every send
+ * (batch_isend_irecv, the requests waited, then torch.cuda.synchronize). The data still
+ * leaves as it is posted. 0 at each run's start. Returns the previous setting. */
+int coll_set_rendezvous(struct emu_dev *d, int on);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
  * 16-bit communication). Data still moves as float. Returns the previous setting. */

@@ -417,8 +417,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	for (int i = 0; i < n; i++)
 		if (op->arg[i].t_issue > op->t_start)
 			op->t_start = op->arg[i].t_issue;
-	if (a->kind == OP_SEND || a->kind == OP_RECV) /* eager: the sender (member 0) alone */
-		op->t_start = op->arg[0].t_issue;
+	if ((a->kind == OP_SEND || a->kind == OP_RECV) && !op->arg[0].rendezvous)
+		op->t_start = op->arg[0].t_issue; /* eager: the sender (member 0) alone */
 	op->link = op->ch->link;
 	switch (a->kind) {
 	case OP_BARRIER:

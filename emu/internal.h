@@ -61,6 +61,7 @@ struct op_arg {
 	int ctas;            /* the SMs its kernels take (coll_set_ctas), 0: NCCL's channels */
 	int64_t t_issue;     /* virtual time at which this member's stream could start it */
 	float *owned;        /* an eager send's copy of its data, owned by the op */
+	int rendezvous;      /* a send that waits for its receiver (coll_set_rendezvous) */
 };
 
 struct op {
@@ -239,6 +240,7 @@ struct emu_dev {
 	struct gemm_memo *gemm_memo; /* [GEMM_MEMO] clock.c's GEMM times, or NULL; each run */
 	int sm_margin; /* the SMs its GEMMs leave to communication (emu_set_sm_margin), 0
 			* each run */
+	int p2p_rdv;   /* its sends wait for their receivers (coll_set_rendezvous) */
 	int p2p_ce;    /* its sends and receives on the copy engines' streams
 			* (coll_use_copy_engines), 0 each run */
 	int coll_ctas; /* the SMs its collectives take (coll_set_ctas), 0 each run */

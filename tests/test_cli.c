@@ -388,6 +388,20 @@ static void test_comm_exposed(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"async_tensor_model_parallel_allreduce\":false"));
 	assert_true(json_num(out, "step_time_s") > step);
+	/* Megatron-LM's 1F1B sends and receives, waited for batch by batch (said in the
+	 * report's config): the step longer than with the sends overlapped */
+	assert_int_equal(run("run --model gpt2-124m --dry-run --pp 4 --global-batch-size 16 "
+			     "--steps 1 --json",
+			     0, out, sizeof out),
+			 0);
+	step = json_num(out, "step_time_s");
+	assert_null(strstr(out, "p2p_sync"));
+	assert_int_equal(run("run --model gpt2-124m --dry-run --pp 4 --global-batch-size 16 "
+			     "--steps 1 --json --p2p-sync",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"p2p_sync\":true"));
+	assert_true(json_num(out, "step_time_s") > step);
 	/* Transformer Engine's overlap (said in the report's config): sp's collectives fused
 	 * into the GEMMs, less of them exposed than sp's alone */
 	assert_int_equal(run("run --model gpt2-124m --dry-run --tp 4 --sequence-parallel "

@@ -1056,12 +1056,77 @@ static void test_posted_forms(void **state)
 	emu_cluster_free(c);
 }
 
+/* A send of 16 floats from device 0 to device 1, one of them first busy with a kernel:
+ * posted eagerly (the default) or as a rendezvous (coll_set_rendezvous). arg's t[2][0]
+ * says which device computes first (0 or 1) and t[2][1] whether the send waits. */
+static int rendezvous_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int id = emu_dev_id(d), rc;
+	struct coll_req *r = NULL;
+
+	if (id == p->t[2][0])
+		emu_compute(d, "work", 1e9, 0);
+	if (id == 1) {
+		rc = coll_recv(d, 0, p->data[1], 16);
+		p->t[1][0] = emu_now(d);
+		return rc;
+	}
+	for (int j = 0; j < 16; j++)
+		p->data[0][j] = (float)(j + 1);
+	coll_set_rendezvous(d, (int)p->t[2][1]);
+	if ((rc = coll_isend(d, 1, p->data[0], 16, &r)))
+		return rc;
+	p->t[0][1] = emu_now(d); /* posting returns at once either way */
+	rc = coll_wait(d, r);
+	p->t[0][0] = emu_now(d);
+	return rc;
+}
+
+/* An eager send is over for its sender once its data has left, whenever the receiver
+ * comes; a rendezvous starts when the later of the two gets there and both see its end.
+ * Exact to the nanosecond on the roofline: alpha + S / beta, S = 64 bytes. */
+static void test_rendezvous(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 2, 0, 0);
+	const struct emu_config *cfg = emu_cluster_config(c);
+	const struct topo_link *l = &cfg->topo.link[TOPO_LINK_INTRA];
+	int64_t one = l->lat_ns + (int64_t)ceil(64e9 / (double)l->bw_bytes);
+	int64_t work = roofline(&cfg->topo.gpu, 1e9, 0);
+
+	(void)state;
+	assert_true(work > one);
+	for (int first = 0; first < 2; first++)
+		for (int rdv = 0; rdv < 2; rdv++) {
+			struct probe p = {0};
+
+			p.t[2][0] = first;
+			p.t[2][1] = rdv;
+			assert_int_equal(emu_cluster_run(c, rendezvous_device, &p), 0);
+			assert_int_equal(p.t[0][1], first == 0 ? work : 0);
+			if (first == 0) { /* the receiver waits for the sender either way */
+				assert_int_equal(p.t[0][0], work + one);
+				assert_int_equal(p.t[1][0], work + one);
+			} else if (!rdv) { /* eager: gone at once, there when the peer asks */
+				assert_int_equal(p.t[0][0], one);
+				assert_int_equal(p.t[1][0], work);
+			} else { /* rendezvous: both wait for the busy receiver */
+				assert_int_equal(p.t[0][0], work + one);
+				assert_int_equal(p.t[1][0], work + one);
+			}
+			for (int j = 0; j < 16; j++)
+				assert_true(p.data[1][j] == (float)(j + 1));
+		}
+	emu_cluster_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roofline),
 		cmocka_unit_test(test_streams_and_events),
 		cmocka_unit_test(test_posted_forms),
+		cmocka_unit_test(test_rendezvous),
 		cmocka_unit_test(test_calibrated_compute),
 		cmocka_unit_test(test_gemm_memo),
 		cmocka_unit_test(test_roofline_kinds),

@@ -1220,6 +1220,59 @@ static void test_async_dgrad(void **state)
 	}
 }
 
+/* --p2p-sync (Megatron-LM's 1F1B: each send and the receive after it one batch, waited
+ * for): the same messages in the same order, so bitwise the same losses, gradients and
+ * weights as the eager sends; only waiting changes. On tiny the last stage is the
+ * slowest (it also computes the loss), so eagerly the activations it next needs are
+ * always there; synchronous, each of its m - 1 steady-state batches (the gradient of one
+ * micro-batch sent, the next one's activations received) starts when it gets there and
+ * lasts a transfer, T: the step is exactly (m - 1) T longer, and as long again when run
+ * twice. With one micro-batch there is no such batch, and no difference. */
+static void test_p2p_sync(void **state)
+{
+	static const int cases[][2] = {{2, 1}, {2, 3}, {2, 8}, {4, 8}}; /* pp, micro-batches */
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct run_out o[3];
+		struct run_cfg cfg;
+		struct coll_stats st = {0};
+
+		for (int r = 0; r < 3; r++) {
+			struct emu_cluster *c;
+
+			make_cfg(&cfg, "tiny", 1, 1, 0);
+			mesh_init(&cfg.mesh, 1, 1, 1, 1, cases[k][0]);
+			cfg.model.num_layers = 8;
+			cfg.schedule = SCHED_1F1B;
+			cfg.vpp = 1;
+			cfg.gbs = cases[k][1] * cfg.mbs;
+			cfg.steps = 1;
+			cfg.p2p_sync = r > 0;
+			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
+			run_alloc(&o[r], &cfg, 1);
+			if (run_parallel(c, &cfg, &o[r]))
+				fail_msg("case %zu: %s", k, emu_cluster_report(c));
+			if (r)
+				coll_stats_get(emu_cluster_dev(c, 0), "send", &st);
+			emu_cluster_free(c);
+		}
+		assert_same_run(&cfg, &o[1], &o[0]);
+		assert_same_run(&cfg, &o[2], &o[1]);
+		assert_int_equal(o[2].step_ns[0], o[1].step_ns[0]);
+		assert_true(st.calls > 0 && st.time_ns % (int64_t)st.calls == 0);
+		if (o[1].step_ns[0] - o[0].step_ns[0] !=
+		    (int64_t)(cases[k][1] - 1) * (st.time_ns / (int64_t)st.calls))
+			fail_msg("pp %d, %d micro-batches: synchronous %lld ns, eager %lld, a "
+				 "transfer %lld",
+				 cases[k][0], cases[k][1], (long long)o[1].step_ns[0],
+				 (long long)o[0].step_ns[0],
+				 (long long)(st.time_ns / (int64_t)st.calls));
+		for (int r = 0; r < 3; r++)
+			run_free(&o[r]);
+	}
+}
+
 /* --overlap-grad-reduce with a pipeline (Megatron's: gradient sync on in each model
  * chunk's last micro-batch): ZeRO 0-1's buckets go as the last micro-batch's backward
  * finishes them, on every schedule; the end stages keep the tied embedding's bucket
@@ -1364,6 +1417,7 @@ int main(void)
 		cmocka_unit_test(test_async_dgrad),
 		cmocka_unit_test(test_fp32_grads),
 		cmocka_unit_test(test_pipeline_grads_overlap),
+		cmocka_unit_test(test_p2p_sync),
 		cmocka_unit_test(test_host_need),
 	};
 	int rc;

@@ -438,6 +438,51 @@ static void test_tp_comm_overlap_search(void **state)
 	plan_result_free(&r[1]);
 }
 
+/* --p2p-sync (Megatron-LM's synchronous 1F1B sends) applies to the layouts that run 1F1B
+ * over a pipeline and no other, and their run lines say it and parse back. */
+static void test_p2p_sync_search(void **state)
+{
+	char *plan_argv[] = {"plan", "--model",    "tiny", "--global-batch-size",
+			     "32",   "--p2p-sync", NULL};
+	struct plan_space s;
+	struct emu_config ec;
+	struct plan_result r;
+	char err[512];
+	int on = 0, off = 0;
+
+	(void)state;
+	cluster(&ec, 0);
+	space(&s, "tiny", 32, 1);
+	s.base.p2p_sync = 1;
+	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	for (int i = 0; i < r.n; i++) {
+		const struct plan_entry *a = &r.all[i];
+		struct run_cfg cfg, got;
+		char *buf = NULL, *argv[128];
+		size_t len = 0;
+		FILE *f;
+		int n;
+
+		if (a->fate != PLAN_OK)
+			continue;
+		assert_int_equal(plan_cfg(&s, &a->p, &cfg, err, sizeof err), 0);
+		assert_int_equal(cfg.p2p_sync,
+				 cfg.mesh.size[MESH_PP] > 1 && cfg.schedule == SCHED_1F1B);
+		on += cfg.p2p_sync;
+		off += !cfg.p2p_sync;
+		f = open_memstream(&buf, &len);
+		cmd_plan_pemu_run(f, 6, plan_argv, &cfg, 0);
+		fclose(f);
+		n = split(buf, "run", argv, 120);
+		assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
+		assert_same_layout(&cfg, &got);
+		assert_int_equal(got.p2p_sync, cfg.p2p_sync);
+		free(buf);
+	}
+	assert_true(on > 0 && off > 0);
+	plan_result_free(&r);
+}
+
 /* Where Megatron-LM has no such run, no line: 12 GPUs on nodes of 8 (torchrun starts as
  * many on each), expert with tensor parallelism but no sequence parallelism, ZeRO-3; and
  * a fixed --vpp N is the interleaved schedule's only. */
@@ -631,6 +676,7 @@ int main(void)
 		cmocka_unit_test(test_zero_folds_exactly),
 		cmocka_unit_test(test_param_gather_search),
 		cmocka_unit_test(test_tp_comm_overlap_search),
+		cmocka_unit_test(test_p2p_sync_search),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_oases_degrees),

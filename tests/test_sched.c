@@ -246,7 +246,7 @@ struct unit_job {
 
 static int unit_device(struct emu_dev *d, void *arg)
 {
-	static const struct sched_ops ops = {u_fwd, u_bwd, u_send, u_recv, u_wait};
+	static const struct sched_ops ops = {u_fwd, u_bwd, u_send, u_recv, u_wait, NULL};
 	struct unit_job *j = arg;
 	struct unit u = {.d = d, .sc = j->sc, .first = -1};
 	int s = emu_dev_id(d), rc = sched_exec(j->sc, s, d, &ops, &u, j->span[s]);
@@ -434,10 +434,150 @@ static void test_diagram_shows_every_action(void **state)
 	}
 }
 
+/* p2p_sync (Megatron-LM's 1F1B): a run of sends and receives is one batch, its sends
+ * posted before its receives, then ops->sync; a stage goes on once its sends are over.
+ * Sends of D ns (a rendezvous, coll_set_rendezvous, in dry-run) on 1F1B with p = 2:
+ * stage 0 forwards micro-batch 0, sends it (stage 1 waits for it from the start) and
+ * forwards micro-batch 1 at T + D, where eager sends let it start at T. Every list of
+ * 1F1B runs to the end (no deadlock) for p = 2 and 4 and m = 1 to 8, never faster than
+ * eager, each batch's sends posted before its receives. */
+enum { D = T / 2 };
+
+struct sync_unit {
+	struct unit u;
+	int posted, received; /* the current batch's sends and receives so far */
+	int violations;       /* a send after a receive, or compute inside a batch */
+};
+
+static int s_send(void *ctx, int mb, int block, enum sched_msg what, int peer)
+{
+	struct sync_unit *x = ctx;
+	int was = coll_set_rendezvous(x->u.d, x->u.sc->p2p_sync);
+	int rc;
+
+	(void)mb;
+	(void)block;
+	(void)what;
+	assert_true(x->u.nreq < 1024);
+	x->violations += x->received && x->u.sc->p2p_sync;
+	/* D ns at 1 byte a ns: D / 4 floats at 4 bytes on the wire */
+	rc = coll_isend(x->u.d, peer, NULL, D / 4, &x->u.req[x->u.nreq++]);
+	coll_set_rendezvous(x->u.d, was);
+	x->posted = 1;
+	return rc;
+}
+
+static int s_recv(void *ctx, int mb, int block, enum sched_msg what, int peer)
+{
+	struct sync_unit *x = ctx;
+
+	(void)mb;
+	(void)block;
+	(void)what;
+	x->received = 1;
+	return coll_recv(x->u.d, peer, NULL, D / 4);
+}
+
+static int s_sync(void *ctx)
+{
+	struct sync_unit *x = ctx;
+	int rc = u_wait(&x->u);
+
+	x->u.nreq = 0;
+	x->posted = x->received = 0;
+	return rc;
+}
+
+static int s_fwd(void *ctx, int mb, int block)
+{
+	struct sync_unit *x = ctx;
+
+	x->violations += (x->posted || x->received) && x->u.sc->p2p_sync; /* left open */
+	return u_fwd(&x->u, mb, block);
+}
+
+static int s_bwd(void *ctx, int mb, int block, int input, int weight)
+{
+	struct sync_unit *x = ctx;
+
+	x->violations += (x->posted || x->received) && x->u.sc->p2p_sync;
+	return u_bwd(&x->u, mb, block, input, weight);
+}
+
+struct sync_job {
+	const struct sched *sc;
+	long long end[4], *span[4];
+	int violations;
+};
+
+static int sync_device(struct emu_dev *d, void *arg)
+{
+	static const struct sched_ops ops = {s_fwd, s_bwd, s_send, s_recv, s_sync, s_sync};
+	struct sync_job *j = arg;
+	struct sync_unit x = {.u = {.d = d, .sc = j->sc, .first = -1}};
+	int s = emu_dev_id(d), rc = sched_exec(j->sc, s, d, &ops, &x, j->span[s]);
+
+	j->end[s] = emu_now(d);
+	j->violations += x.violations;
+	return rc;
+}
+
+static void test_p2p_sync_batches(void **state)
+{
+	(void)state;
+	for (int p = 2; p <= 4; p += 2)
+		for (int m = 1; m <= 8; m++) {
+			long long step[2] = {0, 0}, second_fwd[2] = {0, 0};
+
+			for (int sync = 0; sync < 2; sync++) {
+				struct emu_config cfg;
+				struct emu_cluster *c;
+				struct sync_job j = {0};
+				struct sched sc;
+
+				sched_build(&sc, SCHED_1F1B, p, m, 1);
+				sc.p2p_sync = sync;
+				assert_int_equal(emu_config_default(&cfg, "dgx-a100"), 0);
+				cfg.ndev = p;
+				cfg.dry_run = 1;
+				cfg.cost = EMU_COST_ROOFLINE;
+				cfg.topo.gpu.hbm_bw = 1e9;
+				cfg.topo.gpu.launch_ns = 0;
+				for (int l = 0; l < TOPO_LINK_NCLASS; l++) {
+					cfg.topo.link[l].lat_ns = 0;
+					cfg.topo.link[l].bw_bytes = 1000000000ULL;
+				}
+				c = emu_cluster_new(&cfg);
+				j.sc = &sc;
+				for (int s = 0; s < p; s++)
+					j.span[s] =
+						calloc(2 * (size_t)sc.n[s] + 1, sizeof(long long));
+				if (emu_cluster_run(c, sync_device, &j))
+					fail_msg("p %d, m %d: %s", p, m, emu_cluster_report(c));
+				assert_int_equal(j.violations, 0);
+				for (int s = 0; s < p; s++)
+					step[sync] = j.end[s] > step[sync] ? j.end[s] : step[sync];
+				for (int i = 0, f = 0; i < sc.n[0]; i++)
+					if (sc.a[0][i].op == SCHED_F && f++ == 1)
+						second_fwd[sync] = j.span[0][2 * i];
+				for (int s = 0; s < p; s++)
+					free(j.span[s]);
+				emu_cluster_free(c);
+				sched_free(&sc);
+			}
+			assert_true(step[1] >= step[0]);
+			if (p == 2 && m >= 2) {
+				assert_int_equal(second_fwd[0], T);
+				assert_int_equal(second_fwd[1], T + D);
+			}
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generators_are_valid),
+		cmocka_unit_test(test_p2p_sync_batches),
 		cmocka_unit_test(test_checker_names_violations),
 		cmocka_unit_test(test_bubbles_and_memory_match_the_table),
 		cmocka_unit_test(test_helix_bubble_leaves_attention),

@@ -18,6 +18,10 @@ const struct cli_opt cli_par_opts[] = {
 	 "model chunks a stage, for --schedule interleaved (default 2)"},
 	{"num-layers-per-virtual-pipeline-stage", 0, 1, CLI_PAR_VPP_LAYERS, "N",
 	 "the same given as layers a chunk (Megatron's)"},
+	{"p2p-sync", 0, 0, CLI_PAR_P2P_SYNC, NULL,
+	 "1f1b: each send waits for its receiver and its transfer, a send and the receive after "
+	 "it as one batch, as Megatron-LM's 1F1B runs them (batch_isend_irecv, then "
+	 "torch.cuda.synchronize); default: sends posted and overlapped with compute"},
 	{"recompute", 0, 1, CLI_PAR_RECOMPUTE, "MODE",
 	 "activation recomputation: none (default), selective (attention scores), full, oases "
 	 "(checkpoints after the tp collectives: none of them run again)"},
@@ -253,6 +257,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_NO_ASYNC_TP:
 		cfg->tp_sync_dgrad = 1;
+		break;
+	case CLI_PAR_P2P_SYNC:
+		cfg->p2p_sync = 1;
 		break;
 	case CLI_PAR_TP_COMM_OVERLAP:
 		cfg->tp_comm_overlap = 1;

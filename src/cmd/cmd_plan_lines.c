@@ -67,6 +67,7 @@ static int is_plan_only(int id)
 				   CLI_TRACE_DEVICES,
 				   CLI_MODEL_STEPS, /* (the line runs the one step ranked) */
 				   CLI_PAR_TP_COMM_OVERLAP, /* (where the layout has sp) */
+				   CLI_PAR_P2P_SYNC,        /* (where the layout runs 1f1b) */
 				   CLI_PAR_TP_COMM_OVERLAP_CFG,
 				   CLI_PAR_CE_FUSION, /* (from the configuration, both) */
 				   CLI_PAR_CE_IMPL};
@@ -105,6 +106,8 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		fprintf(f, " --schedule %s", sched_name(cfg->schedule));
 	if (cfg->vpp > 1)
 		fprintf(f, " --vpp %d", cfg->vpp);
+	if (cfg->p2p_sync)
+		fprintf(f, " --p2p-sync");
 	fprintf(f, " --micro-batch-size %d --zero-stage %d --recompute %s", cfg->mbs, cfg->zero,
 		cmd_plan_recompute_name[cfg->recompute]);
 	if (cfg->tp_overlap)

@@ -60,6 +60,46 @@ static int inbox_recv(struct inbox *in, const struct sched *sc, const struct sch
 	return rc;
 }
 
+/* One action's SEND or RECV; *t0 is its start (a RECV's wait is not the action's). */
+static int exec_p2p(struct inbox *in, const struct sched *sc, const struct sched_action *a,
+		    struct emu_dev *d, const struct sched_ops *ops, void *ctx, int64_t *t0)
+{
+	int rc;
+
+	if (a->op == SCHED_SEND)
+		return ops->send(ctx, a->mb, a->block, a->msg, a->peer);
+	rc = inbox_recv(in, sc, a, ops, ctx);
+	*t0 = emu_now(d);
+	return rc;
+}
+
+/* With p2p_sync: the run of SEND and RECV actions from i on as one batch (see
+ * sched_exec), its sends first; the index of its last action. */
+static int exec_batch(struct inbox *in, const struct sched *sc, int s, int i, struct emu_dev *d,
+		      const struct sched_ops *ops, void *ctx, long long *span, int *rc)
+{
+	int e = i;
+
+	while (e + 1 < sc->n[s] && sc->a[s][e + 1].op >= SCHED_SEND)
+		e++;
+	for (int pass = 0; pass < 2; pass++)
+		for (int k = i; k <= e && !*rc; k++) {
+			const struct sched_action *a = &sc->a[s][k];
+			int64_t t0 = emu_now(d);
+
+			if ((a->op == SCHED_SEND) != (pass == 0))
+				continue;
+			*rc = exec_p2p(in, sc, a, d, ops, ctx, &t0);
+			if (span) {
+				span[2 * k] = t0;
+				span[2 * k + 1] = emu_now(d);
+			}
+		}
+	if (!*rc)
+		*rc = ops->sync(ctx);
+	return e;
+}
+
 /* The diagram's bands (rows of cells a stage, one under another) before a long run is
  * scaled to fit instead. */
 #define DRAW_BANDS 6
@@ -76,6 +116,11 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 		const struct sched_action *a = &sc->a[s][i];
 		int64_t t0 = emu_now(d);
 
+		if (sc->p2p_sync && a->op >= SCHED_SEND) {
+			EMU_ASSERT(ops->sync);
+			i = exec_batch(&in, sc, s, i, d, ops, ctx, span, &rc);
+			continue;
+		}
 		switch (a->op) {
 		case SCHED_F:
 			rc = ops->fwd(ctx, a->mb, a->block);
@@ -90,11 +135,8 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 			rc = ops->bwd(ctx, a->mb, a->block, 1, 1);
 			break;
 		case SCHED_SEND:
-			rc = ops->send(ctx, a->mb, a->block, a->msg, a->peer);
-			break;
 		case SCHED_RECV:
-			rc = inbox_recv(&in, sc, a, ops, ctx);
-			t0 = emu_now(d); /* the wait is not the action's */
+			rc = exec_p2p(&in, sc, a, d, ops, ctx, &t0);
 			break;
 		}
 		if (span) {

@@ -67,6 +67,8 @@ struct sched {
 	int *n;                  /* [p] actions of each stage */
 	int cap;                 /* room for actions in each list */
 	struct sched_action **a; /* [p][n[s]] */
+	int p2p_sync;            /* sched_exec runs the sends and receives as Megatron-LM's
+				  * 1F1B does (sched_exec); 0 after sched_build */
 };
 
 /* The stage that runs block j of micro-batch mb: j % p; for helix, unit c (block 2c) on
@@ -110,18 +112,25 @@ int sched_check(const struct sched *sc, char *err, size_t n);
 double sched_peak_inflight(const struct sched *sc, int s);
 
 /* What sched_exec calls; each returns 0 or a negative enum emu_err. send posts and
- * returns; the executor calls wait_sends once the list is done. */
+ * returns; the executor calls wait_sends once the list is done, and sync, with p2p_sync,
+ * after each batch of sends and receives: it waits for every send posted so far. */
 struct sched_ops {
 	int (*fwd)(void *ctx, int mb, int block);
 	int (*bwd)(void *ctx, int mb, int block, int input, int weight);
 	int (*send)(void *ctx, int mb, int block, enum sched_msg what, int peer);
 	int (*recv)(void *ctx, int mb, int block, enum sched_msg what, int peer);
 	int (*wait_sends)(void *ctx);
+	int (*sync)(void *ctx);
 };
 
 /* Runs stage s's list on d through ops. Messages between two devices match in the order
  * they are posted, so a RECV first takes in (through ops->recv) whatever its peer's list
- * sends to this stage before the message it wants. span, if not NULL, gets [2 n[s]]:
+ * sends to this stage before the message it wants. With sc->p2p_sync (for 1F1B: ops->send
+ * then posting sends that wait for their receivers, coll_set_rendezvous) each run of
+ * consecutive SEND and RECV actions is one batch, as Megatron-LM's p2p_communication.py
+ * makes of them (send_forward_recv_backward and the like: batch_isend_irecv, each request
+ * waited, then torch.cuda.synchronize): its sends posted first, then its receives, then
+ * ops->sync, so the stage goes on once its sends are over. span, if not NULL, gets [2 n[s]]:
  * each action's start and end on d's compute stream (virtual ns). 0 or the first
  * error. */
 int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,

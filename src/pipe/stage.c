@@ -176,6 +176,7 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	struct pipe_stage *ps = ctx;
 	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc = 0;
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
+	int rdv = coll_set_rendezvous(ps->d, ps->sc->p2p_sync);
 
 	for (int s = 0; s < ns && !rc; s++) {
 		int y = x * ns + s;
@@ -192,6 +193,7 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 		rc = coll_isend(ps->d, ps->dev[peer], ps->din[y].data, n, &ps->grad_req[y]);
 		tensor_free(&ps->m->k, &ps->din[y]);
 	}
+	coll_set_rendezvous(ps->d, rdv);
 	return rc;
 }
 
@@ -228,8 +230,25 @@ static int chunk_wait(void *ctx)
 	return rc;
 }
 
-static const struct sched_ops chunk_ops = {chunk_fwd, chunk_bwd, chunk_send, chunk_recv,
-					   chunk_wait};
+/* p2p_sync's end of a batch: every send posted so far over (for 1F1B, the batch's). */
+static int chunk_sync(void *ctx)
+{
+	struct pipe_stage *ps = ctx;
+	int rc = 0;
+
+	for (int y = 0; y < ps->local * ps->sc->v * ps->m->nsub; y++)
+		for (int w = 0; w < 2; w++) {
+			struct coll_req **r = w ? &ps->grad_req[y] : &ps->act_req[y];
+			int rc2 = *r ? coll_wait(ps->d, *r) : 0;
+
+			rc = rc ? rc : rc2;
+			*r = NULL;
+		}
+	return rc;
+}
+
+static const struct sched_ops chunk_ops = {chunk_fwd,  chunk_bwd,  chunk_send,
+					   chunk_recv, chunk_wait, chunk_sync};
 
 int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *span)
 {

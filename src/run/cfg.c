@@ -118,6 +118,7 @@ void run_cfg_schedule(const struct run_cfg *cfg, struct sched *sc)
 				  (double)cfg->model.seq_len / (6.0 * cfg->model.hidden));
 	else
 		sched_build(sc, cfg->schedule, pp, m, cfg->vpp);
+	sc->p2p_sync = cfg->p2p_sync;
 }
 
 int run_overlaps_grads(const struct run_cfg *cfg)

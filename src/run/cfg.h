@@ -52,8 +52,10 @@ struct run_cfg {
 	int schedule_set;                 /* schedule was chosen (with pp 1 that is refused); else
 					   * run_cfg_finish takes 1f1b, or interleaved with vpp */
 	int vpp;                          /* model chunks a stage (interleaved), else 1 */
-	int vpp_layers;               /* layers a chunk (Megatron's num-layers-per-virtual-pipeline-
-				       * stage): run_cfg_finish derives vpp from it; 0: not given */
+	int p2p_sync;   /* --p2p-sync: the pipeline's sends wait for their receivers and their
+			 * transfers, batched as Megatron-LM's 1F1B runs them (sched_exec) */
+	int vpp_layers; /* layers a chunk (Megatron's num-layers-per-virtual-pipeline-
+			 * stage): run_cfg_finish derives vpp from it; 0: not given */
 	enum par_recompute recompute; /* activation recomputation */
 	enum par_overlap tp_overlap;  /* the tensor-parallel collectives' order (par/overlap.h) */
 	int tp_sync_dgrad;            /* --no-async-tensor-model-parallel-allreduce (par_cfg) */

@@ -50,6 +50,15 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 			 sched_name(cfg->schedule));
 		return -1;
 	}
+	if (cfg->p2p_sync && (pp == 1 || cfg->schedule != SCHED_1F1B)) {
+		snprintf(err, n,
+			 "--p2p-sync: %s (Megatron-LM's synchronous sends and receives of its "
+			 "1F1B schedule)",
+			 pp == 1 ? "needs a pipeline, --pp > 1"
+				 : "needs --schedule 1f1b, where pemu runs them as Megatron-LM "
+				   "batches them");
+		return -1;
+	}
 	return 0;
 }
 

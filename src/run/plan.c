@@ -263,6 +263,8 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->schedule = cfg->schedule_set ? (enum sched_kind)v[PLAN_SCHEDULE] : SCHED_1F1B;
 	cfg->vpp = v[PLAN_VPP];
 	cfg->vpp_layers = 0;
+	/* --p2p-sync applies to the layouts that run 1F1B (Megatron-LM's synchronous one) */
+	cfg->p2p_sync = s->base.p2p_sync && v[PLAN_PP] > 1 && cfg->schedule == SCHED_1F1B;
 	cfg->mbs = v[PLAN_MBS];
 	cfg->zero = v[PLAN_ZERO];
 	/* --overlap-param-gather applies to the layouts with weights to gather */
