@@ -402,6 +402,12 @@ static void test_comm_exposed(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"p2p_sync\":true"));
 	assert_true(json_num(out, "step_time_s") > step);
+	/* Megatron-LM's scatter/gather of 2021 (said in the report's config too) */
+	assert_int_equal(run("run --model gpt2-124m --dry-run --pp 2 --tp 2 --global-batch-size 8 "
+			     "--steps 1 --json --scatter-gather-tensors-in-pipeline",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"scatter_gather_tensors_in_pipeline\":true"));
 	/* Transformer Engine's overlap (said in the report's config): sp's collectives fused
 	 * into the GEMMs, less of them exposed than sp's alone */
 	assert_int_equal(run("run --model gpt2-124m --dry-run --tp 4 --sequence-parallel "

@@ -232,6 +232,13 @@ static void test_bad_input(void **state)
 		{"run --model tiny --p2p-sync", "--p2p-sync: needs a pipeline, --pp > 1"},
 		{"run --model tiny --num-layers 4 --pp 2 --schedule zb-h1 --p2p-sync",
 		 "--p2p-sync: needs --schedule 1f1b"},
+		{"run --model tiny --tp 2 --scatter-gather-tensors-in-pipeline",
+		 "--scatter-gather-tensors-in-pipeline: needs a pipeline, --pp > 1"},
+		{"run --model tiny --pp 2 --scatter-gather-tensors-in-pipeline",
+		 "--scatter-gather-tensors-in-pipeline: needs --tp > 1"},
+		{"run --model tiny --pp 2 --tp 2 --sequence-parallel "
+		 "--scatter-gather-tensors-in-pipeline",
+		 "with --sequence-parallel each rank's output is its own rows already"},
 		{"train --vocab-size 100", "--vocab-size 100 (padded to 128): the data is bytes"},
 		{"run --model tiny --vocab-size 100",
 		 "--vocab-size 100 (padded to 128): the data is bytes"},

@@ -1273,6 +1273,59 @@ static void test_p2p_sync(void **state)
 	}
 }
 
+/* --scatter-gather-tensors-in-pipeline (Megatron-LM's of 2021, the paper's section 4.1):
+ * without sequence parallelism the t tensor-parallel ranks send the same message, so
+ * each sends its 1/t and the receivers all-gather the parts: bitwise the same losses,
+ * gradients and weights, exactly 1/t of the bytes sent, and one all-gather of the whole
+ * message a receive; with --p2p-sync and Oases's sub-batches too. */
+static void test_pipeline_scatter(void **state)
+{
+	static const struct {
+		int tp, dp, pp, sync, oases;
+	} cases[] = {{2, 1, 2, 0, 0}, {4, 1, 2, 1, 0}, {2, 2, 2, 1, 0}, {2, 1, 4, 0, 1}};
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct run_out o[2];
+		struct run_cfg cfg;
+		struct coll_stats send[2], recv[2], ag[2];
+
+		for (int sc = 0; sc < 2; sc++) {
+			struct emu_cluster *c;
+
+			make_cfg(&cfg, "tiny", cases[k].dp, cases[k].tp, 0);
+			mesh_init(&cfg.mesh, cases[k].tp, 1, 1, cases[k].dp, cases[k].pp);
+			cfg.model.num_layers = 4;
+			cfg.schedule = SCHED_1F1B;
+			cfg.vpp = 1;
+			cfg.gbs = 4 * cfg.mbs * cases[k].dp;
+			cfg.steps = 2;
+			cfg.p2p_sync = cases[k].sync;
+			cfg.tp_overlap = cases[k].oases ? PAR_OVERLAP_OASES : PAR_OVERLAP_NONE;
+			cfg.pp_scatter = sc;
+			c = test_cluster("dgx-a100", 1, cfg.mesh.world, 0, 0);
+			run_alloc(&o[sc], &cfg, 1);
+			if (run_parallel(c, &cfg, &o[sc]))
+				fail_msg("case %zu: %s", k, emu_cluster_report(c));
+			/* device 0 is stage 0's first tp rank: it sends activations and
+			 * receives gradients */
+			coll_stats_get(emu_cluster_dev(c, 0), "send", &send[sc]);
+			coll_stats_get(emu_cluster_dev(c, 0), "recv", &recv[sc]);
+			coll_stats_get(emu_cluster_dev(c, 0), "all-gather", &ag[sc]);
+			emu_cluster_free(c);
+		}
+		assert_same_run(&cfg, &o[1], &o[0]);
+		assert_true(send[0].calls > 0 && recv[0].calls > 0);
+		assert_int_equal(send[1].calls, send[0].calls);
+		assert_int_equal(send[1].bytes * (uint64_t)cases[k].tp, send[0].bytes);
+		assert_int_equal(recv[1].bytes * (uint64_t)cases[k].tp, recv[0].bytes);
+		assert_int_equal(ag[1].calls - ag[0].calls, recv[0].calls);
+		assert_int_equal(ag[1].bytes - ag[0].bytes, recv[0].bytes);
+		run_free(&o[0]);
+		run_free(&o[1]);
+	}
+}
+
 /* --overlap-grad-reduce with a pipeline (Megatron's: gradient sync on in each model
  * chunk's last micro-batch): ZeRO 0-1's buckets go as the last micro-batch's backward
  * finishes them, on every schedule; the end stages keep the tied embedding's bucket
@@ -1418,6 +1471,7 @@ int main(void)
 		cmocka_unit_test(test_fp32_grads),
 		cmocka_unit_test(test_pipeline_grads_overlap),
 		cmocka_unit_test(test_p2p_sync),
+		cmocka_unit_test(test_pipeline_scatter),
 		cmocka_unit_test(test_host_need),
 	};
 	int rc;

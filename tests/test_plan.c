@@ -439,21 +439,30 @@ static void test_tp_comm_overlap_search(void **state)
 }
 
 /* --p2p-sync (Megatron-LM's synchronous 1F1B sends) applies to the layouts that run 1F1B
- * over a pipeline and no other, and their run lines say it and parse back. */
-static void test_p2p_sync_search(void **state)
+ * over a pipeline and no other, --scatter-gather-tensors-in-pipeline to the pipelines with
+ * tp and without sp, and their run lines say so and parse back. */
+static void test_pipeline_flags_search(void **state)
 {
-	char *plan_argv[] = {"plan", "--model",    "tiny", "--global-batch-size",
-			     "32",   "--p2p-sync", NULL};
+	char *plan_argv[] = {"plan",
+			     "--model",
+			     "tiny",
+			     "--global-batch-size",
+			     "32",
+			     "--p2p-sync",
+			     "--scatter-gather-tensors-in-pipeline",
+			     NULL};
 	struct plan_space s;
 	struct emu_config ec;
 	struct plan_result r;
 	char err[512];
-	int on = 0, off = 0;
+	int on = 0, off = 0, cut = 0;
 
 	(void)state;
 	cluster(&ec, 0);
 	space(&s, "tiny", 32, 1);
 	s.base.p2p_sync = 1;
+	s.base.pp_scatter = 1;
+	s.both_sp = 1; /* (--with-sp-off: the layouts without sp too) */
 	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
 	for (int i = 0; i < r.n; i++) {
 		const struct plan_entry *a = &r.all[i];
@@ -468,18 +477,23 @@ static void test_p2p_sync_search(void **state)
 		assert_int_equal(plan_cfg(&s, &a->p, &cfg, err, sizeof err), 0);
 		assert_int_equal(cfg.p2p_sync,
 				 cfg.mesh.size[MESH_PP] > 1 && cfg.schedule == SCHED_1F1B);
+		assert_int_equal(cfg.pp_scatter,
+				 cfg.mesh.size[MESH_PP] > 1 && cfg.mesh.size[MESH_TP] > 1 &&
+					 !cfg.sp && cfg.schedule != SCHED_HELIX && !cfg.tpf_layers);
 		on += cfg.p2p_sync;
 		off += !cfg.p2p_sync;
+		cut += cfg.pp_scatter;
 		f = open_memstream(&buf, &len);
-		cmd_plan_pemu_run(f, 6, plan_argv, &cfg, 0);
+		cmd_plan_pemu_run(f, 7, plan_argv, &cfg, 0);
 		fclose(f);
 		n = split(buf, "run", argv, 120);
 		assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
 		assert_same_layout(&cfg, &got);
 		assert_int_equal(got.p2p_sync, cfg.p2p_sync);
+		assert_int_equal(got.pp_scatter, cfg.pp_scatter);
 		free(buf);
 	}
-	assert_true(on > 0 && off > 0);
+	assert_true(on > 0 && off > 0 && cut > 0);
 	plan_result_free(&r);
 }
 
@@ -676,7 +690,7 @@ int main(void)
 		cmocka_unit_test(test_zero_folds_exactly),
 		cmocka_unit_test(test_param_gather_search),
 		cmocka_unit_test(test_tp_comm_overlap_search),
-		cmocka_unit_test(test_p2p_sync_search),
+		cmocka_unit_test(test_pipeline_flags_search),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_oases_degrees),

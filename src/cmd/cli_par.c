@@ -22,6 +22,10 @@ const struct cli_opt cli_par_opts[] = {
 	 "1f1b: each send waits for its receiver and its transfer, a send and the receive after "
 	 "it as one batch, as Megatron-LM's 1F1B runs them (batch_isend_irecv, then "
 	 "torch.cuda.synchronize); default: sends posted and overlapped with compute"},
+	{"scatter-gather-tensors-in-pipeline", 0, 0, CLI_PAR_PP_SCATTER, NULL,
+	 "Megatron-LM's of 2021 (its default then): with tp and no sp, each tensor-parallel rank "
+	 "sends its 1/t of the stage's output (or input gradient), which the next stage "
+	 "all-gathers over tp (default: every rank sends all of it, as Megatron-Core)"},
 	{"recompute", 0, 1, CLI_PAR_RECOMPUTE, "MODE",
 	 "activation recomputation: none (default), selective (attention scores), full, oases "
 	 "(checkpoints after the tp collectives: none of them run again)"},
@@ -260,6 +264,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		break;
 	case CLI_PAR_P2P_SYNC:
 		cfg->p2p_sync = 1;
+		break;
+	case CLI_PAR_PP_SCATTER:
+		cfg->pp_scatter = 1;
 		break;
 	case CLI_PAR_TP_COMM_OVERLAP:
 		cfg->tp_comm_overlap = 1;

@@ -68,6 +68,7 @@ static int is_plan_only(int id)
 				   CLI_MODEL_STEPS, /* (the line runs the one step ranked) */
 				   CLI_PAR_TP_COMM_OVERLAP, /* (where the layout has sp) */
 				   CLI_PAR_P2P_SYNC,        /* (where the layout runs 1f1b) */
+				   CLI_PAR_PP_SCATTER,      /* (where the layout has tp, not sp) */
 				   CLI_PAR_TP_COMM_OVERLAP_CFG,
 				   CLI_PAR_CE_FUSION, /* (from the configuration, both) */
 				   CLI_PAR_CE_IMPL};
@@ -108,6 +109,8 @@ void cmd_plan_pemu_run(FILE *f, int argc, char **argv, const struct run_cfg *cfg
 		fprintf(f, " --vpp %d", cfg->vpp);
 	if (cfg->p2p_sync)
 		fprintf(f, " --p2p-sync");
+	if (cfg->pp_scatter)
+		fprintf(f, " --scatter-gather-tensors-in-pipeline");
 	fprintf(f, " --micro-batch-size %d --zero-stage %d --recompute %s", cfg->mbs, cfg->zero,
 		cmd_plan_recompute_name[cfg->recompute]);
 	if (cfg->tp_overlap)

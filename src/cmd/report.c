@@ -215,6 +215,8 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 		fprintf(f, ",\"async_tensor_model_parallel_allreduce\":false");
 	if (cfg->p2p_sync) /* the same */
 		fprintf(f, ",\"p2p_sync\":true");
+	if (cfg->pp_scatter) /* the same */
+		fprintf(f, ",\"scatter_gather_tensors_in_pipeline\":true");
 	if (cfg->tp_comm_overlap)
 		tpo_json(f, cfg);
 	if (cfg->fp32_grads) /* only when asked for */

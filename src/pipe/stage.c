@@ -170,30 +170,71 @@ static int chunk_bwd(void *ctx, int mb, int j, int input, int weight)
 	return 0;
 }
 
+/* A message of n elements crosses the cut: all of it, or with scatter this rank's 1/t
+ * (Megatron-LM's split_tensor_into_1d_equal_chunks: rank r's the r-th); its elements
+ * and offset. */
+static size_t cut_part(const struct pipe_stage *ps, size_t n, size_t *off)
+{
+	size_t t = (size_t)ps->m->tp;
+
+	*off = 0;
+	if (!ps->scatter || t < 2 || n % t)
+		return n;
+	*off = (size_t)ps->m->r * (n / t);
+	return n / t;
+}
+
 /* Each sub-batch's output or input gradient (Ml, h) crosses the cut as its own message. */
 static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe_stage *ps = ctx;
 	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc = 0;
-	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
+	size_t off, n = cut_part(ps, (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden, &off);
 	int rdv = coll_set_rendezvous(ps->d, ps->sc->p2p_sync);
 
 	for (int s = 0; s < ns && !rc; s++) {
 		int y = x * ns + s;
+		const float *src;
 
 		if (what == SCHED_ACT) { /* the chunk's output */
 			struct par_acts *sub = par_sub(ps->acts[x], s);
 
-			rc = coll_isend(ps->d, ps->dev[peer], par_la(sub, sub->l1 - 1)->res3.data,
-					n, &ps->act_req[y]);
+			src = par_la(sub, sub->l1 - 1)->res3.data;
+			rc = coll_isend(ps->d, ps->dev[peer], src ? src + off : NULL, n,
+					&ps->act_req[y]);
 			continue;
 		}
 		/* the send holds its own copy (eager, emu/coll.h): the gradient's buffer can
 		 * go (the chunk's activations may be gone already) */
-		rc = coll_isend(ps->d, ps->dev[peer], ps->din[y].data, n, &ps->grad_req[y]);
+		src = ps->din[y].data;
+		rc = coll_isend(ps->d, ps->dev[peer], src ? src + off : NULL, n, &ps->grad_req[y]);
 		tensor_free(&ps->m->k, &ps->din[y]);
 	}
 	coll_set_rendezvous(ps->d, rdv);
+	return rc;
+}
+
+static int chunk_sync(void *ctx);
+
+/* A message into dst (n elements): with scatter, this rank's 1/t received and the whole
+ * all-gathered over tp (gather_split_1d_tensor), the others' parts from their peers;
+ * with p2p_sync after the batch's sends are over too, as Megatron-LM gathered after its
+ * torch.cuda.synchronize. */
+static int cut_recv(struct pipe_stage *ps, int peer, float *dst, size_t n)
+{
+	size_t off, part = cut_part(ps, n, &off);
+	float *mine;
+	int rc;
+
+	if (part == n)
+		return coll_recv(ps->d, ps->dev[peer], dst, n);
+	mine = dst ? emu_xmalloc(part * sizeof *mine) : NULL;
+	rc = coll_recv(ps->d, ps->dev[peer], mine, part);
+	if (!rc && ps->sc->p2p_sync)
+		rc = chunk_sync(ps);
+	if (!rc)
+		rc = coll_all_gather(ps->d, ps->m->g, mine, dst, part);
+	free(mine);
 	return rc;
 }
 
@@ -208,9 +249,9 @@ static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
 		struct par_acts *sub = par_sub(a, s);
 
 		if (what == SCHED_ACT)
-			rc = coll_recv(ps->d, ps->dev[peer], sub->enc.data, n);
+			rc = cut_recv(ps, peer, sub->enc.data, n);
 		else if (!(rc = tensor_alloc(&ps->m->k, &sub->dout, MEM_ACT, n, "d stage output")))
-			rc = coll_recv(ps->d, ps->dev[peer], sub->dout.data, n);
+			rc = cut_recv(ps, peer, sub->dout.data, n);
 	}
 	return rc;
 }

@@ -54,6 +54,11 @@ struct pipe_stage {
 	int nreq, maxreq;
 	int *last_mb; /* [nb] the micro-batch of this stage's last action that makes block j's
 		       * weight gradients final (W or BW), or -1 */
+	/* Megatron-LM's scatter/gather of 2021 (not helix): each of the t tensor-parallel
+	 * ranks, whose messages are the same (no sequence parallelism), sends only its 1/t
+	 * of each, and the receivers all-gather them over tp (where t divides the message;
+	 * set after pipe_stage_init) */
+	int scatter;
 };
 
 /* The part of the model stage s of sc holds: the layers of its blocks (pipe_stage_part

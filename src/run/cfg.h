@@ -54,6 +54,8 @@ struct run_cfg {
 	int vpp;                          /* model chunks a stage (interleaved), else 1 */
 	int p2p_sync;   /* --p2p-sync: the pipeline's sends wait for their receivers and their
 			 * transfers, batched as Megatron-LM's 1F1B runs them (sched_exec) */
+	int pp_scatter; /* --scatter-gather-tensors-in-pipeline: each tp rank sends its 1/t
+			 * of a pipeline message, all-gathered after (pipe_stage's scatter) */
 	int vpp_layers; /* layers a chunk (Megatron's num-layers-per-virtual-pipeline-
 			 * stage): run_cfg_finish derives vpp from it; 0: not given */
 	enum par_recompute recompute; /* activation recomputation */

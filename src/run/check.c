@@ -59,6 +59,20 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 				   "batches them");
 		return -1;
 	}
+	if (cfg->pp_scatter && (pp == 1 || cfg->mesh.size[MESH_TP] == 1 || cfg->sp ||
+				cfg->tpf_layers || cfg->schedule == SCHED_HELIX)) {
+		snprintf(err, n,
+			 "--scatter-gather-tensors-in-pipeline: %s (Megatron-LM's of 2021: each "
+			 "tensor-parallel rank sends its part of the stage's output, the same on "
+			 "every rank)",
+			 pp == 1                        ? "needs a pipeline, --pp > 1"
+			 : cfg->mesh.size[MESH_TP] == 1 ? "needs --tp > 1"
+			 : cfg->sp                      ? "with --sequence-parallel each rank's "
+							  "output is its own rows already"
+			 : cfg->tpf_layers              ? "not with --tp-first in this build"
+					   : "not with --schedule helix in this build");
+		return -1;
+	}
 	return 0;
 }
 

@@ -352,8 +352,10 @@ static int par_device(struct emu_dev *d, void *arg)
 	s.tied_after = pp > 1 && (part.first || part.last);
 	if (cfg->resume)
 		par_dp_load_state(&s, cfg->resume->m, cfg->resume->v);
-	if (pp > 1)
+	if (pp > 1) {
 		pipe_stage_init(&ps, &o->sched, ppr, &m, d, pp_devs, rk.local, accum * cp, &io);
+		ps.scatter = cfg->pp_scatter;
+	}
 	for (int step = 0; step < cfg->steps; step++) {
 		int64_t t0 = emu_now(d), c0 = emu_compute_ns(d), e0 = coll_exposed_ns(d),
 			w0 = emu_wall_ns();

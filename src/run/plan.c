@@ -273,6 +273,9 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->tp_overlap = (enum par_overlap)v[PLAN_OVERLAP];
 	cfg->recompute = (enum par_recompute)v[PLAN_RECOMPUTE];
 	cfg->sp = v[PLAN_SP];
+	/* --scatter-gather-tensors-in-pipeline to the pipelines with tp and no sp */
+	cfg->pp_scatter = s->base.pp_scatter && v[PLAN_PP] > 1 && v[PLAN_TP] > 1 && !cfg->sp &&
+			  cfg->schedule != SCHED_HELIX && !v[PLAN_TPF];
 	/* --tp-comm-overlap applies to the layouts with sequence parallelism, not Oases's */
 	cfg->tp_comm_overlap = s->base.tp_comm_overlap && cfg->sp && !cfg->tp_overlap &&
 			       cfg->recompute != PAR_RECOMPUTE_OASES;
