@@ -232,6 +232,8 @@ static void test_bad_input(void **state)
 		{"run --model tiny --p2p-sync", "--p2p-sync: needs a pipeline, --pp > 1"},
 		{"run --model tiny --num-layers 4 --pp 2 --schedule zb-h1 --p2p-sync",
 		 "--p2p-sync: needs --schedule 1f1b"},
+		{"run --model tiny --num-layers 4 --pp 2 --tp 2 --tp-overlap oases --p2p-sync",
+		 "--p2p-sync: not with --tp-overlap oases in this build"},
 		{"run --model tiny --tp 2 --scatter-gather-tensors-in-pipeline",
 		 "--scatter-gather-tensors-in-pipeline: needs a pipeline, --pp > 1"},
 		{"run --model tiny --pp 2 --scatter-gather-tensors-in-pipeline",

@@ -439,8 +439,9 @@ static void test_tp_comm_overlap_search(void **state)
 }
 
 /* --p2p-sync (Megatron-LM's synchronous 1F1B sends) applies to the layouts that run 1F1B
- * over a pipeline and no other, --scatter-gather-tensors-in-pipeline to the pipelines with
- * tp and without sp, and their run lines say so and parse back. */
+ * over a pipeline (but Oases's sub-batches) and no other, --scatter-gather-tensors-in-
+ * pipeline to the pipelines with tp and without sp: the same layouts fit, fail or are
+ * refused as without them, and their run lines say so and parse back. */
 static void test_pipeline_flags_search(void **state)
 {
 	char *plan_argv[] = {"plan",
@@ -451,19 +452,24 @@ static void test_pipeline_flags_search(void **state)
 			     "--p2p-sync",
 			     "--scatter-gather-tensors-in-pipeline",
 			     NULL};
-	struct plan_space s;
+	struct plan_space sp[2], s;
 	struct emu_config ec;
-	struct plan_result r;
+	struct plan_result r, r0;
 	char err[512];
 	int on = 0, off = 0, cut = 0;
 
 	(void)state;
 	cluster(&ec, 0);
-	space(&s, "tiny", 32, 1);
-	s.base.p2p_sync = 1;
-	s.base.pp_scatter = 1;
-	s.both_sp = 1; /* (--with-sp-off: the layouts without sp too) */
-	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
+	for (int k = 0; k < 2; k++) {
+		space(&sp[k], "tiny", 32, 2); /* (micro-batches of 2: Oases's layouts too) */
+		sp[k].base.p2p_sync = k;
+		sp[k].base.pp_scatter = k;
+		sp[k].both_sp = 1; /* (--with-sp-off: the layouts without sp too) */
+		assert_int_equal(
+			plan_search(&sp[k], &ec, 1, NULL, NULL, k ? &r : &r0, err, sizeof err), 0);
+	}
+	s = sp[1];
+	assert_int_equal(r.n, r0.n); /* the flags take no layout away */
 	for (int i = 0; i < r.n; i++) {
 		const struct plan_entry *a = &r.all[i];
 		struct run_cfg cfg, got;
@@ -472,11 +478,14 @@ static void test_pipeline_flags_search(void **state)
 		FILE *f;
 		int n;
 
+		assert_memory_equal(a->p.v, r0.all[i].p.v, sizeof a->p.v);
+		assert_int_equal(a->fate, r0.all[i].fate);
 		if (a->fate != PLAN_OK)
 			continue;
 		assert_int_equal(plan_cfg(&s, &a->p, &cfg, err, sizeof err), 0);
-		assert_int_equal(cfg.p2p_sync,
-				 cfg.mesh.size[MESH_PP] > 1 && cfg.schedule == SCHED_1F1B);
+		assert_int_equal(cfg.p2p_sync, cfg.mesh.size[MESH_PP] > 1 &&
+						       cfg.schedule == SCHED_1F1B &&
+						       !cfg.tp_overlap);
 		assert_int_equal(cfg.pp_scatter,
 				 cfg.mesh.size[MESH_PP] > 1 && cfg.mesh.size[MESH_TP] > 1 &&
 					 !cfg.sp && cfg.schedule != SCHED_HELIX && !cfg.tpf_layers);
@@ -495,6 +504,7 @@ static void test_pipeline_flags_search(void **state)
 	}
 	assert_true(on > 0 && off > 0 && cut > 0);
 	plan_result_free(&r);
+	plan_result_free(&r0);
 }
 
 /* Where Megatron-LM has no such run, no line: 12 GPUs on nodes of 8 (torchrun starts as
@@ -522,6 +532,13 @@ static void test_megatron_gaps_and_vpp(void **state)
 	assert_null(cmd_plan_megatron_gap(&cfg, &ec));
 	cfg.zero = 3;
 	assert_non_null(cmd_plan_megatron_gap(&cfg, &ec));
+	cfg.zero = 1; /* Megatron-Core has no scatter/gather of pipeline messages */
+	cfg.ep = 1;
+	cfg.sp = 0;
+	mesh_init(&cfg.mesh, 2, 1, 1, 2, 2);
+	assert_null(cmd_plan_megatron_gap(&cfg, &ec));
+	cfg.pp_scatter = 1;
+	assert_non_null(strstr(cmd_plan_megatron_gap(&cfg, &ec), "scatter/gather"));
 	space(&s, "small", 16, 2);
 	s.base.vpp = 2;
 	s.fixed = 1u << PLAN_VPP;

@@ -434,8 +434,10 @@ static void test_diagram_shows_every_action(void **state)
 	}
 }
 
-/* p2p_sync (Megatron-LM's 1F1B): a run of sends and receives is one batch, its sends
- * posted before its receives, then ops->sync; a stage goes on once its sends are over.
+/* p2p_sync (Megatron-LM's 1F1B): each send or receive a batch of its own, but a send and
+ * the receive of the other kind from the same peer right after it (its
+ * send_forward_recv_backward and send_backward_recv_forward), then ops->sync; a stage
+ * goes on once its sends are over.
  * Sends of D ns (a rendezvous, coll_set_rendezvous, in dry-run) on 1F1B with p = 2:
  * stage 0 forwards micro-batch 0, sends it (stage 1 waits for it from the start) and
  * forwards micro-batch 1 at T + D, where eager sends let it start at T. Every list of
@@ -446,7 +448,8 @@ enum { D = T / 2 };
 struct sync_unit {
 	struct unit u;
 	int posted, received; /* the current batch's sends and receives so far */
-	int violations;       /* a send after a receive, or compute inside a batch */
+	int peer, msg;        /* its send's */
+	int violations;       /* a batch not Megatron's, or compute inside one */
 };
 
 static int s_send(void *ctx, int mb, int block, enum sched_msg what, int peer)
@@ -457,9 +460,10 @@ static int s_send(void *ctx, int mb, int block, enum sched_msg what, int peer)
 
 	(void)mb;
 	(void)block;
-	(void)what;
 	assert_true(x->u.nreq < 1024);
-	x->violations += x->received && x->u.sc->p2p_sync;
+	x->violations += (x->received || x->posted) && x->u.sc->p2p_sync;
+	x->peer = peer;
+	x->msg = (int)what;
 	/* D ns at 1 byte a ns: D / 4 floats at 4 bytes on the wire */
 	rc = coll_isend(x->u.d, peer, NULL, D / 4, &x->u.req[x->u.nreq++]);
 	coll_set_rendezvous(x->u.d, was);
@@ -473,7 +477,8 @@ static int s_recv(void *ctx, int mb, int block, enum sched_msg what, int peer)
 
 	(void)mb;
 	(void)block;
-	(void)what;
+	x->violations += x->u.sc->p2p_sync &&
+			 (x->received || (x->posted && (peer != x->peer || (int)what == x->msg)));
 	x->received = 1;
 	return coll_recv(x->u.d, peer, NULL, D / 4);
 }

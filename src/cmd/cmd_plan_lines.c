@@ -160,6 +160,9 @@ const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_co
 	if (cfg->ce == CE_TE)
 		return "Megatron-LM refuses --cross-entropy-fusion-impl te since June 2026 "
 		       "(\"disabled due to stability issues\"); its releases before took it";
+	if (cfg->pp_scatter)
+		return "Megatron-Core sends each pipeline message whole: the scatter/gather over "
+		       "tp was Megatron-LM's before it (its flag is still parsed, unused)";
 	return NULL;
 }
 

@@ -73,28 +73,28 @@ static int exec_p2p(struct inbox *in, const struct sched *sc, const struct sched
 	return rc;
 }
 
-/* With p2p_sync: the run of SEND and RECV actions from i on as one batch (see
- * sched_exec), its sends first; the index of its last action. */
+/* With p2p_sync: the batch from action i on (see sched_exec), its send first; the index
+ * of its last action. A send and, right after it, the receive of the other kind from the
+ * same peer are one batch (send_forward_recv_backward, send_backward_recv_forward); any
+ * other send or receive is one alone (send_forward, recv_forward and the like). */
 static int exec_batch(struct inbox *in, const struct sched *sc, int s, int i, struct emu_dev *d,
 		      const struct sched_ops *ops, void *ctx, long long *span, int *rc)
 {
+	const struct sched_action *a = &sc->a[s][i], *b = a + 1;
 	int e = i;
 
-	while (e + 1 < sc->n[s] && sc->a[s][e + 1].op >= SCHED_SEND)
-		e++;
-	for (int pass = 0; pass < 2; pass++)
-		for (int k = i; k <= e && !*rc; k++) {
-			const struct sched_action *a = &sc->a[s][k];
-			int64_t t0 = emu_now(d);
+	if (a->op == SCHED_SEND && i + 1 < sc->n[s] && b->op == SCHED_RECV && b->peer == a->peer &&
+	    b->msg != a->msg)
+		e = i + 1;
+	for (int k = i; k <= e && !*rc; k++) { /* (the send first, as listed) */
+		int64_t t0 = emu_now(d);
 
-			if ((a->op == SCHED_SEND) != (pass == 0))
-				continue;
-			*rc = exec_p2p(in, sc, a, d, ops, ctx, &t0);
-			if (span) {
-				span[2 * k] = t0;
-				span[2 * k + 1] = emu_now(d);
-			}
+		*rc = exec_p2p(in, sc, &sc->a[s][k], d, ops, ctx, &t0);
+		if (span) {
+			span[2 * k] = t0;
+			span[2 * k + 1] = emu_now(d);
 		}
+	}
 	if (!*rc)
 		*rc = ops->sync(ctx);
 	return e;

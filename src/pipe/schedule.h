@@ -126,11 +126,13 @@ struct sched_ops {
 /* Runs stage s's list on d through ops. Messages between two devices match in the order
  * they are posted, so a RECV first takes in (through ops->recv) whatever its peer's list
  * sends to this stage before the message it wants. With sc->p2p_sync (for 1F1B: ops->send
- * then posting sends that wait for their receivers, coll_set_rendezvous) each run of
- * consecutive SEND and RECV actions is one batch, as Megatron-LM's p2p_communication.py
- * makes of them (send_forward_recv_backward and the like: batch_isend_irecv, each request
- * waited, then torch.cuda.synchronize): its sends posted first, then its receives, then
- * ops->sync, so the stage goes on once its sends are over. span, if not NULL, gets [2 n[s]]:
+ * then posting sends that wait for their receivers, coll_set_rendezvous) each send or
+ * receive is a batch of its own, but a send followed by the receive of the other kind
+ * from the same peer, which are one, as Megatron-LM's 1F1B calls them
+ * (p2p_communication.py: send_forward, recv_forward, send_forward_recv_backward and the
+ * like, each a batch_isend_irecv, its requests waited for, then torch.cuda.synchronize):
+ * a batch's send posted first, then its receive, then ops->sync, so the stage goes on
+ * once its sends are over. span, if not NULL, gets [2 n[s]]:
  * each action's start and end on d's compute stream (virtual ns). 0 or the first
  * error. */
 int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,

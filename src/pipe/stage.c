@@ -223,18 +223,19 @@ static int chunk_sync(void *ctx);
 static int cut_recv(struct pipe_stage *ps, int peer, float *dst, size_t n)
 {
 	size_t off, part = cut_part(ps, n, &off);
-	float *mine;
+	struct tensor mine = {0};
 	int rc;
 
 	if (part == n)
 		return coll_recv(ps->d, ps->dev[peer], dst, n);
-	mine = dst ? emu_xmalloc(part * sizeof *mine) : NULL;
-	rc = coll_recv(ps->d, ps->dev[peer], mine, part);
+	rc = tensor_alloc(&ps->m->k, &mine, MEM_COMM, part, "pipeline part received");
+	if (!rc)
+		rc = coll_recv(ps->d, ps->dev[peer], mine.data, part);
 	if (!rc && ps->sc->p2p_sync)
 		rc = chunk_sync(ps);
 	if (!rc)
-		rc = coll_all_gather(ps->d, ps->m->g, mine, dst, part);
-	free(mine);
+		rc = coll_all_gather(ps->d, ps->m->g, mine.data, dst, part);
+	tensor_free(&ps->m->k, &mine);
 	return rc;
 }
 

@@ -50,13 +50,17 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 			 sched_name(cfg->schedule));
 		return -1;
 	}
-	if (cfg->p2p_sync && (pp == 1 || cfg->schedule != SCHED_1F1B)) {
+	if (cfg->p2p_sync && (pp == 1 || cfg->schedule != SCHED_1F1B || cfg->tp_overlap)) {
 		snprintf(err, n,
 			 "--p2p-sync: %s (Megatron-LM's synchronous sends and receives of its "
 			 "1F1B schedule)",
 			 pp == 1 ? "needs a pipeline, --pp > 1"
-				 : "needs --schedule 1f1b, where pemu runs them as Megatron-LM "
-				   "batches them");
+			 : cfg->schedule != SCHED_1F1B
+				 ? "needs --schedule 1f1b, where pemu runs them as Megatron-LM "
+				   "batches them"
+				 : "not with --tp-overlap oases in this build (two sub-batches' "
+				   "sends to one peer, each waiting for its receiver, would block "
+				   "each other's stream)");
 		return -1;
 	}
 	if (cfg->pp_scatter && (pp == 1 || cfg->mesh.size[MESH_TP] == 1 || cfg->sp ||
