@@ -284,6 +284,13 @@ static void test_verify(void **state)
 			     0, out, sizeof out),
 			 0);
 	assert_non_null(strstr(out, "\"cost_model\":\"calibrated\",\"nvls\":false}"));
+	/* an odd sequence, with tp and a pipeline: every position as the serial model's (7
+	 * once took position 6 to 3, as halves for context parallelism) */
+	assert_int_equal(run("verify --model tiny --seq-length 7 --tp 2 --pp 2 --num-layers 4 "
+			     "--global-batch-size 4 --micro-batch-size 1 --steps 1",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "verify: PASSED"));
 	/* a slowed device in verify: the serial reference runs without the faults */
 	assert_int_equal(run("verify --model tiny --dp 2 --steps 2 --inject-fault slow:1:2", 0, out,
 			     sizeof out),

@@ -70,6 +70,13 @@ static void test_positions(void **state)
 			for (int p = 0; p < s; p++)
 				assert_int_equal(seen[p], 1);
 		}
+	/* without cp every position is its own, whatever the sequence (odd ones too: 7 once
+	 * took position 6 to 3, through halves of 3) */
+	for (int s = 1; s <= 33; s++)
+		for (int i = 0; i < s; i++) {
+			assert_int_equal(par_cp_position(s, 1, 0, i, 0), i);
+			assert_int_equal(par_cp_position(s, 1, 0, i, 1), i);
+		}
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -20,7 +20,7 @@ int par_cp_position(int s, int cp, int r, int i, int contiguous)
 {
 	int ch = s / (2 * cp);
 
-	if (contiguous)
+	if (contiguous || cp == 1) /* (without cp any s: an odd one has no halves) */
 		return r * (s / cp) + i;
 	return (i < ch ? r : 2 * cp - 1 - r) * ch + i % ch;
 }
