@@ -132,6 +132,8 @@ static void test_bad_input(void **state)
 		{"plan --model tiny --gpus 8 --global-batch-size 16 --ep 2",
 		 "the first says: --ep 2: the model has no MoE layers"},
 		{"plan --model tiny --gpus 0 --global-batch-size 16", "--gpus: '0'"},
+		{"plan --oases --model tiny --tp 2 --pp 2 --global-batch-size 8 --p2p-sync",
+		 "--p2p-sync: a pipeline's, and pemu plan --oases searches no pipelines"},
 		{"plan --oases --model tiny --tp 2 --gpus 8",
 		 "--gpus: the layout search's option, not --oases's"},
 		{"run --model tiny --zero-stage 4",

@@ -435,14 +435,14 @@ static void test_diagram_shows_every_action(void **state)
 }
 
 /* p2p_sync (Megatron-LM's 1F1B): each send or receive a batch of its own, but a send and
- * the receive of the other kind from the same peer right after it (its
- * send_forward_recv_backward and send_backward_recv_forward), then ops->sync; a stage
- * goes on once its sends are over.
+ * the receive of the other kind from the same peer right after it in a stage with a
+ * steady state (its send_forward_recv_backward and send_backward_recv_forward), then
+ * ops->sync; a stage goes on once its sends are over.
  * Sends of D ns (a rendezvous, coll_set_rendezvous, in dry-run) on 1F1B with p = 2:
  * stage 0 forwards micro-batch 0, sends it (stage 1 waits for it from the start) and
  * forwards micro-batch 1 at T + D, where eager sends let it start at T. Every list of
  * 1F1B runs to the end (no deadlock) for p = 2 and 4 and m = 1 to 8, never faster than
- * eager, each batch's sends posted before its receives. */
+ * eager, every batch Megatron's and no compute inside one. */
 enum { D = T / 2 };
 
 struct sync_unit {
@@ -477,8 +477,12 @@ static int s_recv(void *ctx, int mb, int block, enum sched_msg what, int peer)
 
 	(void)mb;
 	(void)block;
-	x->violations += x->u.sc->p2p_sync &&
-			 (x->received || (x->posted && (peer != x->peer || (int)what == x->msg)));
+	/* a pair only as Megatron's steady state makes one: same peer, the other kind, and
+	 * a stage with fewer warm-up forwards (p - 1 - s) than micro-batches */
+	x->violations +=
+		x->u.sc->p2p_sync &&
+		(x->received || (x->posted && (peer != x->peer || (int)what == x->msg ||
+					       x->u.sc->p - 1 - emu_dev_id(x->u.d) >= x->u.sc->m)));
 	x->received = 1;
 	return coll_recv(x->u.d, peer, NULL, D / 4);
 }

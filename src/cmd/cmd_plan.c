@@ -337,6 +337,9 @@ int cmd_plan(int argc, char **argv)
 	if (s.base.tp_comm_overlap && (oases || s.base.tp_sync_dgrad))
 		cli_fail(&c, "--tp-comm-overlap with %s: two orders of the same collectives",
 			 oases ? "--oases" : "--no-async-tensor-model-parallel-allreduce");
+	if (oases && (s.base.p2p_sync || s.base.pp_scatter))
+		cli_fail(&c, "--%s: a pipeline's, and pemu plan --oases searches no pipelines",
+			 s.base.p2p_sync ? "p2p-sync" : "scatter-gather-tensors-in-pipeline");
 	if (!oases && search_refuses == CLI_PAR_VPP_LAYERS)
 		cli_fail(&c, "--num-layers-per-virtual-pipeline-stage: pemu plan searches the "
 			     "pipeline's size, so fix the chunks a stage with --vpp");

@@ -162,7 +162,8 @@ const char *cmd_plan_megatron_gap(const struct run_cfg *cfg, const struct emu_co
 		       "(\"disabled due to stability issues\"); its releases before took it";
 	if (cfg->pp_scatter)
 		return "Megatron-Core sends each pipeline message whole: the scatter/gather over "
-		       "tp was Megatron-LM's before it (its flag is still parsed, unused)";
+		       "tp was Megatron-LM's before it (its flag, long unused, removed in April "
+		       "2026)";
 	return NULL;
 }
 

@@ -73,10 +73,13 @@ static int exec_p2p(struct inbox *in, const struct sched *sc, const struct sched
 	return rc;
 }
 
-/* With p2p_sync: the batch from action i on (see sched_exec), its send first; the index
- * of its last action. A send and, right after it, the receive of the other kind from the
- * same peer are one batch (send_forward_recv_backward, send_backward_recv_forward); any
- * other send or receive is one alone (send_forward, recv_forward and the like). */
+/* With p2p_sync (1F1B): the batch from action i on (see sched_exec), its send first; the
+ * index of its last action. A send and, right after it, the receive of the other kind
+ * from the same peer are one batch (send_forward_recv_backward, send_backward_recv_forward
+ * of the steady state), where stage s has a steady state (fewer warm-up forwards,
+ * p - 1 - s, than micro-batches: without one, its last warm-up send_forward and first
+ * cool-down recv_backward are separate calls); any other send or receive is one alone
+ * (send_forward, recv_forward and the like). */
 static int exec_batch(struct inbox *in, const struct sched *sc, int s, int i, struct emu_dev *d,
 		      const struct sched_ops *ops, void *ctx, long long *span, int *rc)
 {
@@ -84,7 +87,7 @@ static int exec_batch(struct inbox *in, const struct sched *sc, int s, int i, st
 	int e = i;
 
 	if (a->op == SCHED_SEND && i + 1 < sc->n[s] && b->op == SCHED_RECV && b->peer == a->peer &&
-	    b->msg != a->msg)
+	    b->msg != a->msg && sc->p - 1 - s < sc->m)
 		e = i + 1;
 	for (int k = i; k <= e && !*rc; k++) { /* (the send first, as listed) */
 		int64_t t0 = emu_now(d);
