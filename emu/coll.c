@@ -411,12 +411,9 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 		    size_t count, struct coll_req **req)
 {
 	int is_send = kind == OP_SEND, rc;
-	struct op_arg arg = {.kind = kind,
-			     .count = count,
-			     .send = send,
-			     .recv = recv,
-			     .rendezvous = is_send && d->p2p_rdv};
+	struct op_arg arg = {.kind = kind, .count = count, .send = send, .recv = recv};
 
+	arg.rendezvous = is_send && d->p2p_rdv; /* (coll_set_rendezvous) */
 	if (peer < 0 || peer >= d->c->cfg.ndev)
 		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)",
 				kinds[kind].name, peer, d->c->cfg.ndev - 1);
