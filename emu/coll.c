@@ -48,48 +48,6 @@ int emu_cluster_set_fault(struct emu_cluster *c, const char *op, int nth)
 	return -1;
 }
 
-int coll_set_ctas(struct emu_dev *d, int ctas)
-{
-	int was = d->coll_ctas, sms = d->c->cfg.topo.gpu.sms;
-
-	d->coll_ctas = ctas <= 0 ? 0 : ctas < sms ? ctas : sms - 1;
-	return was;
-}
-
-int coll_use_copy_engines(struct emu_dev *d, int on)
-{
-	int was = d->p2p_ce;
-
-	d->p2p_ce = on != 0;
-	return was;
-}
-
-int coll_set_rendezvous(struct emu_dev *d, int on)
-{
-	int was = d->p2p_rdv;
-
-	d->p2p_rdv = on != 0;
-	return was;
-}
-
-enum emu_stream coll_use_stream(struct emu_dev *d, enum emu_stream s)
-{
-	enum emu_stream old = d->coll_stream;
-
-	EMU_ASSERT(s == EMU_STREAM_COMM || s == EMU_STREAM_COMM2);
-	d->coll_stream = s;
-	return old;
-}
-
-int coll_set_wire_bytes(struct emu_dev *d, int bytes)
-{
-	int was = d->wire_bytes;
-
-	EMU_ASSERT(bytes > 0 && bytes <= 8);
-	d->wire_bytes = bytes;
-	return was;
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Posting and waiting                                                                  */
 
@@ -186,6 +144,8 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	if (st->t < op->t_end)
 		st->t = op->t_end;
 	emu_time_check(d, st->t, kinds[a->kind].name);
+	st->grouped -= r->grouped;
+	r->grouped = 0;
 	if (st->pending == r)
 		st->pending = NULL;
 	stats_add(d, a->kind, r->tag, op->bytes, op->t_end - op->t_start);
@@ -232,10 +192,18 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	struct op *op;
 	int rc;
 
-	/* The previous op on this stream must have a known end before this one can start. */
-	if (st->pending && (rc = coll_req_resolve(d, st->pending)))
+	/* The previous op on this stream must have a known end before this one can start,
+	 * but in a group (coll_set_group), whose ops follow each other's transfer time. */
+	if (st->pending && !arg->grouped && (rc = coll_req_resolve(d, st->pending)))
 		goto fail;
+	EMU_ASSERT(arg->grouped || !st->grouped); /* a group's ops waited for first */
 	arg->t_issue = st->t > now ? st->t : now;
+	if (arg->grouped) {
+		arg->t_issue = arg->t_issue > st->group_t ? arg->t_issue : st->group_t;
+		st->group_t = emu_time_add(
+			arg->t_issue,
+			coll_send_ns(d->c, ch, (uint64_t)arg->count * (uint64_t)d->wire_bytes));
+	}
 	arg->wire_bytes = d->wire_bytes;
 	arg->ctas = d->coll_ctas;
 	if ((rc = rdv_arrive(d, ch, member, arg, &op)))
@@ -255,6 +223,8 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->post_t = now;
 	r->post_busy = d->compute_ns;
 	r->margin = d->sm_margin;
+	r->grouped = arg->grouped;
+	st->grouped += arg->grouped;
 	if (arg->kind == OP_SEND && !arg->rendezvous) { /* eager: its end is known now (coll.h) */
 		r->eager_end = emu_time_add(
 			arg->t_issue,
@@ -288,6 +258,8 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	int64_t t0 = r->eager_end - coll_send_ns(d->c, op->ch, S);
 
 	r->resolved = 1;
+	d->stream[r->stream].grouped -= r->grouped;
+	r->grouped = 0;
 	stats_add(d, OP_SEND, r->tag, S, r->eager_end - t0);
 	if (op->ch->n > 1) {
 		d->stats.link_bytes[op->ch->link] += S;
@@ -414,6 +386,7 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 	struct op_arg arg = {.kind = kind, .count = count, .send = send, .recv = recv};
 
 	arg.rendezvous = is_send && d->p2p_rdv; /* (coll_set_rendezvous) */
+	arg.grouped = d->p2p_group;
 	if (peer < 0 || peer >= d->c->cfg.ndev)
 		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)",
 				kinds[kind].name, peer, d->c->cfg.ndev - 1);

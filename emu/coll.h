@@ -148,6 +148,16 @@ int coll_use_copy_engines(struct emu_dev *d, int on);
  * leaves as it is posted. 0 at each run's start. Returns the previous setting. */
 int coll_set_rendezvous(struct emu_dev *d, int on);
 
+/* Whether d's later sends and receives are one group (NCCL's ncclGroupStart and
+ * ncclGroupEnd, as PyTorch's batch_isend_irecv posts a batch): a post returns without
+ * waiting for the end of the op before it on its stream, so a group's sends to two peers
+ * (or receives) wait for neither peer before the other, and each starts no earlier than
+ * the group's previous op on its stream would have ended from its own start (the
+ * device's way out, or in, shared one transfer after another). Each op of a group must
+ * be waited for before its stream's next op outside one. 0 at each run's start. Returns
+ * the previous setting. */
+int coll_set_group(struct emu_dev *d, int on);
+
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
  * 16-bit communication). Data still moves as float. Returns the previous setting. */
 int coll_set_wire_bytes(struct emu_dev *d, int bytes);

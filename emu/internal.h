@@ -62,6 +62,7 @@ struct op_arg {
 	int64_t t_issue;     /* virtual time at which this member's stream could start it */
 	float *owned;        /* an eager send's copy of its data, owned by the op */
 	int rendezvous;      /* a send that waits for its receiver (coll_set_rendezvous) */
+	int grouped;         /* a send or receive of a group (coll_set_group) */
 };
 
 struct op {
@@ -130,12 +131,15 @@ struct coll_req {
 	int64_t post_t, post_busy;    /* the compute stream's cursor and busy time at the post
 				       * (the SM share, coll_wait) */
 	int margin;                   /* the device's SM margin then (emu_set_sm_margin) */
+	int grouped;                  /* posted in a group (coll_set_group), not resolved */
 	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
 
 struct emu_stream_state {
 	int64_t t;                /* virtual time cursor, ns */
 	struct coll_req *pending; /* op issued on this stream whose end is not known yet */
+	int grouped;              /* ops of a group on it whose end is not known yet */
+	int64_t group_t;          /* a group's next op here starts no earlier (coll_set_group) */
 };
 
 struct dev_stats {
@@ -241,6 +245,7 @@ struct emu_dev {
 	int sm_margin; /* the SMs its GEMMs leave to communication (emu_set_sm_margin), 0
 			* each run */
 	int p2p_rdv;   /* its sends wait for their receivers (coll_set_rendezvous) */
+	int p2p_group; /* its sends and receives run as a group (coll_set_group), 0 each run */
 	int p2p_ce;    /* its sends and receives on the copy engines' streams
 			* (coll_use_copy_engines), 0 each run */
 	int coll_ctas; /* the SMs its collectives take (coll_set_ctas), 0 each run */

@@ -1120,6 +1120,58 @@ static void test_rendezvous(void **state)
 	emu_cluster_free(c);
 }
 
+/* A group (coll_set_group, as batch_isend_irecv): device 0 posts rendezvous sends of 16
+ * floats to device 1, busy with a kernel first, and then to device 2, and waits for both
+ * (t[0]: after the posts, after the waits); devices 1 and 2 receive (t[1], t[2]). */
+static int group_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int id = emu_dev_id(d), rc;
+	struct coll_req *r[2] = {NULL, NULL};
+
+	if (id > 0) {
+		if (id == 1)
+			emu_compute(d, "work", 1e9, 0);
+		rc = coll_recv(d, 0, p->data[id], 16);
+		p->t[id][0] = emu_now(d);
+		return rc;
+	}
+	coll_set_rendezvous(d, 1);
+	coll_set_group(d, 1);
+	for (int k = 0; k < 2; k++)
+		if ((rc = coll_isend(d, k + 1, p->data[0], 16, &r[k])))
+			return rc;
+	coll_set_group(d, 0);
+	p->t[0][0] = emu_now(d);
+	rc = coll_wait(d, r[0]);
+	rc = rc ? rc : coll_wait(d, r[1]);
+	p->t[0][1] = emu_now(d);
+	return rc;
+}
+
+/* The second send of a group waits neither for the first's late receiver (its post
+ * returns at once, where outside a group it waits for the first send's end) nor starts
+ * before the first would have ended from its own post: device 2 has its message at
+ * 2 (alpha + S / beta), device 1 at work + alpha + S / beta, exact to the nanosecond. */
+static void test_group(void **state)
+{
+	struct emu_cluster *c = test_cluster("dgx-a100", 1, 3, 0, 0);
+	const struct emu_config *cfg = emu_cluster_config(c);
+	const struct topo_link *l = &cfg->topo.link[TOPO_LINK_INTRA];
+	int64_t one = l->lat_ns + (int64_t)ceil(64e9 / (double)l->bw_bytes);
+	int64_t work = roofline(&cfg->topo.gpu, 1e9, 0);
+	struct probe p = {0};
+
+	(void)state;
+	assert_true(work > 2 * one);
+	assert_int_equal(emu_cluster_run(c, group_device, &p), 0);
+	assert_int_equal(p.t[0][0], 0);
+	assert_int_equal(p.t[1][0], work + one);
+	assert_int_equal(p.t[2][0], 2 * one);
+	assert_int_equal(p.t[0][1], work + one);
+	emu_cluster_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1127,6 +1179,7 @@ int main(void)
 		cmocka_unit_test(test_streams_and_events),
 		cmocka_unit_test(test_posted_forms),
 		cmocka_unit_test(test_rendezvous),
+		cmocka_unit_test(test_group),
 		cmocka_unit_test(test_calibrated_compute),
 		cmocka_unit_test(test_gemm_memo),
 		cmocka_unit_test(test_roofline_kinds),
