@@ -1227,10 +1227,13 @@ static void test_async_dgrad(void **state)
  * always there; synchronous, each of its m - 1 steady-state batches (the gradient of one
  * micro-batch sent, the next one's activations received) starts when it gets there and
  * lasts a transfer, T: the step is exactly (m - 1) T longer, and as long again when run
- * twice. With one micro-batch there is no such batch, and no difference. */
+ * twice. With one micro-batch there is no such batch, and no difference. The interleaved
+ * schedule's batches (v chunks a stage; every stage waits for its neighbours' batches
+ * each iteration) are bitwise the same too, never faster, and repeat. */
 static void test_p2p_sync(void **state)
 {
-	static const int cases[][2] = {{2, 1}, {2, 3}, {2, 8}, {4, 8}}; /* pp, micro-batches */
+	static const int cases[][3] = {{2, 1, 1}, {2, 3, 1}, {2, 8, 1}, {4, 8, 1},
+				       {3, 3, 2}, {4, 8, 2}, {3, 6, 3}}; /* pp, micro-batches, v */
 
 	(void)state;
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
@@ -1243,9 +1246,9 @@ static void test_p2p_sync(void **state)
 
 			make_cfg(&cfg, "tiny", 1, 1, 0);
 			mesh_init(&cfg.mesh, 1, 1, 1, 1, cases[k][0]);
-			cfg.model.num_layers = 8;
-			cfg.schedule = SCHED_1F1B;
-			cfg.vpp = 1;
+			cfg.model.num_layers = 2 * cases[k][0] * cases[k][2];
+			cfg.schedule = cases[k][2] > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+			cfg.vpp = cases[k][2];
 			cfg.gbs = cases[k][1] * cfg.mbs;
 			cfg.steps = 1;
 			cfg.p2p_sync = r > 0;
@@ -1261,8 +1264,10 @@ static void test_p2p_sync(void **state)
 		assert_same_run(&cfg, &o[2], &o[1]);
 		assert_int_equal(o[2].step_ns[0], o[1].step_ns[0]);
 		assert_true(st.calls > 0 && st.time_ns % (int64_t)st.calls == 0);
-		if (o[1].step_ns[0] - o[0].step_ns[0] !=
-		    (int64_t)(cases[k][1] - 1) * (st.time_ns / (int64_t)st.calls))
+		if (cases[k][2] > 1)
+			assert_true(o[1].step_ns[0] > o[0].step_ns[0]);
+		else if (o[1].step_ns[0] - o[0].step_ns[0] !=
+			 (int64_t)(cases[k][1] - 1) * (st.time_ns / (int64_t)st.calls))
 			fail_msg("pp %d, %d micro-batches: synchronous %lld ns, eager %lld, a "
 				 "transfer %lld",
 				 cases[k][0], cases[k][1], (long long)o[1].step_ns[0],
@@ -1277,12 +1282,17 @@ static void test_p2p_sync(void **state)
  * without sequence parallelism the t tensor-parallel ranks send the same message, so
  * each sends its 1/t and the receivers all-gather the parts: bitwise the same losses,
  * gradients and weights, exactly 1/t of the bytes sent, and one all-gather of the whole
- * message a receive; with --p2p-sync and Oases's sub-batches too. */
+ * message a receive; with --p2p-sync (1F1B and interleaved, whose batches gather after
+ * they are over) and Oases's sub-batches too. */
 static void test_pipeline_scatter(void **state)
 {
 	static const struct {
-		int tp, dp, pp, sync, oases;
-	} cases[] = {{2, 1, 2, 0, 0}, {4, 1, 2, 1, 0}, {2, 2, 2, 1, 0}, {2, 1, 4, 0, 1}};
+		int tp, dp, pp, sync, oases, v;
+	} cases[] = {{2, 1, 2, 0, 0, 1},
+		     {4, 1, 2, 1, 0, 1},
+		     {2, 2, 2, 1, 0, 1},
+		     {2, 1, 4, 0, 1, 1},
+		     {2, 1, 4, 1, 0, 2}};
 
 	(void)state;
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
@@ -1295,9 +1305,9 @@ static void test_pipeline_scatter(void **state)
 
 			make_cfg(&cfg, "tiny", cases[k].dp, cases[k].tp, 0);
 			mesh_init(&cfg.mesh, cases[k].tp, 1, 1, cases[k].dp, cases[k].pp);
-			cfg.model.num_layers = 4;
-			cfg.schedule = SCHED_1F1B;
-			cfg.vpp = 1;
+			cfg.model.num_layers = 4 * cases[k].v;
+			cfg.schedule = cases[k].v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+			cfg.vpp = cases[k].v;
 			cfg.gbs = 4 * cfg.mbs * cases[k].dp;
 			cfg.steps = 2;
 			cfg.p2p_sync = cases[k].sync;

@@ -438,8 +438,9 @@ static void test_tp_comm_overlap_search(void **state)
 	plan_result_free(&r[1]);
 }
 
-/* --p2p-sync (Megatron-LM's synchronous 1F1B sends) applies to the layouts that run 1F1B
- * over a pipeline (but Oases's sub-batches) and no other, --scatter-gather-tensors-in-
+/* --p2p-sync (Megatron-LM's synchronous pipeline sends) applies to the layouts that run
+ * 1F1B over a pipeline, or the interleaved schedule over more than 2 stages (but Oases's
+ * sub-batches), and no other, --scatter-gather-tensors-in-
  * pipeline to the pipelines with tp and without sp: the same layouts fit, fail or are
  * refused as without them, and their run lines say so and parse back. */
 static void test_pipeline_flags_search(void **state)
@@ -447,6 +448,8 @@ static void test_pipeline_flags_search(void **state)
 	char *plan_argv[] = {"plan",
 			     "--model",
 			     "tiny",
+			     "--num-layers",
+			     "8",
 			     "--global-batch-size",
 			     "32",
 			     "--p2p-sync",
@@ -456,12 +459,13 @@ static void test_pipeline_flags_search(void **state)
 	struct emu_config ec;
 	struct plan_result r, r0;
 	char err[512];
-	int on = 0, off = 0, cut = 0;
+	int on = 0, off = 0, cut = 0, il_sync = 0;
 
 	(void)state;
 	cluster(&ec, 0);
 	for (int k = 0; k < 2; k++) {
-		space(&sp[k], "tiny", 32, 2); /* (micro-batches of 2: Oases's layouts too) */
+		space(&sp[k], "tiny", 32, 2);    /* (micro-batches of 2: Oases's layouts too) */
+		sp[k].base.model.num_layers = 8; /* (interleaved over 4 stages too) */
 		sp[k].base.p2p_sync = k;
 		sp[k].base.pp_scatter = k;
 		sp[k].both_sp = 1; /* (--with-sp-off: the layouts without sp too) */
@@ -483,9 +487,11 @@ static void test_pipeline_flags_search(void **state)
 		if (a->fate != PLAN_OK)
 			continue;
 		assert_int_equal(plan_cfg(&s, &a->p, &cfg, err, sizeof err), 0);
-		assert_int_equal(cfg.p2p_sync, cfg.mesh.size[MESH_PP] > 1 &&
-						       cfg.schedule == SCHED_1F1B &&
-						       !cfg.tp_overlap);
+		assert_int_equal(cfg.p2p_sync, cfg.mesh.size[MESH_PP] > 1 && !cfg.tp_overlap &&
+						       (cfg.schedule == SCHED_1F1B ||
+							(cfg.schedule == SCHED_INTERLEAVED &&
+							 cfg.mesh.size[MESH_PP] > 2)));
+		il_sync += cfg.p2p_sync && cfg.schedule == SCHED_INTERLEAVED;
 		assert_int_equal(cfg.pp_scatter,
 				 cfg.mesh.size[MESH_PP] > 1 && cfg.mesh.size[MESH_TP] > 1 &&
 					 !cfg.sp && cfg.schedule != SCHED_HELIX && !cfg.tpf_layers);
@@ -493,7 +499,7 @@ static void test_pipeline_flags_search(void **state)
 		off += !cfg.p2p_sync;
 		cut += cfg.pp_scatter;
 		f = open_memstream(&buf, &len);
-		cmd_plan_pemu_run(f, 7, plan_argv, &cfg, 0);
+		cmd_plan_pemu_run(f, 9, plan_argv, &cfg, 0);
 		fclose(f);
 		n = split(buf, "run", argv, 120);
 		assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
@@ -502,7 +508,7 @@ static void test_pipeline_flags_search(void **state)
 		assert_int_equal(got.pp_scatter, cfg.pp_scatter);
 		free(buf);
 	}
-	assert_true(on > 0 && off > 0 && cut > 0);
+	assert_true(on > 0 && off > 0 && cut > 0 && il_sync > 0);
 	plan_result_free(&r);
 	plan_result_free(&r0);
 }

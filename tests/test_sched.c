@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "coll.h"
 #include "common.h"
+#include "unit_sched.h"
 #include "pipe/schedule.h"
 
 static const int kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBH2};
@@ -165,79 +166,6 @@ static void test_checker_names_violations(void **state)
 /* ------------------------------------------------------------------------------------ */
 /* Unit costs on the virtual cluster                                                    */
 
-enum { T = 1000000 }; /* ns of one F, B or W of a whole stage */
-
-struct unit {
-	struct emu_dev *d;
-	const struct sched *sc;
-	struct coll_req *req[1024];
-	int nreq;
-	long long first, last; /* the stage's first compute start, last compute end */
-	float none;
-};
-
-static int work(struct unit *u, int block, int units)
-{
-	/* HelixPipe's blocks: a parameter unit costs T, an attention attn_cost T; the
-	 * others' blocks T / v, so that a stage's share of a micro-batch costs T */
-	double t = u->sc->kind != SCHED_HELIX ? (double)T / u->sc->v
-		   : block % 2                ? T * u->sc->attn_cost
-					      : T;
-
-	if (u->first < 0)
-		u->first = emu_now(u->d);
-	/* bytes at 1 byte per ns (hbm_bw 1e9, no launch cost): exactly units t ns */
-	emu_compute(u->d, "unit", 0, units * t);
-	u->last = emu_now(u->d);
-	return 0;
-}
-
-static int u_fwd(void *ctx, int mb, int block)
-{
-	(void)mb;
-	return work(ctx, block, 1);
-}
-
-static int u_bwd(void *ctx, int mb, int block, int input, int weight)
-{
-	(void)mb;
-	return work(ctx, block, input + weight);
-}
-
-static int u_send(void *ctx, int mb, int block, enum sched_msg what, int peer)
-{
-	struct unit *u = ctx;
-
-	(void)mb;
-	(void)block;
-	(void)what;
-	assert_true(u->nreq < 1024);
-	return coll_isend(u->d, peer, &u->none, 0, &u->req[u->nreq++]);
-}
-
-static int u_recv(void *ctx, int mb, int block, enum sched_msg what, int peer)
-{
-	struct unit *u = ctx;
-
-	(void)mb;
-	(void)block;
-	(void)what;
-	return coll_recv(u->d, peer, &u->none, 0);
-}
-
-static int u_wait(void *ctx)
-{
-	struct unit *u = ctx;
-	int rc = 0;
-
-	for (int i = 0; i < u->nreq; i++) {
-		int rc2 = coll_wait(u->d, u->req[i]);
-
-		rc = rc ? rc : rc2;
-	}
-	return rc;
-}
-
 struct unit_job {
 	const struct sched *sc;
 	long long end[8], busy[8], bubble[8];
@@ -246,7 +174,7 @@ struct unit_job {
 
 static int unit_device(struct emu_dev *d, void *arg)
 {
-	static const struct sched_ops ops = {u_fwd, u_bwd, u_send, u_recv, u_wait, NULL};
+	static const struct sched_ops ops = {u_fwd, u_bwd, u_send, u_recv, u_wait, NULL, NULL};
 	struct unit_job *j = arg;
 	struct unit u = {.d = d, .sc = j->sc, .first = -1};
 	int s = emu_dev_id(d), rc = sched_exec(j->sc, s, d, &ops, &u, j->span[s]);
@@ -261,18 +189,9 @@ static int unit_device(struct emu_dev *d, void *arg)
  * draws the run there at most width characters a row (sched_draw). */
 static long long run_unit(const struct sched *sc, struct unit_job *j, FILE *draw, int width)
 {
-	struct emu_config cfg;
-	struct emu_cluster *c;
+	struct emu_cluster *c = unit_cluster(sc->p, 0);
 	long long step = 0;
 
-	assert_int_equal(emu_config_default(&cfg, "dgx-a100"), 0);
-	cfg.ndev = sc->p;
-	cfg.cost = EMU_COST_ROOFLINE; /* unit costs: bytes / hbm_bw, no launch */
-	cfg.topo.gpu.hbm_bw = 1e9;
-	cfg.topo.gpu.launch_ns = 0;
-	for (int l = 0; l < TOPO_LINK_NCLASS; l++)
-		cfg.topo.link[l].lat_ns = 0;
-	c = emu_cluster_new(&cfg);
 	memset(j, 0, sizeof *j);
 	j->sc = sc;
 	for (int s = 0; s < sc->p; s++)
@@ -434,159 +353,10 @@ static void test_diagram_shows_every_action(void **state)
 	}
 }
 
-/* p2p_sync (Megatron-LM's 1F1B): each send or receive a batch of its own, but a send and
- * the receive of the other kind from the same peer right after it in a stage with a
- * steady state (its send_forward_recv_backward and send_backward_recv_forward), then
- * ops->sync; a stage goes on once its sends are over.
- * Sends of D ns (a rendezvous, coll_set_rendezvous, in dry-run) on 1F1B with p = 2:
- * stage 0 forwards micro-batch 0, sends it (stage 1 waits for it from the start) and
- * forwards micro-batch 1 at T + D, where eager sends let it start at T. Every list of
- * 1F1B runs to the end (no deadlock) for p = 2 and 4 and m = 1 to 8, never faster than
- * eager, every batch Megatron's and no compute inside one. */
-enum { D = T / 2 };
-
-struct sync_unit {
-	struct unit u;
-	int posted, received; /* the current batch's sends and receives so far */
-	int peer, msg;        /* its send's */
-	int violations;       /* a batch not Megatron's, or compute inside one */
-};
-
-static int s_send(void *ctx, int mb, int block, enum sched_msg what, int peer)
-{
-	struct sync_unit *x = ctx;
-	int was = coll_set_rendezvous(x->u.d, x->u.sc->p2p_sync);
-	int rc;
-
-	(void)mb;
-	(void)block;
-	assert_true(x->u.nreq < 1024);
-	x->violations += (x->received || x->posted) && x->u.sc->p2p_sync;
-	x->peer = peer;
-	x->msg = (int)what;
-	/* D ns at 1 byte a ns: D / 4 floats at 4 bytes on the wire */
-	rc = coll_isend(x->u.d, peer, NULL, D / 4, &x->u.req[x->u.nreq++]);
-	coll_set_rendezvous(x->u.d, was);
-	x->posted = 1;
-	return rc;
-}
-
-static int s_recv(void *ctx, int mb, int block, enum sched_msg what, int peer)
-{
-	struct sync_unit *x = ctx;
-
-	(void)mb;
-	(void)block;
-	/* a pair only as Megatron's steady state makes one: same peer, the other kind, and
-	 * a stage with fewer warm-up forwards (p - 1 - s) than micro-batches */
-	x->violations +=
-		x->u.sc->p2p_sync &&
-		(x->received || (x->posted && (peer != x->peer || (int)what == x->msg ||
-					       x->u.sc->p - 1 - emu_dev_id(x->u.d) >= x->u.sc->m)));
-	x->received = 1;
-	return coll_recv(x->u.d, peer, NULL, D / 4);
-}
-
-static int s_sync(void *ctx)
-{
-	struct sync_unit *x = ctx;
-	int rc = u_wait(&x->u);
-
-	x->u.nreq = 0;
-	x->posted = x->received = 0;
-	return rc;
-}
-
-static int s_fwd(void *ctx, int mb, int block)
-{
-	struct sync_unit *x = ctx;
-
-	x->violations += (x->posted || x->received) && x->u.sc->p2p_sync; /* left open */
-	return u_fwd(&x->u, mb, block);
-}
-
-static int s_bwd(void *ctx, int mb, int block, int input, int weight)
-{
-	struct sync_unit *x = ctx;
-
-	x->violations += (x->posted || x->received) && x->u.sc->p2p_sync;
-	return u_bwd(&x->u, mb, block, input, weight);
-}
-
-struct sync_job {
-	const struct sched *sc;
-	long long end[4], *span[4];
-	int violations;
-};
-
-static int sync_device(struct emu_dev *d, void *arg)
-{
-	static const struct sched_ops ops = {s_fwd, s_bwd, s_send, s_recv, s_sync, s_sync};
-	struct sync_job *j = arg;
-	struct sync_unit x = {.u = {.d = d, .sc = j->sc, .first = -1}};
-	int s = emu_dev_id(d), rc = sched_exec(j->sc, s, d, &ops, &x, j->span[s]);
-
-	j->end[s] = emu_now(d);
-	j->violations += x.violations;
-	return rc;
-}
-
-static void test_p2p_sync_batches(void **state)
-{
-	(void)state;
-	for (int p = 2; p <= 4; p += 2)
-		for (int m = 1; m <= 8; m++) {
-			long long step[2] = {0, 0}, second_fwd[2] = {0, 0};
-
-			for (int sync = 0; sync < 2; sync++) {
-				struct emu_config cfg;
-				struct emu_cluster *c;
-				struct sync_job j = {0};
-				struct sched sc;
-
-				sched_build(&sc, SCHED_1F1B, p, m, 1);
-				sc.p2p_sync = sync;
-				assert_int_equal(emu_config_default(&cfg, "dgx-a100"), 0);
-				cfg.ndev = p;
-				cfg.dry_run = 1;
-				cfg.cost = EMU_COST_ROOFLINE;
-				cfg.topo.gpu.hbm_bw = 1e9;
-				cfg.topo.gpu.launch_ns = 0;
-				for (int l = 0; l < TOPO_LINK_NCLASS; l++) {
-					cfg.topo.link[l].lat_ns = 0;
-					cfg.topo.link[l].bw_bytes = 1000000000ULL;
-				}
-				c = emu_cluster_new(&cfg);
-				j.sc = &sc;
-				for (int s = 0; s < p; s++)
-					j.span[s] =
-						calloc(2 * (size_t)sc.n[s] + 1, sizeof(long long));
-				if (emu_cluster_run(c, sync_device, &j))
-					fail_msg("p %d, m %d: %s", p, m, emu_cluster_report(c));
-				assert_int_equal(j.violations, 0);
-				for (int s = 0; s < p; s++)
-					step[sync] = j.end[s] > step[sync] ? j.end[s] : step[sync];
-				for (int i = 0, f = 0; i < sc.n[0]; i++)
-					if (sc.a[0][i].op == SCHED_F && f++ == 1)
-						second_fwd[sync] = j.span[0][2 * i];
-				for (int s = 0; s < p; s++)
-					free(j.span[s]);
-				emu_cluster_free(c);
-				sched_free(&sc);
-			}
-			assert_true(step[1] >= step[0]);
-			if (p == 2 && m >= 2) {
-				assert_int_equal(second_fwd[0], T);
-				assert_int_equal(second_fwd[1], T + D);
-			}
-		}
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generators_are_valid),
-		cmocka_unit_test(test_p2p_sync_batches),
 		cmocka_unit_test(test_checker_names_violations),
 		cmocka_unit_test(test_bubbles_and_memory_match_the_table),
 		cmocka_unit_test(test_helix_bubble_leaves_attention),

@@ -19,10 +19,11 @@ const struct cli_opt cli_par_opts[] = {
 	{"num-layers-per-virtual-pipeline-stage", 0, 1, CLI_PAR_VPP_LAYERS, "N",
 	 "the same given as layers a chunk (Megatron's)"},
 	{"p2p-sync", 0, 0, CLI_PAR_P2P_SYNC, NULL,
-	 "1f1b: each send waits for its receiver and its transfer, a send and the receive of "
-	 "the other kind from the same peer after it as one batch, as Megatron-LM's 1F1B runs "
-	 "them (batch_isend_irecv, then torch.cuda.synchronize; not with --tp-overlap oases); "
-	 "default: sends posted and overlapped with compute"},
+	 "each send waits for its receiver and its transfer, in Megatron-LM's batches "
+	 "(batch_isend_irecv, then torch.cuda.synchronize): 1f1b's (a send and the receive of "
+	 "the other kind from the same peer after it one batch) and interleaved's over pp > 2 "
+	 "(after each iteration its sends and the next inputs and gradients, received ahead); "
+	 "not with --tp-overlap oases; default: sends posted and overlapped with compute"},
 	{"scatter-gather-tensors-in-pipeline", 0, 0, CLI_PAR_PP_SCATTER, NULL,
 	 "Megatron-LM's of 2021 (its default then): with tp and no sp, each tensor-parallel rank "
 	 "sends its 1/t of the stage's output (or input gradient), which the next stage "

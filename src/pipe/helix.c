@@ -466,4 +466,4 @@ static int hx_wait(void *ctx)
 	return rc;
 }
 
-const struct sched_ops pipe_helix_ops = {hx_fwd, hx_bwd, hx_send, hx_recv, hx_wait, NULL};
+const struct sched_ops pipe_helix_ops = {hx_fwd, hx_bwd, hx_send, hx_recv, hx_wait, NULL, NULL};

@@ -103,6 +103,142 @@ static int exec_batch(struct inbox *in, const struct sched *sc, int s, int i, st
 	return e;
 }
 
+/* A receive of the interleaved schedule's batches: the next message peer q sends this
+ * stage, whatever it holds, posted into its own destination (Megatron-LM queues what a
+ * batch receives by model chunk, for the action that needs it). */
+static int inbox_post(struct inbox *in, const struct sched *sc, int q, const struct sched_ops *ops,
+		      void *ctx)
+{
+	const struct sched_action *x;
+	int j;
+
+	EMU_ASSERT(in->cur[q] < in->n[q]); /* Megatron's batches receive what is sent */
+	x = in->msg[q][in->cur[q]++];
+	j = x->msg == SCHED_ACT ? x->block + 1 : x->block - 1;
+	in->got[((size_t)x->mb * sc->nb + j) * 2 + x->msg] = 1;
+	return ops->post_recv(ctx, x->mb, j, x->msg, q);
+}
+
+/* Megatron-LM's get_model_chunk_id: the chunk of a stage's k-th chunk forward (or
+ * backward), k taken modulo p v as Python takes it (k < 0 too). */
+static int chunk_id(const struct sched *sc, int k, int fwd)
+{
+	int pv = sc->p * sc->v, c = (k % pv + pv) % pv / sc->p;
+
+	return fwd ? c : sc->v - 1 - c;
+}
+
+/* Whether the batch after stage s's k-th chunk forward (backward) receives the next
+ * input from the previous stage (gradient from the next): Megatron-Core's
+ * recv_tensor_from_previous_stage. Every stage does but the leading one (the first in
+ * forward, the last in backward), which runs p - 1 iterations ahead of the stage at the
+ * other end: it receives that stage's (k - p + 1)-th output, none before the first and
+ * none from its last chunk. */
+static int recv_ahead(const struct sched *sc, int s, int k, int fwd)
+{
+	if (s != (fwd ? 0 : sc->p - 1))
+		return 1;
+	return k >= sc->p - 1 && chunk_id(sc, k - sc->p + 1, fwd) != (fwd ? sc->v - 1 : 0);
+}
+
+/* One batch of the interleaved schedule's (sched_exec): the sends listed in snd[ns]
+ * (actions of stage s's list), the receives from the previous stage (rp) and from the
+ * next (rn), posted in Megatron's order, then ops->sync. Each send's record spans the
+ * batch. */
+static int interleaved_batch(struct inbox *in, const struct sched *sc, int s, const int *snd,
+			     int ns, int rp, int rn, struct emu_dev *d, const struct sched_ops *ops,
+			     void *ctx, long long *span)
+{
+	int64_t t0 = emu_now(d);
+	int rc = 0;
+
+	for (int pass = 0; pass < 2 && !rc; pass++) { /* the previous stage's, then the next's */
+		for (int k = 0; k < ns && !rc; k++) {
+			const struct sched_action *a = &sc->a[s][snd[k]];
+
+			if ((a->msg == SCHED_GRAD) == !pass)
+				rc = ops->send(ctx, a->mb, a->block, a->msg, a->peer);
+		}
+		if (!rc && (pass ? rn : rp))
+			rc = inbox_post(in, sc, (s + (pass ? 1 : sc->p - 1)) % sc->p, ops, ctx);
+	}
+	if (!rc)
+		rc = ops->sync(ctx);
+	for (int k = 0; span && k < ns; k++) {
+		span[2 * snd[k]] = t0;
+		span[2 * snd[k] + 1] = emu_now(d);
+	}
+	return rc;
+}
+
+/* Stage s's list of the interleaved schedule with p2p_sync (sched_exec). Its compute
+ * actions are Megatron's iterations: w warm-up forwards, then a forward and a backward
+ * each, then w cool-down backwards, each iteration's sends deferred to its batch. */
+static int exec_interleaved_sync(struct inbox *in, const struct sched *sc, int s, struct emu_dev *d,
+				 const struct sched_ops *ops, void *ctx, long long *span)
+{
+	int T = sc->m * sc->v, w = sched_warmup(sc, s), last = s == sc->p - 1;
+	int snd[2] = {0, 0}, ns = 0, rcv = -1, g = -1, c = 0, rc;
+
+	EMU_ASSERT(ops->post_recv && ops->sync);
+	/* recv_forward: the first input, but on the first stage */
+	rc = interleaved_batch(in, sc, s, snd, 0, s > 0, 0, d, ops, ctx, NULL);
+	for (int i = 0; i <= sc->n[s] && !rc; i++) {
+		const struct sched_action *a = i < sc->n[s] ? &sc->a[s][i] : NULL;
+		int it = c < w ? c : c < 2 * T - w ? w + (c - w) / 2 : c - T + w;
+		int64_t t0;
+
+		if (a && a->op >= SCHED_SEND) { /* a send waits for its batch, a receive */
+			EMU_ASSERT(a->op == SCHED_RECV ? rcv < 0 : ns < 2);
+			if (a->op == SCHED_SEND)
+				snd[ns++] = i;
+			else
+				rcv = i;
+			continue;
+		}
+		if (g >= 0 && (!a || it != g)) { /* iteration g is over: its batch */
+			int k = g < w ? g : g - w, rp = 0, rn = 0;
+
+			if (g < w) { /* send_forward_recv_forward (..._backward at the last) */
+				rp = recv_ahead(sc, s, k, 1) && k != T - 1;
+				rn = k == w - 1 && w < T && !last;
+			} else if (g < T) { /* send_forward_backward_recv_forward_backward */
+				rp = recv_ahead(sc, s, w + k, 1) && k != T - w - 1;
+				rn = recv_ahead(sc, s, k, 0);
+			} else { /* send_backward_recv_backward */
+				rn = recv_ahead(sc, s, k, 0) && k != T - 1;
+			}
+			rc = interleaved_batch(in, sc, s, snd, ns, rp, rn, d, ops, ctx, span);
+			ns = 0;
+			/* every forward in the warm-up: recv_backward, the first gradient */
+			if (!rc && w == T && g == T - 1)
+				rc = interleaved_batch(in, sc, s, snd, 0, 0, !last, d, ops, ctx,
+						       NULL);
+		}
+		if (!a || rc)
+			break;
+		if (rcv >= 0) { /* what this action receives came in an earlier batch */
+			const struct sched_action *r = &sc->a[s][rcv];
+
+			EMU_ASSERT(in->got[((size_t)r->mb * sc->nb + r->block) * 2 + r->msg]);
+			if (span)
+				span[2 * rcv] = span[2 * rcv + 1] = emu_now(d);
+			rcv = -1;
+		}
+		g = it;
+		c++;
+		t0 = emu_now(d);
+		rc = a->op == SCHED_F
+			     ? ops->fwd(ctx, a->mb, a->block)
+			     : ops->bwd(ctx, a->mb, a->block, a->op != SCHED_W, a->op != SCHED_B);
+		if (span) {
+			span[2 * i] = t0;
+			span[2 * i + 1] = emu_now(d);
+		}
+	}
+	return rc;
+}
+
 /* The diagram's bands (rows of cells a stage, one under another) before a long run is
  * scaled to fit instead. */
 #define DRAW_BANDS 6
@@ -119,6 +255,10 @@ int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sc
 		const struct sched_action *a = &sc->a[s][i];
 		int64_t t0 = emu_now(d);
 
+		if (sc->p2p_sync && sc->kind == SCHED_INTERLEAVED) {
+			rc = exec_interleaved_sync(&in, sc, s, d, ops, ctx, span);
+			break;
+		}
 		if (sc->p2p_sync && a->op >= SCHED_SEND) {
 			EMU_ASSERT(ops->sync);
 			i = exec_batch(&in, sc, s, i, d, ops, ctx, span, &rc);

@@ -137,9 +137,18 @@ static void build_gpipe(struct sched *sc, int s)
 		sched_push_bwd(sc, mb, s, SCHED_BW);
 }
 
+int sched_warmup(const struct sched *sc, int s)
+{
+	int total = sc->m * sc->v, w = sc->kind == SCHED_INTERLEAVED
+					       ? 2 * (sc->p - 1 - s) + (sc->v - 1) * sc->p
+					       : sc->p - 1 - s;
+
+	return w < total ? w : total;
+}
+
 static void build_1f1b(struct sched *sc, int s)
 {
-	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m;
+	int m = sc->m, w = sched_warmup(sc, s);
 
 	for (int i = 0; i < w; i++)
 		sched_push_fwd(sc, i, s);
@@ -155,13 +164,11 @@ static void build_1f1b(struct sched *sc, int s)
  * (k / pv) p + k % p of chunk (k / p) % v; backwards go through the chunks in reverse. */
 static void build_interleaved(struct sched *sc, int s)
 {
-	int p = sc->p, v = sc->v, total = sc->m * v;
-	int w = 2 * (p - 1 - s) + (v - 1) * p;
+	int p = sc->p, v = sc->v, total = sc->m * v, w = sched_warmup(sc, s);
 
 #define MB(k)  ((k) / (p * v) * p + (k) % p)
 #define CHF(k) ((k) / p % v)
 #define CHB(k) (v - 1 - (k) / p % v)
-	w = w < total ? w : total;
 	for (int k = 0; k < w; k++)
 		sched_push_fwd(sc, MB(k), CHF(k) * p + s);
 	for (int i = 0; i < total - w; i++) {
@@ -179,7 +186,7 @@ static void build_interleaved(struct sched *sc, int s)
  * every stage has p micro-batches in flight and the deferred W fill the cool-down. */
 static void build_zbh1(struct sched *sc, int s)
 {
-	int m = sc->m, w = sc->p - 1 - s < m ? sc->p - 1 - s : m, nw = 0;
+	int m = sc->m, w = sched_warmup(sc, s), nw = 0;
 
 #define W_NEXT() sched_push(sc, s, (struct sched_action){SCHED_W, nw++, s, SCHED_GRAD, -1})
 	for (int i = 0; i < w; i++)

@@ -68,7 +68,8 @@ struct sched {
 	int cap;                 /* room for actions in each list */
 	struct sched_action **a; /* [p][n[s]] */
 	int p2p_sync;            /* sched_exec runs the sends and receives as Megatron-LM's
-				  * 1F1B does (sched_exec); 0 after sched_build */
+				  * 1F1B and interleaved schedules do without overlapping
+				  * them (sched_exec); 0 after sched_build */
 };
 
 /* The stage that runs block j of micro-batch mb: j % p; for helix, unit c (block 2c) on
@@ -100,6 +101,11 @@ void sched_push(struct sched *sc, int s, struct sched_action a);
 void sched_push_fwd(struct sched *sc, int mb, int j);
 void sched_push_bwd(struct sched *sc, int mb, int j, enum sched_op op);
 
+/* The forwards stage s of a 1F1B, ZB-H1 or interleaved schedule runs before its first
+ * backward: p - 1 - s, interleaved's 2 (p - 1 - s) + (v - 1) p chunk forwards (as
+ * Megatron-Core counts them), at most all of them. */
+int sched_warmup(const struct sched *sc, int s);
+
 /* Proves sc valid: every action well formed; each (micro-batch, block) forwarded and
  * backwarded exactly once per stage that holds it, with W after its B; every send
  * matched by one recv on its peer and the reverse; every dependency (a forward's input,
@@ -113,7 +119,9 @@ double sched_peak_inflight(const struct sched *sc, int s);
 
 /* What sched_exec calls; each returns 0 or a negative enum emu_err. send posts and
  * returns; the executor calls wait_sends once the list is done, and sync, with p2p_sync,
- * after each batch of sends and receives: it waits for every send posted so far. */
+ * after each batch of sends and receives: it waits for every send posted so far and
+ * every receive posted by post_recv (which, unlike recv, returns at once: the
+ * interleaved schedule's batches post theirs together). */
 struct sched_ops {
 	int (*fwd)(void *ctx, int mb, int block);
 	int (*bwd)(void *ctx, int mb, int block, int input, int weight);
@@ -121,6 +129,7 @@ struct sched_ops {
 	int (*recv)(void *ctx, int mb, int block, enum sched_msg what, int peer);
 	int (*wait_sends)(void *ctx);
 	int (*sync)(void *ctx);
+	int (*post_recv)(void *ctx, int mb, int block, enum sched_msg what, int peer);
 };
 
 /* Runs stage s's list on d through ops. Messages between two devices match in the order
@@ -132,7 +141,18 @@ struct sched_ops {
  * (p2p_communication.py: send_forward, recv_forward, send_forward_recv_backward and the
  * like, each a batch_isend_irecv, its requests waited for, then torch.cuda.synchronize):
  * a batch's send posted first, then its receive, then ops->sync, so the stage goes on
- * once its sends are over. span, if not NULL, gets [2 n[s]]:
+ * once its sends are over. On the interleaved schedule (p > 2) with p2p_sync, Megatron-LM's
+ * batches of forward_backward_pipelining_with_interleaving without overlap_p2p_comm:
+ * the first input received alone (recv_forward); after each warm-up forward its output
+ * sent and the next input received (send_forward_recv_forward; the last warm-up one
+ * receives the first gradient too); after each steady-state forward and backward both
+ * sent and both received (send_forward_backward_recv_forward_backward); after each
+ * cool-down backward its gradient sent and the next received (send_backward_recv_backward).
+ * A batch receives what its peers send in theirs (Megatron's recv_prev and recv_next: the
+ * first stage runs p - 1 iterations ahead of the last), ahead of the action that needs
+ * it, whose RECV is then already met; its sends and receives are posted together (the
+ * gradient's send, the receive from the previous stage, the output's send, the receive
+ * from the next, as Megatron's _batched_p2p_ops), then ops->sync. span, if not NULL, gets [2 n[s]]:
  * each action's start and end on d's compute stream (virtual ns). 0 or the first
  * error. */
 int sched_exec(const struct sched *sc, int s, struct emu_dev *d, const struct sched_ops *ops,

@@ -58,6 +58,7 @@ void pipe_stage_init(struct pipe_stage *ps, const struct sched *sc, int s, struc
 	ps->act_req = emu_xcalloc(msgs, sizeof *ps->act_req);
 	ps->grad_req = emu_xcalloc(msgs, sizeof *ps->grad_req);
 	ps->din = emu_xcalloc(msgs, sizeof *ps->din);
+	ps->pend = emu_xcalloc(2 * (size_t)m->nsub, sizeof *ps->pend);
 	ps->last_mb = emu_xcalloc((size_t)sc->nb, sizeof *ps->last_mb);
 	for (int j = 0; j < sc->nb; j++)
 		ps->last_mb[j] = -1;
@@ -76,6 +77,9 @@ void pipe_stage_free(struct pipe_stage *ps)
 	free(ps->act_req);
 	free(ps->grad_req);
 	free(ps->din);
+	for (int i = 0; ps->pend && i < ps->npend; i++)
+		tensor_free(&ps->m->k, &ps->pend[i].part);
+	free(ps->pend);
 	free(ps->last_mb);
 	free(ps->tok);
 	free(ps->tgt);
@@ -192,6 +196,9 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	size_t off, n = cut_part(ps, (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden, &off);
 	int rdv = coll_set_rendezvous(ps->d, ps->sc->p2p_sync);
 
+	/* the interleaved schedule's batch posts its sends and receives as one group, until
+	 * chunk_sync */
+	coll_set_group(ps->d, ps->sc->p2p_sync && ps->sc->kind == SCHED_INTERLEAVED);
 	for (int s = 0; s < ns && !rc; s++) {
 		int y = x * ns + s;
 		const float *src;
@@ -219,13 +226,24 @@ static int chunk_sync(void *ctx);
 /* A message into dst (n elements): with scatter, this rank's 1/t received and the whole
  * all-gathered over tp (gather_split_1d_tensor), the others' parts from their peers;
  * with p2p_sync after the batch's sends are over too, as Megatron-LM gathered after its
- * torch.cuda.synchronize. */
-static int cut_recv(struct pipe_stage *ps, int peer, float *dst, size_t n)
+ * torch.cuda.synchronize. Posted (post): the receive is the batch's, into dst or this
+ * rank's part, and chunk_sync completes it. */
+static int cut_recv(struct pipe_stage *ps, int peer, float *dst, size_t n, int post)
 {
 	size_t off, part = cut_part(ps, n, &off);
+	struct pipe_recv *q = post ? &ps->pend[ps->npend] : NULL;
 	struct tensor mine = {0};
 	int rc;
 
+	if (q) {
+		EMU_ASSERT(ps->npend < 2 * ps->m->nsub);
+		ps->npend++;
+		q->dst = dst;
+		if (part == n)
+			return coll_irecv(ps->d, ps->dev[peer], dst, n, &q->req);
+		rc = tensor_alloc(&ps->m->k, &q->part, MEM_COMM, part, "pipeline part received");
+		return rc ? rc : coll_irecv(ps->d, ps->dev[peer], q->part.data, part, &q->req);
+	}
 	if (part == n)
 		return coll_recv(ps->d, ps->dev[peer], dst, n);
 	rc = tensor_alloc(&ps->m->k, &mine, MEM_COMM, part, "pipeline part received");
@@ -239,9 +257,9 @@ static int cut_recv(struct pipe_stage *ps, int peer, float *dst, size_t n)
 	return rc;
 }
 
-static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
+static int chunk_recv_as(struct pipe_stage *ps, int mb, int j, enum sched_msg what, int peer,
+			 int post)
 {
-	struct pipe_stage *ps = ctx;
 	size_t n = (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden;
 	int rc;
 	struct par_acts *a = chunk_acts(ps, mb, j, &rc);
@@ -250,11 +268,24 @@ static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
 		struct par_acts *sub = par_sub(a, s);
 
 		if (what == SCHED_ACT)
-			rc = cut_recv(ps, peer, sub->enc.data, n);
+			rc = cut_recv(ps, peer, sub->enc.data, n, post);
 		else if (!(rc = tensor_alloc(&ps->m->k, &sub->dout, MEM_ACT, n, "d stage output")))
-			rc = cut_recv(ps, peer, sub->dout.data, n);
+			rc = cut_recv(ps, peer, sub->dout.data, n, post);
 	}
 	return rc;
+}
+
+static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
+{
+	return chunk_recv_as(ctx, mb, j, what, peer, 0);
+}
+
+static int chunk_post_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
+{
+	struct pipe_stage *ps = ctx;
+
+	coll_set_group(ps->d, 1);
+	return chunk_recv_as(ps, mb, j, what, peer, 1);
 }
 
 static int chunk_wait(void *ctx)
@@ -272,12 +303,14 @@ static int chunk_wait(void *ctx)
 	return rc;
 }
 
-/* p2p_sync's end of a batch: every send posted so far over (for 1F1B, the batch's). */
+/* p2p_sync's end of a batch: every send posted so far over (the batch's), then the
+ * batch's posted receives, then their parts all-gathered, in the order received. */
 static int chunk_sync(void *ctx)
 {
 	struct pipe_stage *ps = ctx;
 	int rc = 0;
 
+	coll_set_group(ps->d, 0);
 	for (int y = 0; y < ps->local * ps->sc->v * ps->m->nsub; y++)
 		for (int w = 0; w < 2; w++) {
 			struct coll_req **r = w ? &ps->grad_req[y] : &ps->act_req[y];
@@ -286,11 +319,25 @@ static int chunk_sync(void *ctx)
 			rc = rc ? rc : rc2;
 			*r = NULL;
 		}
+	for (int i = 0; i < ps->npend; i++) {
+		int rc2 = ps->pend[i].req ? coll_wait(ps->d, ps->pend[i].req) : 0;
+
+		rc = rc ? rc : rc2;
+		ps->pend[i].req = NULL;
+	}
+	for (int i = 0; i < ps->npend; i++) {
+		struct pipe_recv *q = &ps->pend[i];
+
+		if (!rc && q->part.n) /* (a part of the message, not all of it) */
+			rc = coll_all_gather(ps->d, ps->m->g, q->part.data, q->dst, q->part.n);
+		tensor_free(&ps->m->k, &q->part);
+	}
+	ps->npend = 0;
 	return rc;
 }
 
-static const struct sched_ops chunk_ops = {chunk_fwd,  chunk_bwd,  chunk_send,
-					   chunk_recv, chunk_wait, chunk_sync};
+static const struct sched_ops chunk_ops = {chunk_fwd,  chunk_bwd,  chunk_send,     chunk_recv,
+					   chunk_wait, chunk_sync, chunk_post_recv};
 
 int pipe_stage_step(struct pipe_stage *ps, struct emu_group *emb, long long *span)
 {

@@ -59,6 +59,15 @@ struct pipe_stage {
 	 * of each, and the receivers all-gather them over tp (where t divides the message;
 	 * set after pipe_stage_init) */
 	int scatter;
+	/* with p2p_sync on the interleaved schedule: the receives of the batch open, posted
+	 * (chunk_post_recv) and completed by its sync, with scatter into this rank's part
+	 * to all-gather into dst then; [2 nsub] */
+	struct pipe_recv {
+		struct coll_req *req;
+		struct tensor part;
+		float *dst;
+	} * pend;
+	int npend;
 };
 
 /* The part of the model stage s of sc holds: the layers of its blocks (pipe_stage_part

@@ -50,17 +50,23 @@ static int check_mesh(const struct run_cfg *cfg, char *err, size_t n)
 			 sched_name(cfg->schedule));
 		return -1;
 	}
-	if (cfg->p2p_sync && (pp == 1 || cfg->schedule != SCHED_1F1B || cfg->tp_overlap)) {
+	if (cfg->p2p_sync &&
+	    (pp == 1 || (cfg->schedule != SCHED_1F1B && cfg->schedule != SCHED_INTERLEAVED) ||
+	     (cfg->schedule == SCHED_INTERLEAVED && pp == 2) || cfg->tp_overlap)) {
 		snprintf(err, n,
 			 "--p2p-sync: %s (Megatron-LM's synchronous sends and receives of its "
-			 "1F1B schedule)",
+			 "1F1B and interleaved schedules)",
 			 pp == 1 ? "needs a pipeline, --pp > 1"
-			 : cfg->schedule != SCHED_1F1B
-				 ? "needs --schedule 1f1b, where pemu runs them as Megatron-LM "
-				   "batches them"
-				 : "not with --tp-overlap oases in this build (two sub-batches' "
+			 : cfg->schedule != SCHED_1F1B && cfg->schedule != SCHED_INTERLEAVED
+				 ? "needs --schedule 1f1b or interleaved, where pemu runs them as "
+				   "Megatron-LM batches them"
+			 : cfg->tp_overlap
+				 ? "not with --tp-overlap oases in this build (two sub-batches' "
 				   "sends to one peer, each waiting for its receiver, would block "
-				   "each other's stream)");
+				   "each other's stream)"
+				 : "the interleaved schedule needs --pp > 2 (as Megatron-LM "
+				   "refuses it: with 2 stages a batch would hold two sends and two "
+				   "receives between the same two ranks)");
 		return -1;
 	}
 	if (cfg->pp_scatter && (pp == 1 || cfg->mesh.size[MESH_TP] == 1 || cfg->sp ||

@@ -271,10 +271,12 @@ int plan_cfg(const struct plan_space *s, const struct plan_point *p, struct run_
 	cfg->tp_overlap = (enum par_overlap)v[PLAN_OVERLAP];
 	cfg->recompute = (enum par_recompute)v[PLAN_RECOMPUTE];
 	cfg->sp = v[PLAN_SP];
-	/* --p2p-sync applies to the layouts that run 1F1B (Megatron-LM's synchronous one),
-	 * but Oases's sub-batches (run_check) */
-	cfg->p2p_sync = s->base.p2p_sync && v[PLAN_PP] > 1 && cfg->schedule == SCHED_1F1B &&
-			!cfg->tp_overlap;
+	/* --p2p-sync applies to the layouts that run 1F1B or the interleaved schedule over
+	 * more than 2 stages (Megatron-LM's synchronous ones), but Oases's sub-batches
+	 * (run_check) */
+	cfg->p2p_sync = s->base.p2p_sync && v[PLAN_PP] > 1 && !cfg->tp_overlap &&
+			(cfg->schedule == SCHED_1F1B ||
+			 (cfg->schedule == SCHED_INTERLEAVED && v[PLAN_PP] > 2));
 	/* --scatter-gather-tensors-in-pipeline to the pipelines with tp and no sp */
 	cfg->pp_scatter = s->base.pp_scatter && v[PLAN_PP] > 1 && v[PLAN_TP] > 1 && !cfg->sp &&
 			  cfg->schedule != SCHED_HELIX && !v[PLAN_TPF];
