@@ -14,12 +14,10 @@
  * its weight gradient (--no-async-tensor-model-parallel-allreduce: Megatron-LM posted it
  * first, under that GEMM, from August 2021, after the paper), the pipelines' messages
  * cut over tp and gathered (--scatter-gather-tensors-in-pipeline: the paper's section 4.1,
- * Megatron-LM's default then); its 1F1B rows with
- * --p2p-sync (Megatron-LM's p2p_communication.py then: batch_isend_irecv, each request
- * waited for, then torch.cuda.synchronize), where its interleaved rows keep pemu's
- * overlapped sends (pemu runs its own interleaved lists' sends synchronously by no
- * batches of Megatron's: it refuses the flag there). Throughput is the paper's
- * own count, teraFLOP/s a GPU:
+ * Megatron-LM's default then); its pipelines' sends synchronous, 1F1B's and the
+ * interleaved schedule's, in Megatron's batches (--p2p-sync: Megatron-LM's
+ * p2p_communication.py then, batch_isend_irecv, each request waited for, then
+ * torch.cuda.synchronize). Throughput is the paper's own count, teraFLOP/s a GPU:
  *
  *     F = 96 B s l h^2 (1 + s / 6h + V / 16 l h)   FLOPs an iteration (recomputation in)
  *
@@ -122,11 +120,12 @@ static const struct table {
 	const char *pipe_opts;    /* and for the rows with a pipeline */
 	int sp;                   /* sequence parallelism where tp > 1 (2: and --tp-comm-overlap) */
 	const char *recompute[3]; /* tried in order until a run fits */
+	int il_sync;              /* the interleaved rows' sends synchronous too */
 } tables[] = {
 	{"Narayanan et al. 2021 (arXiv 2104.04473), Table 1, against pemu's dry-run (calibrated "
 	 "clock, dgx-a100): seq 2048, vocab 51200, bf16, full recomputation, the input "
 	 "gradients' all-reduces after the weight gradients and the pipelines' scatter/gather "
-	 "(Megatron-LM's then), 1F1B's sends synchronous",
+	 "(Megatron-LM's then), the pipelines' sends synchronous",
 	 "96 B s l h^2 (1 + s/6h + V/16lh) / (step time x GPUs), the paper's count",
 	 "Table 1",
 	 a100_rows,
@@ -138,7 +137,8 @@ static const struct table {
 	 " --no-async-tensor-model-parallel-allreduce",
 	 " --scatter-gather-tensors-in-pipeline",
 	 0,
-	 {"full", NULL, NULL}},
+	 {"full", NULL, NULL},
+	 1},
 	{"the Megatron-LM README's H100 table (Megatron-Core, July 2024), against pemu's dry-run "
 	 "(calibrated clock, dgx-h100): seq 4096, vocab 131072, bf16, micro-batch 1, the "
 	 "distributed optimizer with both overlaps and fp32 gradients, flash attention, sp with "
@@ -155,7 +155,8 @@ static const struct table {
 	 H100_OPTS,
 	 "",
 	 2,
-	 {"none", "selective", "full"}},
+	 {"none", "selective", "full"},
+	 0},
 	{"NVIDIA/dgxc-benchmarking 35a9aec, nemo_megatron/README_175b.md and "
 	 "gpt3_175b_hydra.yaml: NeMo 24.11, GPT-3 175B in BF16 on 128 to 2048 H100s, against "
 	 "pemu's dry-run (calibrated clock, dgx-h100): seq 2048, vocab 50257 padded to 50688, "
@@ -174,7 +175,8 @@ static const struct table {
 	 NEMO_OPTS,
 	 "",
 	 2,
-	 {"none", NULL, NULL}},
+	 {"none", NULL, NULL},
+	 0},
 };
 
 /* The number after "key": in s (the first), or NAN. */
@@ -248,8 +250,8 @@ static int run_row(const struct table *t, const struct row *r, const char *pemu,
 
 	if (r->pp > 1 && r->layers_per_vstage)
 		snprintf(sched, sizeof sched,
-			 " --schedule interleaved --num-layers-per-virtual-pipeline-stage %d",
-			 r->layers_per_vstage);
+			 " --schedule interleaved --num-layers-per-virtual-pipeline-stage %d%s",
+			 r->layers_per_vstage, t->il_sync ? " --p2p-sync" : "");
 	else if (r->pp > 1) /* (Megatron-LM's 1F1B: its sends synchronous, both eras) */
 		snprintf(sched, sizeof sched, " --schedule 1f1b --p2p-sync");
 	if (r->pp > 1)
