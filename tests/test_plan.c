@@ -459,7 +459,7 @@ static void test_pipeline_flags_search(void **state)
 	struct emu_config ec;
 	struct plan_result r, r0;
 	char err[512];
-	int on = 0, off = 0, cut = 0, il_sync = 0;
+	int on = 0, off = 0, cut = 0, il_sync = 0, il_megatron = 0;
 
 	(void)state;
 	cluster(&ec, 0);
@@ -492,6 +492,29 @@ static void test_pipeline_flags_search(void **state)
 							(cfg.schedule == SCHED_INTERLEAVED &&
 							 cfg.mesh.size[MESH_PP] > 2)));
 		il_sync += cfg.p2p_sync && cfg.schedule == SCHED_INTERLEAVED;
+		if (!cmd_plan_megatron_gap(&cfg, &ec)) { /* Megatron's line: its flag */
+			char dp[16];
+			int il = cfg.p2p_sync && cfg.schedule == SCHED_INTERLEAVED;
+
+			f = open_memstream(&buf, &len);
+			cmd_plan_megatron(f, &cfg, &ec);
+			fclose(f);
+			assert_int_equal(strstr(buf, " --no-overlap-p2p-communication") != NULL,
+					 il);
+			n = split(buf, "pretrain_gpt.py", argv, 120);
+			snprintf(dp, sizeof dp, "%d", cfg.mesh.size[MESH_DP]);
+			argv[n++] = "--dp";
+			argv[n++] = dp;
+			argv[n++] = "--dry-run";
+			assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
+			assert_same_layout(&cfg, &got);
+			if (il)
+				assert_true(got.p2p_sync);
+			il_megatron += il;
+			free(buf);
+			buf = NULL;
+			len = 0;
+		}
 		assert_int_equal(cfg.pp_scatter,
 				 cfg.mesh.size[MESH_PP] > 1 && cfg.mesh.size[MESH_TP] > 1 &&
 					 !cfg.sp && cfg.schedule != SCHED_HELIX && !cfg.tpf_layers);
@@ -508,7 +531,7 @@ static void test_pipeline_flags_search(void **state)
 		assert_int_equal(got.pp_scatter, cfg.pp_scatter);
 		free(buf);
 	}
-	assert_true(on > 0 && off > 0 && cut > 0 && il_sync > 0);
+	assert_true(on > 0 && off > 0 && cut > 0 && il_sync > 0 && il_megatron > 0);
 	plan_result_free(&r);
 	plan_result_free(&r0);
 }

@@ -24,6 +24,9 @@ const struct cli_opt cli_par_opts[] = {
 	 "the other kind from the same peer after it one batch) and interleaved's over pp > 2 "
 	 "(after each iteration its sends and the next inputs and gradients, received ahead); "
 	 "not with --tp-overlap oases; default: sends posted and overlapped with compute"},
+	{"no-overlap-p2p-communication", 0, 0, CLI_PAR_P2P_SYNC, NULL,
+	 "the same, Megatron-LM's name for its interleaved schedule (its 1F1B's are always "
+	 "synchronous)"},
 	{"scatter-gather-tensors-in-pipeline", 0, 0, CLI_PAR_PP_SCATTER, NULL,
 	 "Megatron-LM's of 2021 (its default then): with tp and no sp, each tensor-parallel rank "
 	 "sends its 1/t of the stage's output (or input gradient), which the next stage "

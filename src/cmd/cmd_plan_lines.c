@@ -67,7 +67,7 @@ static int is_plan_only(int id)
 				   CLI_TRACE_DEVICES,
 				   CLI_MODEL_STEPS, /* (the line runs the one step ranked) */
 				   CLI_PAR_TP_COMM_OVERLAP, /* (where the layout has sp) */
-				   CLI_PAR_P2P_SYNC,        /* (where the layout runs 1f1b) */
+				   CLI_PAR_P2P_SYNC,        /* (where it runs 1f1b, interleaved) */
 				   CLI_PAR_PP_SCATTER,      /* (where the layout has tp, not sp) */
 				   CLI_PAR_TP_COMM_OVERLAP_CFG,
 				   CLI_PAR_CE_FUSION, /* (from the configuration, both) */
@@ -189,6 +189,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 	if (cfg->vpp > 1)
 		fprintf(f, " --num-layers-per-virtual-pipeline-stage %d",
 			g->num_layers / (m[MESH_PP] * cfg->vpp));
+	if (cfg->p2p_sync && cfg->schedule == SCHED_INTERLEAVED) /* (1F1B's always are) */
+		fprintf(f, " --no-overlap-p2p-communication");
 	if (m[MESH_CP] > 1)
 		fprintf(f, " --context-parallel-size %d --cp-comm-type %s", m[MESH_CP],
 			cmd_plan_cp_comm_name[cfg->cp_comm]);
