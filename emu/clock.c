@@ -237,13 +237,11 @@ int64_t emu_now(const struct emu_dev *d)
 
 int64_t emu_stream_time(struct emu_dev *d, enum emu_stream s)
 {
-	EMU_ASSERT((unsigned)s < EMU_NSTREAMS);
-	if (d->stream[s].pending) {
-		int rc = coll_req_resolve(d, d->stream[s].pending);
+	int rc;
 
-		if (rc)
-			return rc;
-	}
+	EMU_ASSERT((unsigned)s < EMU_NSTREAMS);
+	if ((rc = coll_stream_settle(d, s)))
+		return rc;
 	return d->stream[s].t;
 }
 

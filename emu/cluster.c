@@ -141,6 +141,7 @@ static void dev_reset_results(struct emu_dev *d)
 	d->p2p_ce = 0;
 	d->p2p_rdv = 0;
 	d->p2p_group = 0;
+	d->groups = 0;
 	d->coll_ctas = 0;
 	d->clock_failed = 0;
 	memset(d->stream, 0, sizeof d->stream);

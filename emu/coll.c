@@ -144,7 +144,7 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	if (st->t < op->t_end)
 		st->t = op->t_end;
 	emu_time_check(d, st->t, kinds[a->kind].name);
-	st->grouped -= r->grouped;
+	st->grouped -= r->grouped != 0;
 	r->grouped = 0;
 	if (st->pending == r)
 		st->pending = NULL;
@@ -183,6 +183,18 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	return 0;
 }
 
+int coll_stream_settle(struct emu_dev *d, int s)
+{
+	struct emu_stream_state *st = &d->stream[s];
+	int rc = st->pending ? coll_req_resolve(d, st->pending) : 0;
+
+	/* a group's earlier ops (an eager send's end is known: it is not pending) */
+	for (struct coll_req *r = d->reqs; r && st->grouped && !rc; r = r->next)
+		if (r->stream == s && r->grouped && !r->resolved && r->eager_end < 0)
+			rc = coll_req_resolve(d, r);
+	return rc;
+}
+
 static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream, struct op_arg *arg,
 		struct coll_req **out)
 {
@@ -192,11 +204,12 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	struct op *op;
 	int rc;
 
-	/* The previous op on this stream must have a known end before this one can start,
-	 * but in a group (coll_set_group), whose ops follow each other's transfer time. */
-	if (st->pending && !arg->grouped && (rc = coll_req_resolve(d, st->pending)))
+	/* The ops before this one on its stream must have known ends before it can start,
+	 * but those of its own group (coll_set_group), which follow each other's transfer
+	 * time instead. */
+	if ((!arg->grouped || !st->pending || st->pending->grouped != arg->grouped) &&
+	    (rc = coll_stream_settle(d, stream)))
 		goto fail;
-	EMU_ASSERT(arg->grouped || !st->grouped); /* a group's ops waited for first */
 	arg->t_issue = st->t > now ? st->t : now;
 	if (arg->grouped) {
 		arg->t_issue = arg->t_issue > st->group_t ? arg->t_issue : st->group_t;
@@ -224,7 +237,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->post_busy = d->compute_ns;
 	r->margin = d->sm_margin;
 	r->grouped = arg->grouped;
-	st->grouped += arg->grouped;
+	st->grouped += arg->grouped != 0;
 	if (arg->kind == OP_SEND && !arg->rendezvous) { /* eager: its end is known now (coll.h) */
 		r->eager_end = emu_time_add(
 			arg->t_issue,
@@ -258,7 +271,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	int64_t t0 = r->eager_end - coll_send_ns(d->c, op->ch, S);
 
 	r->resolved = 1;
-	d->stream[r->stream].grouped -= r->grouped;
+	d->stream[r->stream].grouped -= r->grouped != 0;
 	r->grouped = 0;
 	stats_add(d, OP_SEND, r->tag, S, r->eager_end - t0);
 	if (op->ch->n > 1) {

@@ -153,9 +153,10 @@ int coll_set_rendezvous(struct emu_dev *d, int on);
  * waiting for the end of the op before it on its stream, so a group's sends to two peers
  * (or receives) wait for neither peer before the other, and each starts no earlier than
  * the group's previous op on its stream would have ended from its own start (the
- * device's way out, or in, shared one transfer after another). Each op of a group must
- * be waited for before its stream's next op outside one. 0 at each run's start. Returns
- * the previous setting. */
+ * device's way out, or in, shared one transfer after another). Outside its group stream
+ * order holds: the group's first op on a stream starts after the ops before it there,
+ * an op after the group (or the stream's time read) after all of the group's. 0 at each
+ * run's start. Returns the previous setting. */
 int coll_set_group(struct emu_dev *d, int on);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models

@@ -30,11 +30,15 @@ int coll_set_rendezvous(struct emu_dev *d, int on)
 
 int coll_set_group(struct emu_dev *d, int on)
 {
-	int was = d->p2p_group;
+	int was = d->p2p_group != 0;
 
-	d->p2p_group = on != 0;
-	for (int s = 0; on && !was && s < EMU_NSTREAMS; s++)
-		d->stream[s].group_t = 0;
+	if (on && !was) { /* a new group */
+		d->p2p_group = ++d->groups;
+		for (int s = 0; s < EMU_NSTREAMS; s++)
+			d->stream[s].group_t = 0;
+	} else if (!on) {
+		d->p2p_group = 0;
+	}
 	return was;
 }
 

@@ -62,7 +62,7 @@ struct op_arg {
 	int64_t t_issue;     /* virtual time at which this member's stream could start it */
 	float *owned;        /* an eager send's copy of its data, owned by the op */
 	int rendezvous;      /* a send that waits for its receiver (coll_set_rendezvous) */
-	int grouped;         /* a send or receive of a group (coll_set_group) */
+	int grouped;         /* a send or receive of group number grouped (coll_set_group), or 0 */
 };
 
 struct op {
@@ -131,7 +131,7 @@ struct coll_req {
 	int64_t post_t, post_busy;    /* the compute stream's cursor and busy time at the post
 				       * (the SM share, coll_wait) */
 	int margin;                   /* the device's SM margin then (emu_set_sm_margin) */
-	int grouped;                  /* posted in a group (coll_set_group), not resolved */
+	int grouped;                  /* its group's number, until resolved (coll_set_group) */
 	struct coll_req *next, *prev; /* the device's outstanding requests, in post order */
 };
 
@@ -245,7 +245,9 @@ struct emu_dev {
 	int sm_margin; /* the SMs its GEMMs leave to communication (emu_set_sm_margin), 0
 			* each run */
 	int p2p_rdv;   /* its sends wait for their receivers (coll_set_rendezvous) */
-	int p2p_group; /* its sends and receives run as a group (coll_set_group), 0 each run */
+	int p2p_group; /* the number of the group its sends and receives run in (coll_set_group),
+			* 0: none; 0 each run */
+	int groups;    /* groups so far this run */
 	int p2p_ce;    /* its sends and receives on the copy engines' streams
 			* (coll_use_copy_engines), 0 each run */
 	int coll_ctas; /* the SMs its collectives take (coll_set_ctas), 0 each run */
@@ -383,6 +385,9 @@ void coll_a2a_split(const struct emu_cluster *c, const struct op *op, int m, int
 		    uint64_t *local, uint64_t *remote);
 /* coll.c: reading a finished op's times into a stream; an op kind's name. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
+/* Resolves every op on d's stream s whose end is not known yet (its pending op, and a
+ * group's), so that its cursor is past them all (stream order). 0 or an error. */
+int coll_stream_settle(struct emu_dev *d, int s);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a
  * use after free). */
 void coll_req_put(struct emu_dev *d, struct coll_req *r);

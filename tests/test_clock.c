@@ -1122,7 +1122,9 @@ static void test_rendezvous(void **state)
 
 /* A group (coll_set_group, as batch_isend_irecv): device 0 posts rendezvous sends of 16
  * floats to device 1, busy with a kernel first, and then to device 2, and waits for both
- * (t[0]: after the posts, after the waits); devices 1 and 2 receive (t[1], t[2]). */
+ * (t[0]: after the posts, after the waits; t[0][2] the send stream's time read after the
+ * posts); devices 1 and 2 receive (t[1], t[2]). t[3][0] 1: the send to device 1 is not in
+ * the group, 0: both are. */
 static int group_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
@@ -1137,12 +1139,14 @@ static int group_device(struct emu_dev *d, void *arg)
 		return rc;
 	}
 	coll_set_rendezvous(d, 1);
-	coll_set_group(d, 1);
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < 2; k++) {
+		coll_set_group(d, k == 1 || !p->t[3][0]);
 		if ((rc = coll_isend(d, k + 1, p->data[0], 16, &r[k])))
 			return rc;
-	coll_set_group(d, 0);
+	}
 	p->t[0][0] = emu_now(d);
+	p->t[0][2] = emu_stream_time(d, EMU_STREAM_SEND);
+	coll_set_group(d, 0);
 	rc = coll_wait(d, r[0]);
 	rc = rc ? rc : coll_wait(d, r[1]);
 	p->t[0][1] = emu_now(d);
@@ -1152,7 +1156,9 @@ static int group_device(struct emu_dev *d, void *arg)
 /* The second send of a group waits neither for the first's late receiver (its post
  * returns at once, where outside a group it waits for the first send's end) nor starts
  * before the first would have ended from its own post: device 2 has its message at
- * 2 (alpha + S / beta), device 1 at work + alpha + S / beta, exact to the nanosecond. */
+ * 2 (alpha + S / beta), device 1 at work + alpha + S / beta, exact to the nanosecond; the
+ * send stream's time read in the group is past both. A send before the group, not in it,
+ * keeps stream order: the group's send starts at its end. */
 static void test_group(void **state)
 {
 	struct emu_cluster *c = test_cluster("dgx-a100", 1, 3, 0, 0);
@@ -1169,6 +1175,13 @@ static void test_group(void **state)
 	assert_int_equal(p.t[1][0], work + one);
 	assert_int_equal(p.t[2][0], 2 * one);
 	assert_int_equal(p.t[0][1], work + one);
+	assert_int_equal(p.t[0][2], work + one);
+	memset(&p, 0, sizeof p);
+	p.t[3][0] = 1;
+	assert_int_equal(emu_cluster_run(c, group_device, &p), 0);
+	assert_int_equal(p.t[1][0], work + one);
+	assert_int_equal(p.t[2][0], work + 2 * one);
+	assert_int_equal(p.t[0][1], work + 2 * one);
 	emu_cluster_free(c);
 }
 
