@@ -878,6 +878,56 @@ static double emit(FILE *csv, struct tally *t, const struct row *r)
 	return err;
 }
 
+/* How far apart sources are that measured the same collective on the same shape of
+ * cluster (kind, preset, GPUs and nodes, NVLS on or off, both under MPI with no launcher's
+ * cost): at each size both give, the larger time over the smaller. No figure is within
+ * 10% of two measurements more than 1.1 / 0.9 apart. */
+static void agreement(void)
+{
+	int nsweeps = (int)(sizeof sweeps / sizeof *sweeps), sizes = 0, apart = 0, tenth = 0;
+	double worst = 1;
+
+	for (int i = 0; i < nsweeps; i++)
+		for (int j = i + 1; j < nsweeps; j++) {
+			const struct sweep *a = &sweeps[i], *b = &sweeps[j];
+			double lo = 0, hi = 0;
+			int n = 0, far = 0, over = 0;
+
+			if (a->kind != b->kind || strcmp(a->preset, b->preset) ||
+			    a->gpus != b->gpus || a->nodes != b->nodes ||
+			    a->no_nvls != b->no_nvls || a->g8 || b->g8 || a->offset_us ||
+			    b->offset_us || !strcmp(a->source, b->source))
+				continue;
+			for (int k = 0; k < a->n; k++) {
+				int kb = a->lo + k - b->lo;
+				double r;
+
+				if (kb < 0 || kb >= b->n)
+					continue;
+				r = a->us[k] > b->us[kb] ? a->us[k] / b->us[kb]
+							 : b->us[kb] / a->us[k];
+				lo = n && lo < r ? lo : r;
+				hi = n && hi > r ? hi : r;
+				far += r > 1.1 / 0.9;
+				over += r > 1.1;
+				n++;
+			}
+			if (!n)
+				continue;
+			printf("%s and %s: %d sizes in both, %.0f%% to %.0f%% apart (%d more than "
+			       "10%%, %d too far apart for one figure within 10%% of both)\n",
+			       a->what, b->what, n, 100 * (lo - 1), 100 * (hi - 1), over, far);
+			sizes += n;
+			apart += far;
+			tenth += over;
+			worst = hi > worst ? hi : worst;
+		}
+	printf("sources measuring the same collective on the same cluster shape: %d sizes in "
+	       "two, up to %.0f%% apart, %d more than 10%%, %d too far apart for one figure "
+	       "within 10%% of both\n",
+	       sizes, 100 * (worst - 1), tenth, apart);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "build/bench/out";
@@ -971,6 +1021,7 @@ int main(int argc, char **argv)
 	       "the worst of the %d checks %.0f%%\n",
 	       all.within, all.n, 100 * all.gemm_err / all.ngemm, all.ngemm, all.nbmm,
 	       100 * all.bmm_lo, 100 * all.bmm_hi, all.checks, 100 * all.worst_check);
+	agreement();
 	printf("wrote %s\n", path);
 	return 0;
 }
