@@ -31,6 +31,11 @@
 
 enum kind { GEMM, MEM, ATTN, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL };
 
+static const char *const kind_name[] = {"GEMM",       "memcopy",        "attention", "all-reduce",
+					"all-gather", "reduce-scatter", "all-to-all"};
+
+#include "fidelity_xla_coll.h"
+
 struct row {
 	const char *what;   /* the microbenchmark */
 	const char *preset; /* pemu's cluster */
@@ -124,6 +129,9 @@ struct sweep {
  * (+38% against an 80 GB A100's 2.04 TB/s, about +5% against a 40 GB one's 1.555) */
 #define PT83272 "pytorch/pytorch issue 83272 (torch.bmm, CUDA 11.6; GPU not named)"
 #define XLAH100 "openxla/xla matmul_interpolator_data.h, sm_90, bf16 (median kernel time)"
+#define XLACOLL                                                                                    \
+	"openxla/xla collective_interpolator_data.h 040b3849, sm_90, F32 (NCCL under XLA, one "    \
+	"host of 8)"
 #define ELEUTHER                                                                                   \
 	"EleutherAI/cookbook benchmarks/sizing/sample_results/transformer.out @0f810f8 "           \
 	"(torch.bmm, the slowest of its iterations; GPU not named)"
@@ -931,7 +939,8 @@ static void agreement(void)
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "build/bench/out";
-	struct tally all = {0}, xla = {0}, per[sizeof sweeps / sizeof *sweeps] = {{0}};
+	struct tally all = {0}, xla = {0}, per[sizeof sweeps / sizeof *sweeps] = {{0}},
+		     xc[sizeof xla_coll / sizeof *xla_coll] = {{0}};
 	double xla_err = 0, xla_lo = 0, xla_hi = 0;
 	int nrows = (int)(sizeof rows / sizeof *rows),
 	    nsweeps = (int)(sizeof sweeps / sizeof *sweeps);
@@ -1000,6 +1009,30 @@ int main(int argc, char **argv)
 			emit(csv, &per[i], &r);
 		}
 	}
+	for (size_t i = 0; i < sizeof xla_coll / sizeof *xla_coll; i++)
+		for (int j = 0; j < XLA_COLL_N; j++) {
+			char size[32], what[96];
+			struct row r = {what,
+					"dgx-h100",
+					xla_coll[i].kind,
+					ldexp(1, XLA_COLL_LO + j),
+					xla_coll[i].gpus,
+					1,
+					xla_coll[i].us[j],
+					XLACOLL,
+					0,
+					0,
+					0,
+					0,
+					0,
+					0,
+					0};
+
+			size_name(size, sizeof size, r.a);
+			snprintf(what, sizeof what, "%s, %d H100 (OpenXLA) %s",
+				 kind_name[xla_coll[i].kind], xla_coll[i].gpus, size);
+			emit(csv, &xc[i], &r);
+		}
 	fclose(csv);
 	printf("\n");
 	printf("GEMM, H100 (OpenXLA's table), %d shapes: %d within 10%%, the mean error %.1f%%, "
@@ -1015,6 +1048,17 @@ int main(int argc, char **argv)
 		all.checks += per[i].checks;
 		all.worst_check =
 			per[i].worst_check > all.worst_check ? per[i].worst_check : all.worst_check;
+	}
+	for (size_t i = 0; i < sizeof xla_coll / sizeof *xla_coll; i++) {
+		printf("%s, %d H100 (OpenXLA's table), %d sizes: %d within 10%%, the largest error "
+		       "%.1f%%\n",
+		       kind_name[xla_coll[i].kind], xla_coll[i].gpus, xc[i].n, xc[i].within,
+		       100 * xc[i].worst);
+		all.n += xc[i].n;
+		all.within += xc[i].within;
+		all.checks += xc[i].checks;
+		all.worst_check =
+			xc[i].worst_check > all.worst_check ? xc[i].worst_check : all.worst_check;
 	}
 	printf("%d of %d microbenchmarks within 10%% (target: all); the GEMM law's mean error "
 	       "%.2f%% over %d shapes (target <= 5%%), its %d attention BMMs %+.0f%% to %+.0f%%; "
