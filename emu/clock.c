@@ -240,7 +240,7 @@ int64_t emu_stream_time(struct emu_dev *d, enum emu_stream s)
 	int rc;
 
 	EMU_ASSERT((unsigned)s < EMU_NSTREAMS);
-	if ((rc = coll_stream_settle(d, s)))
+	if ((rc = coll_stream_settle(d, s, d->p2p_group))) /* (an open group's: at its end) */
 		return rc;
 	return d->stream[s].t;
 }

@@ -183,14 +183,17 @@ int coll_req_resolve(struct emu_dev *d, struct coll_req *r)
 	return 0;
 }
 
-int coll_stream_settle(struct emu_dev *d, int s)
+int coll_stream_settle(struct emu_dev *d, int s, int keep)
 {
 	struct emu_stream_state *st = &d->stream[s];
-	int rc = st->pending ? coll_req_resolve(d, st->pending) : 0;
+	int rc = st->pending && (!keep || st->pending->grouped != keep)
+			 ? coll_req_resolve(d, st->pending)
+			 : 0;
 
-	/* a group's earlier ops (an eager send's end is known: it is not pending) */
+	/* groups' ops (an eager send's end is known: it is not pending) */
 	for (struct coll_req *r = d->reqs; r && st->grouped && !rc; r = r->next)
-		if (r->stream == s && r->grouped && !r->resolved && r->eager_end < 0)
+		if (r->stream == s && r->grouped && r->grouped != keep && !r->resolved &&
+		    r->eager_end < 0)
 			rc = coll_req_resolve(d, r);
 	return rc;
 }
@@ -207,8 +210,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	/* The ops before this one on its stream must have known ends before it can start,
 	 * but those of its own group (coll_set_group), which follow each other's transfer
 	 * time instead. */
-	if ((!arg->grouped || !st->pending || st->pending->grouped != arg->grouped) &&
-	    (rc = coll_stream_settle(d, stream)))
+	if ((rc = coll_stream_settle(d, stream, arg->grouped)))
 		goto fail;
 	arg->t_issue = st->t > now ? st->t : now;
 	if (arg->grouped) {

@@ -155,8 +155,9 @@ int coll_set_rendezvous(struct emu_dev *d, int on);
  * the group's previous op on its stream would have ended from its own start (the
  * device's way out, or in, shared one transfer after another). Outside its group stream
  * order holds: the group's first op on a stream starts after the ops before it there,
- * an op after the group (or the stream's time read) after all of the group's. 0 at each
- * run's start. Returns the previous setting. */
+ * an op after the group after all of the group's; the stream's time read in the group is
+ * before the group's ops (NCCL launches a group at its end), read after it past them
+ * all. 0 at each run's start. Returns the previous setting. */
 int coll_set_group(struct emu_dev *d, int on);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models

@@ -386,8 +386,9 @@ void coll_a2a_split(const struct emu_cluster *c, const struct op *op, int m, int
 /* coll.c: reading a finished op's times into a stream; an op kind's name. */
 int coll_req_resolve(struct emu_dev *d, struct coll_req *r);
 /* Resolves every op on d's stream s whose end is not known yet (its pending op, and a
- * group's), so that its cursor is past them all (stream order). 0 or an error. */
-int coll_stream_settle(struct emu_dev *d, int s);
+ * group's) but those of group number keep (0: none), so that its cursor is past them
+ * (stream order). 0 or an error. */
+int coll_stream_settle(struct emu_dev *d, int s, int keep);
 /* A request done with: kept on d for its next post (freed under ASan, which then sees a
  * use after free). */
 void coll_req_put(struct emu_dev *d, struct coll_req *r);

@@ -1122,31 +1122,39 @@ static void test_rendezvous(void **state)
 
 /* A group (coll_set_group, as batch_isend_irecv): device 0 posts rendezvous sends of 16
  * floats to device 1, busy with a kernel first, and then to device 2, and waits for both
- * (t[0]: after the posts, after the waits; t[0][2] the send stream's time read after the
- * posts); devices 1 and 2 receive (t[1], t[2]). t[3][0] 1: the send to device 1 is not in
- * the group, 0: both are. */
+ * (t[0]: after the posts, after the waits; t[0][2] and t[0][3] the send stream's time read
+ * in the group and after it); devices 1 and 2 receive (t[1], t[2]). t[3][0] 1: the send to
+ * device 1 is not in the group; 2: device 0 waits for its send to device 2 in the group
+ * and sends it a second message, still in the group (t[2][1] its end). */
 static int group_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
-	int id = emu_dev_id(d), rc;
-	struct coll_req *r[2] = {NULL, NULL};
+	int id = emu_dev_id(d), mode = (int)p->t[3][0], rc = 0;
+	struct coll_req *r[3] = {NULL, NULL, NULL};
 
 	if (id > 0) {
 		if (id == 1)
-			emu_compute(d, "work", 1e9, 0);
-		rc = coll_recv(d, 0, p->data[id], 16);
-		p->t[id][0] = emu_now(d);
+			emu_compute(d, "work", 4e9, 0);
+		for (int k = 0; k < (id == 2 && mode == 2 ? 2 : 1) && !rc; k++) {
+			rc = coll_recv(d, 0, p->data[id], 16);
+			p->t[id][k] = emu_now(d);
+		}
 		return rc;
 	}
 	coll_set_rendezvous(d, 1);
 	for (int k = 0; k < 2; k++) {
-		coll_set_group(d, k == 1 || !p->t[3][0]);
+		coll_set_group(d, k == 1 || mode != 1);
 		if ((rc = coll_isend(d, k + 1, p->data[0], 16, &r[k])))
 			return rc;
 	}
 	p->t[0][0] = emu_now(d);
 	p->t[0][2] = emu_stream_time(d, EMU_STREAM_SEND);
+	if (mode == 2) {
+		if ((rc = coll_wait(d, r[1])) || (rc = coll_isend(d, 2, p->data[0], 16, &r[1])))
+			return rc;
+	}
 	coll_set_group(d, 0);
+	p->t[0][3] = emu_stream_time(d, EMU_STREAM_SEND);
 	rc = coll_wait(d, r[0]);
 	rc = rc ? rc : coll_wait(d, r[1]);
 	p->t[0][1] = emu_now(d);
@@ -1157,31 +1165,41 @@ static int group_device(struct emu_dev *d, void *arg)
  * returns at once, where outside a group it waits for the first send's end) nor starts
  * before the first would have ended from its own post: device 2 has its message at
  * 2 (alpha + S / beta), device 1 at work + alpha + S / beta, exact to the nanosecond; the
- * send stream's time read in the group is past both. A send before the group, not in it,
- * keeps stream order: the group's send starts at its end. */
+ * send stream's time read in the group is before the group's sends (NCCL launches a group
+ * at its end), read after it past both. A send before the group, not in it, keeps stream
+ * order: the group's send starts at its end. A send of the group after the wait for
+ * another does not wait for the group's first, still held by its receiver: the third
+ * send ends at 3 (alpha + S / beta). */
 static void test_group(void **state)
 {
 	struct emu_cluster *c = test_cluster("dgx-a100", 1, 3, 0, 0);
 	const struct emu_config *cfg = emu_cluster_config(c);
 	const struct topo_link *l = &cfg->topo.link[TOPO_LINK_INTRA];
 	int64_t one = l->lat_ns + (int64_t)ceil(64e9 / (double)l->bw_bytes);
-	int64_t work = roofline(&cfg->topo.gpu, 1e9, 0);
+	int64_t work = roofline(&cfg->topo.gpu, 4e9, 0);
 	struct probe p = {0};
 
 	(void)state;
-	assert_true(work > 2 * one);
+	assert_true(work > 3 * one);
 	assert_int_equal(emu_cluster_run(c, group_device, &p), 0);
 	assert_int_equal(p.t[0][0], 0);
 	assert_int_equal(p.t[1][0], work + one);
 	assert_int_equal(p.t[2][0], 2 * one);
 	assert_int_equal(p.t[0][1], work + one);
-	assert_int_equal(p.t[0][2], work + one);
+	assert_int_equal(p.t[0][2], 0);
+	assert_int_equal(p.t[0][3], work + one);
 	memset(&p, 0, sizeof p);
 	p.t[3][0] = 1;
 	assert_int_equal(emu_cluster_run(c, group_device, &p), 0);
 	assert_int_equal(p.t[1][0], work + one);
 	assert_int_equal(p.t[2][0], work + 2 * one);
 	assert_int_equal(p.t[0][1], work + 2 * one);
+	memset(&p, 0, sizeof p);
+	p.t[3][0] = 2;
+	assert_int_equal(emu_cluster_run(c, group_device, &p), 0);
+	assert_int_equal(p.t[2][0], 2 * one);
+	assert_int_equal(p.t[2][1], 3 * one);
+	assert_int_equal(p.t[1][0], work + one);
 	emu_cluster_free(c);
 }
 

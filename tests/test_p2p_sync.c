@@ -344,7 +344,8 @@ static void test_p2p_sync_interleaved(void **state)
 				}
 				for (size_t k = 0; k < (size_t)m * sc.nb * 2; k++) {
 					int block = (int)(k / 2 % (size_t)sc.nb), q = block % p;
-					int r = (k % 2 == SCHED_ACT ? block + 1 : block - 1) % p;
+					int r = (k % 2 == SCHED_ACT ? block + 1 : block - 1 + p) %
+						p;
 
 					if (!(sync.sent_in[k] || sync.recv_in[k]) || all_warm[q] ||
 					    all_warm[r])
