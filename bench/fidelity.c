@@ -887,17 +887,38 @@ static double emit(FILE *csv, struct tally *t, const struct row *r)
 }
 
 /* How far apart sources are that measured the same collective on the same shape of
- * cluster (kind, preset, GPUs and nodes, NVLS on or off, both under MPI with no launcher's
- * cost): at each size both give, the larger time over the smaller. No figure is within
- * 10% of two measurements more than 1.1 / 0.9 apart. */
+ * cluster (kind, preset, GPUs and nodes, NVLS on or off, both under MPI or XLA with no
+ * launcher's cost): at each size both give, the larger time over the smaller. No figure
+ * is within 10% of two measurements more than 1.1 / 0.9 apart. The sweeps, and OpenXLA's
+ * table as sweeps of its own. */
 static void agreement(void)
 {
-	int nsweeps = (int)(sizeof sweeps / sizeof *sweeps), sizes = 0, apart = 0, tenth = 0;
+	enum { NSW = sizeof sweeps / sizeof *sweeps, NXC = sizeof xla_coll / sizeof *xla_coll };
+	struct sweep all[NSW + NXC];
+	char names[NXC][64];
+	int sizes = 0, apart = 0, tenth = 0;
 	double worst = 1;
 
-	for (int i = 0; i < nsweeps; i++)
-		for (int j = i + 1; j < nsweeps; j++) {
-			const struct sweep *a = &sweeps[i], *b = &sweeps[j];
+	memcpy(all, sweeps, sizeof sweeps);
+	for (int i = 0; i < NXC; i++) {
+		struct sweep *w = &all[NSW + i];
+
+		memset(w, 0, sizeof *w);
+		snprintf(names[i], sizeof names[i], "%s, %d H100 (OpenXLA)",
+			 kind_name[xla_coll[i].kind], xla_coll[i].gpus);
+		w->what = names[i];
+		w->preset = "dgx-h100";
+		w->source = XLACOLL;
+		w->kind = xla_coll[i].kind;
+		w->gpus = xla_coll[i].gpus;
+		w->nodes = 1; /* (one host, as the single-node sweeps say it) */
+		w->lo = XLA_COLL_LO;
+		w->n = XLA_COLL_N;
+		memcpy((double *)w->us, xla_coll[i].us, sizeof xla_coll[i].us);
+	}
+	for (int i = 0; i < NSW + NXC; i++)
+		for (int j = i + 1; j < NSW + NXC; j++) {
+			const struct sweep *a = &all[i], *b = &all[j];
 			double lo = 0, hi = 0;
 			int n = 0, far = 0, over = 0;
 
