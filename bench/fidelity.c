@@ -894,38 +894,41 @@ static double emit(FILE *csv, struct tally *t, const struct row *r)
 static void agreement(void)
 {
 	enum { NSW = sizeof sweeps / sizeof *sweeps, NXC = sizeof xla_coll / sizeof *xla_coll };
-	struct sweep all[NSW + NXC];
+	/* a sweep as compared: timed with no launcher's cost (clean) or not */
+	struct series {
+		const char *what, *preset, *source;
+		enum kind kind;
+		int gpus, nodes, no_nvls, clean, lo, n;
+		const double *us;
+	} all[NSW + NXC];
 	char names[NXC][64];
 	int sizes = 0, apart = 0, tenth = 0;
 	double worst = 1;
 
-	memcpy(all, sweeps, sizeof sweeps);
-	for (int i = 0; i < NXC; i++) {
-		struct sweep *w = &all[NSW + i];
+	for (int i = 0; i < NSW; i++) {
+		const struct sweep *w = &sweeps[i];
 
-		memset(w, 0, sizeof *w);
+		all[i] = (struct series){w->what, w->preset, w->source,  w->kind,
+					 w->gpus, w->nodes,  w->no_nvls, !w->g8 && !w->offset_us,
+					 w->lo,   w->n,      w->us};
+	}
+	for (int i = 0; i < NXC; i++) { /* (one host, as the single-node sweeps say it) */
 		snprintf(names[i], sizeof names[i], "%s, %d H100 (OpenXLA)",
 			 kind_name[xla_coll[i].kind], xla_coll[i].gpus);
-		w->what = names[i];
-		w->preset = "dgx-h100";
-		w->source = XLACOLL;
-		w->kind = xla_coll[i].kind;
-		w->gpus = xla_coll[i].gpus;
-		w->nodes = 1; /* (one host, as the single-node sweeps say it) */
-		w->lo = XLA_COLL_LO;
-		w->n = XLA_COLL_N;
-		memcpy((double *)w->us, xla_coll[i].us, sizeof xla_coll[i].us);
+		all[NSW + i] = (struct series){
+			names[i], "dgx-h100", XLACOLL,     xla_coll[i].kind, xla_coll[i].gpus, 1,
+			0,        1,          XLA_COLL_LO, XLA_COLL_N,       xla_coll[i].us};
 	}
 	for (int i = 0; i < NSW + NXC; i++)
 		for (int j = i + 1; j < NSW + NXC; j++) {
-			const struct sweep *a = &all[i], *b = &all[j];
+			const struct series *a = &all[i], *b = &all[j];
 			double lo = 0, hi = 0;
 			int n = 0, far = 0, over = 0;
 
 			if (a->kind != b->kind || strcmp(a->preset, b->preset) ||
 			    a->gpus != b->gpus || a->nodes != b->nodes ||
-			    a->no_nvls != b->no_nvls || a->g8 || b->g8 || a->offset_us ||
-			    b->offset_us || !strcmp(a->source, b->source))
+			    a->no_nvls != b->no_nvls || !a->clean || !b->clean ||
+			    !strcmp(a->source, b->source))
 				continue;
 			for (int k = 0; k < a->n; k++) {
 				int kb = a->lo + k - b->lo;

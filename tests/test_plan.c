@@ -275,6 +275,30 @@ static void assert_same_layout(const struct run_cfg *a, const struct run_cfg *b)
 	assert_int_equal(run_overlaps_grads(a), run_overlaps_grads(b));
 }
 
+/* cfg's Megatron-LM line (cmd_plan_megatron) parsed back by pemu run's parser, the world
+ * given as --dp, into *got: the same layout. Whether the line holds flag. */
+static int megatron_line_parses(const struct run_cfg *cfg, const struct emu_config *ec,
+				struct run_cfg *got, const char *flag)
+{
+	char *buf = NULL, *argv[128], dp[16];
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int n, has;
+
+	cmd_plan_megatron(f, cfg, ec);
+	fclose(f);
+	has = strstr(buf, flag) != NULL;
+	n = split(buf, "pretrain_gpt.py", argv, 120);
+	snprintf(dp, sizeof dp, "%d", cfg->mesh.size[MESH_DP]);
+	argv[n++] = "--dp";
+	argv[n++] = dp;
+	argv[n++] = "--dry-run";
+	assert_int_equal(cmd_run_parse_cfg(n, argv, 0, got), 0);
+	assert_same_layout(cfg, got);
+	free(buf);
+	return has;
+}
+
 static void parse_back(const char *preset, int seq, int experts_every)
 {
 	char seqs[16], every[16];
@@ -309,26 +333,14 @@ static void parse_back(const char *preset, int seq, int experts_every)
 	assert_int_equal(plan_search(&s, &ec, 1, NULL, NULL, &r, err, sizeof err), 0);
 	for (int k = 0; k < r.nok; k++) {
 		struct run_cfg cfg, got;
-		char *buf = NULL, *argv[128], dp[16];
+		char *buf = NULL, *argv[128];
 		size_t len = 0;
 		FILE *f;
 		int n;
 
 		assert_int_equal(plan_cfg(&s, &r.all[r.rank[k]].p, &cfg, err, sizeof err), 0);
-		if (!cmd_plan_megatron_gap(&cfg,
-					   &ec)) { /* Megatron's line, the world given as --dp */
-			f = open_memstream(&buf, &len);
-			cmd_plan_megatron(f, &cfg, &ec);
-			fclose(f);
-			n = split(buf, "pretrain_gpt.py", argv, 120);
-			snprintf(dp, sizeof dp, "%d", cfg.mesh.size[MESH_DP]);
-			argv[n++] = "--dp";
-			argv[n++] = dp;
-			argv[n++] = "--dry-run";
-			assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
-			assert_same_layout(&cfg, &got);
-			free(buf);
-			buf = NULL;
+		if (!cmd_plan_megatron_gap(&cfg, &ec)) { /* Megatron's line */
+			megatron_line_parses(&cfg, &ec, &got, "pretrain_gpt.py");
 			megatron++;
 		}
 		/* pemu run's line: every layout has one */
@@ -493,27 +505,14 @@ static void test_pipeline_flags_search(void **state)
 							 cfg.mesh.size[MESH_PP] > 2)));
 		il_sync += cfg.p2p_sync && cfg.schedule == SCHED_INTERLEAVED;
 		if (!cmd_plan_megatron_gap(&cfg, &ec)) { /* Megatron's line: its flag */
-			char dp[16];
 			int il = cfg.p2p_sync && cfg.schedule == SCHED_INTERLEAVED;
 
-			f = open_memstream(&buf, &len);
-			cmd_plan_megatron(f, &cfg, &ec);
-			fclose(f);
-			assert_int_equal(strstr(buf, " --no-overlap-p2p-communication") != NULL,
+			assert_int_equal(megatron_line_parses(&cfg, &ec, &got,
+							      " --no-overlap-p2p-communication"),
 					 il);
-			n = split(buf, "pretrain_gpt.py", argv, 120);
-			snprintf(dp, sizeof dp, "%d", cfg.mesh.size[MESH_DP]);
-			argv[n++] = "--dp";
-			argv[n++] = dp;
-			argv[n++] = "--dry-run";
-			assert_int_equal(cmd_run_parse_cfg(n, argv, 0, &got), 0);
-			assert_same_layout(&cfg, &got);
 			if (il)
 				assert_true(got.p2p_sync);
 			il_megatron += il;
-			free(buf);
-			buf = NULL;
-			len = 0;
 		}
 		assert_int_equal(cfg.pp_scatter,
 				 cfg.mesh.size[MESH_PP] > 1 && cfg.mesh.size[MESH_TP] > 1 &&
