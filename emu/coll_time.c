@@ -50,6 +50,7 @@ static int64_t bw_ns(uint64_t num, uint64_t S, uint64_t den, uint64_t beta)
 struct wire {
 	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn, nvls_tree;
 	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_tree_bw;
+	uint64_t ring_loop; /* a ring's loop beyond its chunks, in thousandths of a step */
 };
 
 /* beta x eff in bytes a second, beta where that is not a rate */
@@ -85,6 +86,8 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	}
 	w.nvls_tree = l->nvls_tree_ns;
 	w.nvls_tree_bw = l->nvls_tree_bw;
+	if (l->ring_loop > 0 && l->ring_loop < 1000)
+		w.ring_loop = (uint64_t)(l->ring_loop * 1000 + 0.5);
 	return w;
 }
 
@@ -121,35 +124,64 @@ static int nccl_picks_ll128(const struct wire *l, uint64_t steps, uint64_t num, 
 /* steps steps and num S / den bytes over the wire, by the protocol NCCL would send a
  * message of S bytes with: the faster of LL and the bulk one, which is LL128 where the
  * link has it (up to its largest message, or as far as NCCL's model prefers it,
- * ll128_max 0) and Simple otherwise. */
-static int64_t proto_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
-			uint64_t den)
+ * ll128_max 0) and Simple otherwise; the bulk one's bytes times mul / div (a ring's loop,
+ * ring_ns; NCCL's model, which picks the protocol, has no such factor). */
+static int64_t proto_scaled_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
+			       uint64_t den, uint64_t mul, uint64_t div)
 {
 	int64_t ll = emu_time_add((int64_t)steps * l->ll_hop, bw_ns(num, S, den, l->ll_bw));
 	int ll128 = l->ll128_bw &&
 		    (l->ll128_max ? S <= l->ll128_max : nccl_picks_ll128(l, steps, num, S, den));
-	int64_t bulk =
-		ll128 ? emu_time_add((int64_t)steps * l->ll128_hop, bw_ns(num, S, den, l->ll128_bw))
-		      : emu_time_add((int64_t)steps * l->hop, bw_ns(num, S, den, l->bw));
+	int64_t bulk = ll128 ? emu_time_add((int64_t)steps * l->ll128_hop,
+					    bw_ns(num * mul, S, den * div, l->ll128_bw))
+			     : emu_time_add((int64_t)steps * l->hop,
+					    bw_ns(num * mul, S, den * div, l->bw));
 
 	return ll < bulk ? ll : bulk;
 }
 
-/* The ring collectives' (n-1) alpha + (n-1)/n S / beta, doubled for all-reduce. */
-static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice)
+static int64_t proto_ns(const struct wire *l, uint64_t steps, uint64_t num, uint64_t S,
+			uint64_t den)
+{
+	return proto_scaled_ns(l, steps, num, S, den, 1, 1);
+}
+
+/* The GPUs of a node the links' bus efficiencies were measured among (topo.c) */
+#define RING_LOOP_REF_GPUS 8
+
+/* The ring collectives' (n-1) alpha + (n-1)/n S / beta, doubled for all-reduce. With
+ * loop, a reduce-scatter's, all-gather's or all-reduce's ring inside a node (an
+ * all-to-all has none, topo.c): each loop of its steps moves T = n - 1 chunks (2 (n - 1)
+ * for all-reduce) and costs ring_loop of a step more, so its bus bytes take
+ * (T + ring_loop) / T of the link's time, and bus_eff, measured among 8, already holds
+ * (T8 + ring_loop) / T8: among n < 8 the bulk protocol's bytes are scaled by the ratio. */
+static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice, int loop)
 {
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
+	uint64_t ref = (uint64_t)(RING_LOOP_REF_GPUS - 1) * (twice ? 2 : 1), rl = l->ring_loop;
 
-	return proto_ns(l, steps, steps, S, (uint64_t)n);
+	if (!loop || !rl || steps >= ref)
+		return proto_ns(l, steps, steps, S, (uint64_t)n);
+	return proto_scaled_ns(l, steps, steps, S, (uint64_t)n, (steps * 1000 + rl) * ref,
+			       steps * (ref * 1000 + rl));
 }
 
 /* An all-reduce of S bytes inside a node by NVLink SHARP: the switch reduces, in one
  * pass whatever the number of GPUs. Charged only where it costs less than the ring: NCCL
  * picks its algorithm, as its protocol, by the least time its model predicts (tuning.cc,
  * ncclTopoGetAlgoTime), so what it runs takes at most about the ring's time. On 8 H100s
- * from 18.3 MiB up, on 4 from 65.6 MiB. This law is a line fitted from 32 MiB up: below,
- * where NCCL already runs NVLS (from 2 MiB on 8 H200s), its 55 us overstates the time,
- * and the ring's law stands in (docs/formulas.md). */
+ * from 18.3 MiB up. This law is a line fitted from 32 MiB up: below, where NCCL already
+ * runs NVLS (from 2 MiB on 8 H200s), its 55 us overstates the time, and the ring's law
+ * stands in (docs/formulas.md). And only among NCCL_NVLS_MIN_GPUS or more: NCCL's model
+ * (its table as NCCL 2.29 prints it on an HGX H100, waynehacking8/nccl-collectives-bench)
+ * gives NVLS among 2 and 4 GPUs 102 and 160 GB/s of algorithm bandwidth, under the
+ * ring's 360 and 240 by Simple, at a latency (25 us) above LL's and LL128's, so it never
+ * picks it there, and ran the ring (its log; NVLS among 6, where NVLS's 216 equals the
+ * ring's at less latency; 4 H100s under NCCL's defaults: 359 GB/s of bus bandwidth at
+ * 2 GiB, the ring's, xxrjun/nccl-tests-cluster). 5 is taken as 4: not measured, NVLS's
+ * bandwidth in NCCL's model between 160 and 216 and under the ring's 225. */
+#define NCCL_NVLS_MIN_GPUS 6
+
 static int64_t nvls_ns(const struct wire *l, uint64_t S)
 {
 	return emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
@@ -441,12 +473,14 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 			const struct wire wi = wire_of(c, &t->link[TOPO_LINK_INTRA]), *li = &wi;
 
 			op->hier = 1;
-			dur = emu_time_add(emu_time_add(ring_ns(li, L, S, 0), ring_ns(li, L, S, 0)),
-					   proto_ns(l, 2 * (uint64_t)(k - 1), 2 * (uint64_t)(k - 1),
-						    S, (uint64_t)k * (uint64_t)L));
+			dur = emu_time_add(
+				emu_time_add(ring_ns(li, L, S, 0, 0), ring_ns(li, L, S, 0, 0)),
+				proto_ns(l, 2 * (uint64_t)(k - 1), 2 * (uint64_t)(k - 1), S,
+					 (uint64_t)k * (uint64_t)L));
 		} else {
-			dur = ring_ns(l, n, S, 1);
-			if (l->nvls_bw && op->ch->link == TOPO_LINK_INTRA) {
+			dur = ring_ns(l, n, S, 1, 1);
+			if (l->nvls_bw && op->ch->link == TOPO_LINK_INTRA &&
+			    n >= NCCL_NVLS_MIN_GPUS) {
 				int64_t nvls = nvls_ns(l, S);
 
 				if (nvls < dur) {
@@ -468,7 +502,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		} else if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER)
 			dur = calibrated_across(c, op, l, S, 0);
 		else
-			dur = ring_ns(l, n, S, 0);
+			dur = ring_ns(l, n, S, 0, a->kind != OP_ALL_TO_ALL);
 		work = (uint64_t)a->count * (uint64_t)n *
 		       (a->kind == OP_ALL_TO_ALL ? (uint64_t)n : 1);
 		break;

@@ -102,7 +102,21 @@
  *                 ring (coll_time.c: from 18.3 MiB on 8 GPUs). NCCL runs NVLS from 2 MiB on
  *                 8 H200 (Bekman's sweep, NCCL 2.27), where this line, not a latency but
  *                 NVLS's ramp amortised (NCCL's NVLS chunks grow from 16 to 128 KiB with the
- *                 message, enqueue.cc), overstates it; the ring's time stands in there
+ *                 message, enqueue.cc), overstates it; the ring's time stands in there.
+ *                 Among 6 GPUs or more: among 2 and 4 NCCL's model runs the ring
+ *                 (coll_time.c)
+ *   ring_loop     NVLink4 0.32: a ring among fewer GPUs than 8 runs at a lower bus
+ *                 bandwidth, as if each loop of its steps took 0.32 of a step more than the
+ *                 chunks it moves (n - 1 of them for reduce-scatter and all-gather, 2 (n - 1)
+ *                 for all-reduce; coll_time.c). Fitted to all-gather and reduce-scatter
+ *                 among 4 and among 8 H100s of the same 10 nodes, 128 MiB to 16 GiB
+ *                 (xxrjun/nccl-tests-cluster, single-node runs 20260128-145017, NCCL 2.29,
+ *                 MPI; the nodes' median: among 4 3-9% under 8, the law within 3.6%);
+ *                 checked on the ring all-reduce among 2, 4 and 6 H100s
+ *                 (waynehacking8/nccl-collectives-bench, NCCL 2.29, -g, NCCL_ALGO=Ring:
+ *                 among 2 5-13% under 4, the law 10%) and on OpenXLA's all-gather among 2
+ *                 (275 GB/s at 2 GiB, the law 278). An all-to-all has no such loop: among
+ *                 4 no slower than among 8 (xxrjun's). NVLink3 unmeasured: 0
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
@@ -178,17 +192,17 @@ struct preset {
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns, fused_keys,
  * gemm_k0, gemm_ns)
  * and of the links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
- * nvls_ns, nvls_eff; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below, from the sources
- * above. */
+ * nvls_ns, nvls_eff, ring_loop; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below, from the
+ * sources above. */
 #define A100_SMS      108, 0.869, 0.624, 0.88, 2000, 208, 250, 2000
 #define H100_SMS      132, 0.803, 0.573, 0.92, 2000, 154, 120, 5000
 #define MiB           (1024ULL * 1024)
-#define NVLINK3       8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0
-#define NVLINK4       8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0
-#define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 7500
-#define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0
-#define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0
-#define ETH100        8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 7500
+#define NVLINK3       8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0
+#define NVLINK4       8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0.32, 0
+#define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 7500
+#define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 0
+#define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0
+#define ETH100        8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 0, 7500
 #define NDR_NVLS_TREE 170000, 57700000000ULL /* nvls_tree_ns, nvls_tree_bw */
 #define NO_NVLS_TREE  0, 0
 

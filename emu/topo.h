@@ -40,6 +40,11 @@ struct topo_link {
 	uint64_t ll128_max;
 	int64_t nvls_ns;
 	double nvls_eff;
+	/* A ring's loop inside a node (reduce-scatter, all-gather, all-reduce; 0: not
+	 * modelled): each loop of its steps costs this fraction of a step more than the
+	 * chunks it moves, which weighs more among fewer GPUs (coll_time.c); bus_eff is
+	 * the bandwidth measured among 8 */
+	double ring_loop;
 	/* Between nodes: the fixed cost a collective adds when its nodes hold several of its
 	 * members each (NCCL's PXN path, a GPU reaching the NIC through an NVLink peer) */
 	int64_t pxn_ns;

@@ -392,6 +392,14 @@ static int allreduce_sizes(struct emu_dev *d, void *arg)
 	return 0;
 }
 
+/* NVLink4's ring loop (emu/topo.c: a loop of a ring's steps costs 0.32 of a step more
+ * than the chunks it moves): among fewer than 8 GPUs the bulk protocol's bus bytes are
+ * scaled by (T + 0.32) / T over (T8 + 0.32) / T8, T the steps, T8 among 8 (ref) */
+static double ring_loop_h100(int steps, int ref)
+{
+	return steps >= ref ? 1 : (steps + 0.32) / steps / ((ref + 0.32) / ref);
+}
+
 static int64_t protocols_by_hand(double S)
 {
 	double bus = 14 / 8.0 * S;
@@ -535,30 +543,46 @@ static void test_calibrated_collectives(void **state)
 	assert_int_equal(p.t[3][4], protocols_by_hand(1073741824.0));
 	emu_cluster_free(c);
 
-	/* A DGX H100, for 8 GPUs as for 4: the ring at 1 and 8 MiB, NVLink SHARP at 1 GiB
-	 * (test_nvls_where_cheaper). The ring's 1 MiB goes by LL128, 1.3 us a step at 0.69 x
-	 * 450 = 310.5 GB/s: NCCL's model (14 + 1.9 s us + X / (0.92 x 355.5 GB/s) against
-	 * Simple's 8.4 + 3.4 s + X / 355.5, s steps, X bus bytes) picks it, 46.2 against 61.2
-	 * us for 8 GPUs (s = 14), 30.2 against 33.2 for 4 (s = 6); and it beats LL (0.633 us
-	 * a step, 44 GB/s: 50.6 and 39.5 us). 8: 8100 + 14 x 1300 + 7/4 MiB / 310.5 GB/s =
-	 * 8100 + 18200 + 5910 = 32210 ns; 4: 8100 + 6 x 1300 + 3/2 MiB / 310.5 GB/s = 8100 +
-	 * 7800 + 5066 = 20966 ns. 8 MiB by LL128 too (NCCL's model: 63.9 against 64.2 us for
-	 * 4), 73579 and 56425 ns, under NVLS's 8100 + 55000 + 31173 = 94273. */
+	/* A DGX H100, for 8 GPUs as for 4: the ring at 1 and 8 MiB; at 1 GiB NVLink SHARP
+	 * among 8, the ring among 4 (test_nvls_where_cheaper). The ring's 1 MiB goes by
+	 * LL128, 1.3 us a step at 0.69 x 450 = 310.5 GB/s: NCCL's model (14 + 1.9 s us + X /
+	 * (0.92 x 355.5 GB/s) against Simple's 8.4 + 3.4 s + X / 355.5, s steps, X bus bytes)
+	 * picks it, 46.2 against 61.2 us for 8 GPUs (s = 14), 30.2 against 33.2 for 4 (s = 6);
+	 * and it beats LL (0.633 us a step, 44 GB/s: 50.6 and 39.5 us). Among 4 the ring's
+	 * loop (emu/topo.c) scales the bytes by ring_loop_h100(6, 14) = 1.029795. 8: 8100 +
+	 * 14 x 1300 + 7/4 MiB / 310.5 GB/s = 8100 + 18200 + 5910 = 32210 ns; 4: 8100 + 6 x
+	 * 1300 + 1.029795 x 3/2 MiB / 310.5 GB/s = 8100 + 7800 + 5217 = 21117 ns. 8 MiB by
+	 * LL128 too (NCCL's model: 63.9 against 64.2 us for 4), 73579 and 57633 ns, under
+	 * NVLS's 8100 + 55000 + 31173 = 94273. 1 GiB among 4 by Simple: 8100 + 6 x 3400 +
+	 * 1.029795 x 3/2 GiB / 355.5 GB/s = 4694045 ns, 16% over NVLS's 4053222. */
 	for (int n = 4; n <= 8; n += 4) {
+		double loop = ring_loop_h100(2 * (n - 1), 14);
+
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, allreduce_sizes, &p), 0);
 		assert_int_equal(p.t[1][1], 8100 + 2 * (n - 1) * 1300 +
-						    (int64_t)ceil(2.0 * (n - 1) / n * 1048576 /
-								  310.5e9 * 1e9));
-		assert_int_equal(p.t[1][1], n == 8 ? 32210 : 20966);
+						    (int64_t)ceil(2.0 * (n - 1) / n * 1048576 *
+								  loop / 310.5e9 * 1e9));
+		assert_int_equal(p.t[1][1], n == 8 ? 32210 : 21117);
 		assert_int_equal(p.t[1][2], 8100 + 2 * (n - 1) * 1300 +
-						    (int64_t)ceil(2.0 * (n - 1) / n * 8388608 /
-								  310.5e9 * 1e9));
-		assert_int_equal(p.t[1][2], n == 8 ? 73579 : 56425);
-		assert_int_equal(p.t[1][4],
-				 8100 + 55000 + (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9));
+						    (int64_t)ceil(2.0 * (n - 1) / n * 8388608 *
+								  loop / 310.5e9 * 1e9));
+		assert_int_equal(p.t[1][2], n == 8 ? 73579 : 57633);
+		if (n == 8)
+			assert_int_equal(p.t[1][4],
+					 8100 + 55000 +
+						 (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9));
+		else
+			assert_int_equal(p.t[1][4], 8100 + 6 * 3400 +
+							    (int64_t)ceil(1.5 * 1073741824.0 *
+									  loop / 355.5e9 * 1e9));
 		emu_cluster_free(c);
 	}
+	assert_int_equal(
+		8100 + 6 * 3400 +
+			(int64_t)ceil(1.5 * 1073741824.0 * ring_loop_h100(6, 14) / 355.5e9 * 1e9),
+		4694045);
+	assert_int_equal(8100 + 55000 + (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9), 4053222);
 
 	/* 2 nodes of 8: 1 GiB by Simple on the ring (its tree's 2 S at 0.92 of the bus
 	 * bandwidth costs 1.65 ms more), 2 x 14 NVLink steps and 2 InfiniBand ones, 7.5 us of
@@ -661,9 +685,8 @@ static void test_nvlink4_ramp(void **state)
  *   2 MiB   ring 38120 ns,  NVLS 70894 (the size rule NVLS from 2 MiB charged this)
  *   16 MiB  ring 120858,    NVLS 125446
  *   32 MiB  ring 215416,    NVLS 187792
- * Among 4 the ring goes by Simple past 9.3 MB (6 steps of 3.4 us, 3/2 S / 355.5 GB/s):
- * 64 MiB by the ring, 311660 against 312483 ns, 128 MiB by NVLS, 561866 against 594820.
- * Each size by hand, both ways: a rule that charged NVLS by size, or never, fails. */
+ * Each size by hand, both ways: a rule that charged NVLS by size, or never, fails; and
+ * among fewer than 6 GPUs NCCL's model never picks NVLS (below). */
 static const size_t nvls_count[5] = {524288, 4194304, 4791724, 4791725, 8388608};
 
 static int nvls_device(struct emu_dev *d, void *arg)
@@ -730,14 +753,82 @@ static void test_nvls_where_cheaper(void **state)
 	assert_int_equal(ring[4], 215416);
 	emu_cluster_free(c);
 
-	c = calibrated_on("dgx-h100", 1, 4);
-	assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
+	/* Among 4 and 5 GPUs the ring whatever its time (NCCL's model never picks NVLS
+	 * there: coll_time.c, NCCL_NVLS_MIN_GPUS), among 6 NVLS where cheaper. 128 MiB by
+	 * Simple: among 4, 6 steps and 3/2 S scaled by the ring's loop, 1.029795: 8100 +
+	 * 20400 + 583194 = 611694 ns, though NVLS's law gives 561866; among 5, 8 steps and
+	 * 8/5 S, 1.016760: 8100 + 27200 + 614199 = 649499; among 6 NVLS's 561866, the ring
+	 * 8100 + 34000 + 634869 = 676969 (10 steps, 5/3 S, 1.008939). */
+	for (int n = 4; n <= 6; n++) {
+		int s = 2 * (n - 1);
+		int64_t ring128 = 8100 + s * 3400 +
+				  (int64_t)ceil((double)s / n * 134217728 * ring_loop_h100(s, 14) /
+						355.5e9 * 1e9);
+
+		c = calibrated_on("dgx-h100", 1, n);
+		assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
+		assert_int_equal(p.t[0][1], n < 6 ? ring128 : nvls_by_hand(134217728));
+		assert_true(nvls_by_hand(134217728) < ring128);
+		assert_int_equal(ring128, n == 4 ? 611694 : n == 5 ? 649499 : 676969);
+		emu_cluster_free(c);
+	}
+	assert_int_equal(nvls_by_hand(134217728), 561866);
+}
+
+/* A ring's loop inside a node (emu/topo.c, coll_time.c): among fewer than 8 H100s an
+ * all-gather's and a reduce-scatter's bus bytes take (T + 0.32) / T over (7.32 / 7) of
+ * the link's time, T = n - 1; an all-to-all has no loop and no such factor; NVLink3 has
+ * none (unmeasured). 1 GiB in all, by Simple: among 2, 8100 + 3400 + 1.262295 x 1/2 GiB /
+ * 355.5 GB/s = 1917800 ns, the all-to-all 1521686; among 4, 8100 + 10200 + 1.058288 x
+ * 3/4 GiB / 355.5 = 2415617, the all-to-all 2283579; among 8 both 2674725. */
+static int loop_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	size_t count =
+		(256u << 20) / (size_t)emu_group_size(emu_world(d)); /* 1 GiB of floats in all */
+
+	for (int i = 0; i < 3; i++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+		int rc = i == 0 ? coll_all_gather(d, emu_world(d), NULL, NULL, count)
+			 : i == 1
+				 ? coll_reduce_scatter(d, emu_world(d), NULL, NULL, count, COLL_SUM)
+				 : coll_all_to_all(d, emu_world(d), NULL, NULL, count);
+
+		if (rc)
+			return rc;
+		p->t[emu_dev_id(d)][i] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	}
+	return 0;
+}
+
+static void test_ring_loop(void **state)
+{
+	static const int64_t ring[3] = {1917800, 2415617, 2674725},
+			     a2a[3] = {1521686, 2283579, 2674725};
+	struct emu_cluster *c;
+	struct probe p;
+
+	(void)state;
+	for (int i = 0, n = 2; n <= 8; i++, n *= 2) {
+		double bus = (n - 1.0) / n * 1073741824.0;
+		int64_t plain = 8100 + (n - 1) * 3400 + (int64_t)ceil(bus / 355.5e9 * 1e9);
+
+		c = calibrated_on("dgx-h100", 1, n);
+		assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
+		assert_int_equal(p.t[0][0], 8100 + (n - 1) * 3400 +
+						    (int64_t)ceil(bus * ring_loop_h100(n - 1, 7) /
+								  355.5e9 * 1e9));
+		assert_int_equal(p.t[0][0], ring[i]);
+		assert_int_equal(p.t[0][1], p.t[0][0]);
+		assert_int_equal(p.t[0][2], plain);
+		assert_int_equal(p.t[0][2], a2a[i]);
+		emu_cluster_free(c);
+	}
+	c = calibrated(1, 4); /* a DGX A100's NVLink3: 3 steps of 10.8 us at 234 GB/s */
+	assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
 	assert_int_equal(p.t[0][0],
-			 8100 + 6 * 3400 + (int64_t)ceil(1.5 * 67108864 / 355.5e9 * 1e9));
-	assert_int_equal(p.t[0][0], 311660);
-	assert_int_equal(nvls_by_hand(67108864), 312483);
-	assert_int_equal(p.t[0][1], nvls_by_hand(134217728));
-	assert_true(p.t[0][1] < 8100 + 6 * 3400 + (int64_t)ceil(1.5 * 134217728 / 355.5e9 * 1e9));
+			 8100 + 3 * 10800 + (int64_t)ceil(0.75 * 1073741824.0 / 234e9 * 1e9));
+	assert_int_equal(p.t[0][2], p.t[0][0]);
 	emu_cluster_free(c);
 }
 
@@ -1218,6 +1309,7 @@ int main(void)
 		cmocka_unit_test(test_calibrated_collectives),
 		cmocka_unit_test(test_nvlink4_ramp),
 		cmocka_unit_test(test_nvls_where_cheaper),
+		cmocka_unit_test(test_ring_loop),
 		cmocka_unit_test(test_across_nodes),
 		cmocka_unit_test(test_nvls_tree),
 		cmocka_unit_test(test_all_to_all_across_nodes),
