@@ -353,8 +353,9 @@ static const struct sweep sweeps[] = {
 	 0,
 	 1},
 	/* Among 4 H100s of XXR's node: all-gather and reduce-scatter fit the ring's loop
-	 * (emu/topo.c, with the other 9 nodes' runs), all-reduce under NCCL's defaults (which
-	 * among 4 run the ring: its model, coll_time.c) and all-to-all checks */
+	 * (emu/topo.c: from 128 MiB, with the other 9 nodes' runs; their 32 and 64 MiB rows
+	 * come with the sweep), all-reduce under NCCL's defaults (which among 4 run the ring:
+	 * its model, coll_time.c) and all-to-all checks */
 	{"all-gather, 4 H100 (MPI)",
 	 "dgx-h100",
 	 XXR4,

@@ -86,6 +86,7 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	}
 	w.nvls_tree = l->nvls_tree_ns;
 	w.nvls_tree_bw = l->nvls_tree_bw;
+	/* (in thousandths; a loop of up to 1000 steps keeps ring_ns's products in range) */
 	if (l->ring_loop > 0 && l->ring_loop < 1000)
 		w.ring_loop = (uint64_t)(l->ring_loop * 1000 + 0.5);
 	return w;
@@ -160,7 +161,7 @@ static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice, int l
 	uint64_t steps = (uint64_t)(n - 1) * (twice ? 2 : 1);
 	uint64_t ref = (uint64_t)(RING_LOOP_REF_GPUS - 1) * (twice ? 2 : 1), rl = l->ring_loop;
 
-	if (!loop || !rl || steps >= ref)
+	if (!loop || !rl || !steps || steps >= ref)
 		return proto_ns(l, steps, steps, S, (uint64_t)n);
 	return proto_scaled_ns(l, steps, steps, S, (uint64_t)n, (steps * 1000 + rl) * ref,
 			       steps * (ref * 1000 + rl));
@@ -175,11 +176,14 @@ static int64_t ring_ns(const struct wire *l, int n, uint64_t S, int twice, int l
  * stands in (docs/formulas.md). And only among NCCL_NVLS_MIN_GPUS or more: NCCL's model
  * (its table as NCCL 2.29 prints it on an HGX H100, waynehacking8/nccl-collectives-bench)
  * gives NVLS among 2 and 4 GPUs 102 and 160 GB/s of algorithm bandwidth, under the
- * ring's 360 and 240 by Simple, at a latency (25 us) above LL's and LL128's, so it never
- * picks it there, and ran the ring (its log; NVLS among 6, where NVLS's 216 equals the
- * ring's at less latency; 4 H100s under NCCL's defaults: 359 GB/s of bus bandwidth at
- * 2 GiB, the ring's, xxrjun/nccl-tests-cluster). 5 is taken as 4: not measured, NVLS's
- * bandwidth in NCCL's model between 160 and 216 and under the ring's 225. */
+ * ring's 360 and 240 by Simple, and where its 25 us undercuts LL128's latency (25.4 us
+ * among 4) LL is cheaper still, so it is never the least time there: NCCL ran the ring
+ * (its log; NVLS among 6, where NVLS's 216 equals the ring's at less latency; 4 H100s
+ * under NCCL's defaults: 359 GB/s of bus bandwidth at 2 GiB, the ring's,
+ * xxrjun/nccl-tests-cluster). 5 is taken as 4, not measured: NVLS's bandwidth in NCCL's
+ * model, 30 n^2 / (n - 1) GB/s from 4 GPUs up, is 188 there, under the ring's 225, so the ring
+ * takes the large messages; its lower latency may win it 2.5 to 8 MiB, where pemu's NVLS
+ * line costs more than the ring anyway. 7 as 6 (245 against 210). */
 #define NCCL_NVLS_MIN_GPUS 6
 
 static int64_t nvls_ns(const struct wire *l, uint64_t S)

@@ -114,8 +114,9 @@
  *                 MPI; the nodes' median: among 4 3-9% under 8, the law within 3.6%);
  *                 checked on the ring all-reduce among 2, 4 and 6 H100s
  *                 (waynehacking8/nccl-collectives-bench, NCCL 2.29, -g, NCCL_ALGO=Ring:
- *                 among 2 5-13% under 4, the law 10%) and on OpenXLA's all-gather among 2
- *                 (275 GB/s at 2 GiB, the law 278). An all-to-all has no such loop: among
+ *                 among 2 a bus bandwidth 5-11% under 4's, the law 9%; pemu 8-11% slow
+ *                 there from 2 GiB) and on OpenXLA's all-gather among 2 (275 GB/s at 2 GiB,
+ *                 pemu 281). An all-to-all has no such loop: among
  *                 4 no slower than among 8 (xxrjun's). NVLink3 unmeasured: 0
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8

@@ -371,8 +371,9 @@ static void test_roofline_kinds(void **state)
  * us a step, 20 GB/s) and, up to 8 MiB, LL128 (4.1 us, 0.9375 of 300 GB/s) or beyond it
  * Simple (10.8 us, 0.78 of 300 GB/s), on the bus bytes 2 (n - 1) / n S of an all-reduce
  * among 8 GPUs of a DGX A100; on a DGX H100 the ring (LL128 or Simple, as NCCL's model
- * picks it: test_nvlink4_ramp) or NVLink SHARP, 55 us and S / (0.598 of 450 GB/s) whatever
- * n, whichever costs less (test_nvls_where_cheaper); across nodes NCCL's rings, and for
+ * picks it: test_nvlink4_ramp; among fewer than 8 times its loop, test_ring_loop) or, among
+ * 6 or more, NVLink SHARP, 55 us and S / (0.598 of 450 GB/s) whatever n, whichever costs
+ * less (test_nvls_where_cheaper); across nodes NCCL's rings, and for
  * all-reduce its tree where that costs less (test_across_nodes). */
 /* 8 B, 1 MiB, 8 MiB, 8 MiB + 4 B, 1 GiB of floats */
 static const size_t ar_count[5] = {2, 262144, 2097152, 2097153, 268435456};
@@ -576,13 +577,9 @@ static void test_calibrated_collectives(void **state)
 			assert_int_equal(p.t[1][4], 8100 + 6 * 3400 +
 							    (int64_t)ceil(1.5 * 1073741824.0 *
 									  loop / 355.5e9 * 1e9));
+		assert_int_equal(p.t[1][4], n == 8 ? 4053222 : 4694045);
 		emu_cluster_free(c);
 	}
-	assert_int_equal(
-		8100 + 6 * 3400 +
-			(int64_t)ceil(1.5 * 1073741824.0 * ring_loop_h100(6, 14) / 355.5e9 * 1e9),
-		4694045);
-	assert_int_equal(8100 + 55000 + (int64_t)ceil(1073741824.0 / 269.1e9 * 1e9), 4053222);
 
 	/* 2 nodes of 8: 1 GiB by Simple on the ring (its tree's 2 S at 0.92 of the bus
 	 * bandwidth costs 1.65 ms more), 2 x 14 NVLink steps and 2 InfiniBand ones, 7.5 us of
@@ -686,7 +683,7 @@ static void test_nvlink4_ramp(void **state)
  *   16 MiB  ring 120858,    NVLS 125446
  *   32 MiB  ring 215416,    NVLS 187792
  * Each size by hand, both ways: a rule that charged NVLS by size, or never, fails; and
- * among fewer than 6 GPUs NCCL's model never picks NVLS (below). */
+ * among fewer than 6 GPUs not at all (below). */
 static const size_t nvls_count[5] = {524288, 4194304, 4791724, 4791725, 8388608};
 
 static int nvls_device(struct emu_dev *d, void *arg)
@@ -753,26 +750,36 @@ static void test_nvls_where_cheaper(void **state)
 	assert_int_equal(ring[4], 215416);
 	emu_cluster_free(c);
 
-	/* Among 4 and 5 GPUs the ring whatever its time (NCCL's model never picks NVLS
-	 * there: coll_time.c, NCCL_NVLS_MIN_GPUS), among 6 NVLS where cheaper. 128 MiB by
-	 * Simple: among 4, 6 steps and 3/2 S scaled by the ring's loop, 1.029795: 8100 +
-	 * 20400 + 583194 = 611694 ns, though NVLS's law gives 561866; among 5, 8 steps and
-	 * 8/5 S, 1.016760: 8100 + 27200 + 614199 = 649499; among 6 NVLS's 561866, the ring
-	 * 8100 + 34000 + 634869 = 676969 (10 steps, 5/3 S, 1.008939). */
+	/* Among 4 and 5 GPUs the ring whatever its time (NCCL's model does not pick NVLS for
+	 * such messages there: coll_time.c, NCCL_NVLS_MIN_GPUS), among 6 NVLS where cheaper.
+	 * 128 MiB by Simple: among 4, 6 steps and 3/2 S scaled by the ring's loop, 1.029795:
+	 * 8100 + 20400 + 583194 = 611694 ns, though NVLS's law gives 561866; among 5, 8 steps
+	 * and 8/5 S, 1.016760: 8100 + 27200 + 614199 = 649499; among 6 NVLS's 561866, the
+	 * ring (--no-nvls) 8100 + 34000 + 634869 = 676969 (10 steps, 5/3 S, 1.008939). */
 	for (int n = 4; n <= 6; n++) {
 		int s = 2 * (n - 1);
 		int64_t ring128 = 8100 + s * 3400 +
 				  (int64_t)ceil((double)s / n * 134217728 * ring_loop_h100(s, 14) /
 						355.5e9 * 1e9);
+		struct emu_config cfg;
 
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
+		assert_int_equal(p.t[0][1], n == 4 ? 611694 : n == 5 ? 649499 : 561866);
 		assert_int_equal(p.t[0][1], n < 6 ? ring128 : nvls_by_hand(134217728));
-		assert_true(nvls_by_hand(134217728) < ring128);
-		assert_int_equal(ring128, n == 4 ? 611694 : n == 5 ? 649499 : 676969);
+		emu_cluster_free(c);
+		if (emu_config_default(&cfg, "dgx-h100"))
+			abort();
+		cfg.ndev = n;
+		cfg.dry_run = 1;
+		cfg.cost = EMU_COST_CALIBRATED;
+		cfg.topo.link[TOPO_LINK_INTRA].nvls_eff = 0; /* --no-nvls: the ring */
+		c = emu_cluster_new(&cfg);
+		assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
+		assert_int_equal(p.t[0][1], ring128);
+		assert_true(p.t[0][1] > 561866); /* NVLS's law the cheaper: among 4 and 5 not run */
 		emu_cluster_free(c);
 	}
-	assert_int_equal(nvls_by_hand(134217728), 561866);
 }
 
 /* A ring's loop inside a node (emu/topo.c, coll_time.c): among fewer than 8 H100s an
@@ -801,6 +808,16 @@ static int loop_device(struct emu_dev *d, void *arg)
 	return 0;
 }
 
+static int small_gather_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+	int rc = coll_all_gather(d, emu_world(d), NULL, NULL, 8192); /* 32 KiB a member */
+
+	p->t[emu_dev_id(d)][0] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	return rc;
+}
+
 static void test_ring_loop(void **state)
 {
 	static const int64_t ring[3] = {1917800, 2415617, 2674725},
@@ -824,6 +841,20 @@ static void test_ring_loop(void **state)
 		assert_int_equal(p.t[0][2], a2a[i]);
 		emu_cluster_free(c);
 	}
+	/* 16 GPUs in a node (--gpus-per-node 16): no fewer than 8, unscaled */
+	c = calibrated_grid("dgx-h100", 1, 16);
+	assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
+	assert_int_equal(p.t[0][0],
+			 8100 + 15 * 3400 +
+				 (int64_t)ceil(15 / 16.0 * 1073741824.0 / 355.5e9 * 1e9));
+	emu_cluster_free(c);
+	/* LL unscaled: an all-gather of 64 KiB in all among 2 goes by LL, 8100 + 633 + 32 KiB
+	 * / 44 GB/s = 9478 ns (scaled, 9673; Simple 11617) */
+	c = calibrated_on("dgx-h100", 1, 2);
+	assert_int_equal(emu_cluster_run(c, small_gather_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 633 + (int64_t)ceil(32768 / 44e9 * 1e9));
+	assert_int_equal(p.t[0][0], 9478);
+	emu_cluster_free(c);
 	c = calibrated(1, 4); /* a DGX A100's NVLink3: 3 steps of 10.8 us at 234 GB/s */
 	assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
 	assert_int_equal(p.t[0][0],
