@@ -91,6 +91,20 @@ static struct emu_cluster *calibrated_grid(const char *preset, int nodes, int pe
 	return emu_cluster_new(&cfg);
 }
 
+/* ndev GPUs of a DGX H100 with NVLink SHARP off (--no-nvls): all-reduces on the ring */
+static struct emu_cluster *h100_no_nvls(int ndev)
+{
+	struct emu_config cfg;
+
+	if (emu_config_default(&cfg, "dgx-h100"))
+		abort();
+	cfg.ndev = ndev;
+	cfg.dry_run = 1;
+	cfg.cost = EMU_COST_CALIBRATED;
+	cfg.topo.link[TOPO_LINK_INTRA].nvls_eff = 0;
+	return emu_cluster_new(&cfg);
+}
+
 static struct emu_cluster *calibrated(int nodes, int ndev)
 {
 	return calibrated_on("dgx-a100", nodes, ndev);
@@ -646,19 +660,11 @@ static int ramp_device(struct emu_dev *d, void *arg)
 
 static void test_nvlink4_ramp(void **state)
 {
-	struct emu_config cfg;
-	struct emu_cluster *c;
+	struct emu_cluster *c = h100_no_nvls(8);
 	struct probe p;
 	double bus[3];
 
 	(void)state;
-	if (emu_config_default(&cfg, "dgx-h100"))
-		abort();
-	cfg.ndev = 8;
-	cfg.dry_run = 1;
-	cfg.cost = EMU_COST_CALIBRATED;
-	cfg.topo.link[TOPO_LINK_INTRA].nvls_eff = 0; /* --no-nvls */
-	c = emu_cluster_new(&cfg);
 	assert_int_equal(emu_cluster_run(c, ramp_device, &p), 0);
 	assert_int_equal(p.t[0][0], 32210);
 	assert_int_equal(p.t[0][1], 215416);
@@ -761,20 +767,13 @@ static void test_nvls_where_cheaper(void **state)
 		int64_t ring128 = 8100 + s * 3400 +
 				  (int64_t)ceil((double)s / n * 134217728 * ring_loop_h100(s, 14) /
 						355.5e9 * 1e9);
-		struct emu_config cfg;
 
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
 		assert_int_equal(p.t[0][1], n == 4 ? 611694 : n == 5 ? 649499 : 561866);
 		assert_int_equal(p.t[0][1], n < 6 ? ring128 : nvls_by_hand(134217728));
 		emu_cluster_free(c);
-		if (emu_config_default(&cfg, "dgx-h100"))
-			abort();
-		cfg.ndev = n;
-		cfg.dry_run = 1;
-		cfg.cost = EMU_COST_CALIBRATED;
-		cfg.topo.link[TOPO_LINK_INTRA].nvls_eff = 0; /* --no-nvls: the ring */
-		c = emu_cluster_new(&cfg);
+		c = h100_no_nvls(n);
 		assert_int_equal(emu_cluster_run(c, nvls4_device, &p), 0);
 		assert_int_equal(p.t[0][1], ring128);
 		assert_true(p.t[0][1] > 561866); /* NVLS's law the cheaper: among 4 and 5 not run */
