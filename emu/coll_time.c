@@ -191,56 +191,6 @@ static int64_t nvls_ns(const struct wire *l, uint64_t S)
 	return emu_time_add(l->nvls, bw_ns(1, S, 1, l->nvls_bw));
 }
 
-/* Bytes member m of an all-to-all-v sends to (recv from) the other members. */
-uint64_t coll_a2av_cross(const struct op *op, int m, int recv)
-{
-	const struct op_arg *a = &op->arg[m];
-	const size_t *v = recv ? a->recv_counts : a->send_counts;
-
-	return (uint64_t)(coll_sum_counts(v, op->ch->n) - v[m]) * (uint64_t)a->wire_bytes;
-}
-
-/* The members of ch on member m's node, m included. */
-static int members_on_node(const struct topo *t, const struct emu_group *ch, int m)
-{
-	int node = topo_node(t, ch->devs[m]), k = 0;
-
-	if (ch->hier_nodes > 1) /* spread evenly (chan.c) */
-		return ch->hier_local;
-	for (int i = 0; i < ch->n; i++)
-		k += topo_node(t, ch->devs[i]) == node;
-	return k;
-}
-
-void coll_a2a_split(const struct emu_cluster *c, const struct op *op, int m, int recv,
-		    uint64_t *local, uint64_t *remote)
-{
-	const struct topo *t = &c->cfg.topo;
-	const struct emu_group *ch = op->ch;
-	const struct op_arg *a = &op->arg[m];
-	int node = topo_node(t, ch->devs[m]);
-
-	*local = *remote = 0;
-	if (a->kind == OP_ALL_TO_ALL) { /* count elements for each member, both ways */
-		uint64_t on = (uint64_t)members_on_node(t, ch, m);
-
-		*local = (on - 1) * (uint64_t)a->count * (uint64_t)a->wire_bytes;
-		*remote = ((uint64_t)ch->n - on) * (uint64_t)a->count * (uint64_t)a->wire_bytes;
-		return;
-	}
-	for (int j = 0; j < ch->n; j++) {
-		uint64_t b = (uint64_t)(recv ? a->recv_counts : a->send_counts)[j] *
-			     (uint64_t)a->wire_bytes;
-
-		if (j == m)
-			continue;
-		if (topo_node(t, ch->devs[j]) == node)
-			*local += b;
-		else
-			*remote += b;
-	}
-}
-
 static int a2av_consistent(const struct op *op)
 {
 	for (int i = 0; i < op->ch->n; i++)
