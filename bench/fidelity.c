@@ -29,10 +29,10 @@
 #include "coll.h"
 #include "fidelity_xla.h"
 
-enum kind { GEMM, MEM, ATTN, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL };
+enum kind { GEMM, MEM, ATTN, ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL, SENDRECV };
 
-static const char *const kind_name[] = {"GEMM",       "memcopy",        "attention", "all-reduce",
-					"all-gather", "reduce-scatter", "all-to-all"};
+static const char *const kind_name[] = {"GEMM",       "memcopy",        "attention",  "all-reduce",
+					"all-gather", "reduce-scatter", "all-to-all", "send-recv"};
 
 #include "fidelity_xla_coll.h"
 
@@ -352,6 +352,36 @@ static const struct sweep sweeps[] = {
 	 {111.83, 197.37, 380.31, 719.67, 1399.96, 2741.51, 5380.08, 10561.5, 20799.7, 41211.4},
 	 0,
 	 1},
+	/* nccl-tests' sendrecv among 8 and among 4 H100s of XXR's node (each GPU sends its
+	 * buffer to the next and receives the previous one's), fitted: a send's channel's
+	 * bandwidth (emu/topo.c, p2p_ch_bw) with NCCL's split of a send over channels by its
+	 * communicator's size (emu/coll_time.c); the other 9 nodes' runs within 1% of these */
+	{"send-recv, 8 H100 (MPI)",
+	 "dgx-h100",
+	 XXR,
+	 SENDRECV,
+	 8,
+	 25,
+	 10,
+	 1,
+	 0,
+	 0,
+	 {422.19, 820.17, 825.74, 896.40, 1509.11, 2974.51, 5904.41, 11746.6, 23403.1, 46779.2},
+	 0,
+	 1},
+	{"send-recv, 4 H100 (MPI)",
+	 "dgx-h100",
+	 XXR4,
+	 SENDRECV,
+	 4,
+	 25,
+	 10,
+	 1,
+	 0,
+	 0,
+	 {225.03, 426.49, 824.26, 896.55, 1512.24, 2974.26, 5896.11, 11729.4, 23415.8, 46755.7},
+	 0,
+	 1},
 	/* Among 4 H100s of XXR's node: all-gather and reduce-scatter fit the ring's loop
 	 * (emu/topo.c: from 128 MiB, with the other 9 nodes' runs; their 32 and 64 MiB rows
 	 * come with the sweep), all-reduce under NCCL's defaults (which among 4 run the ring:
@@ -659,6 +689,21 @@ static const struct sweep sweeps[] = {
 	 {55165.9, 110523, 221176},
 	 0,
 	 2},
+	/* the same pair's sendrecv, a check: a send across nodes at the NIC's bus bandwidth
+	 * (43.8 GB/s measured; pemu 47.0) */
+	{"send-recv, 2 nodes x 1 H100",
+	 "dgx-h100",
+	 XXRP,
+	 SENDRECV,
+	 2,
+	 32,
+	 3,
+	 0,
+	 0,
+	 0,
+	 {98169.3, 196355, 392397},
+	 0,
+	 2},
 	{"all-to-all, 2 nodes x 2 H100",
 	 "dgx-h100",
 	 XXRP,
@@ -877,6 +922,24 @@ static int device(struct emu_dev *d, void *arg)
 			p->ns += attention_flash_charge(d, 1, heads, s, s, qk, (int)hd, 2);
 		return 0;
 	}
+	case SENDRECV: { /* to the next, from the previous, on the communicator of all */
+		int n = (int)r->b, i = emu_dev_id(d), devs[64];
+		struct coll_req *rq, *sq;
+
+		if (n > 64)
+			abort();
+		for (int j = 0; j < n; j++)
+			devs[j] = j;
+		coll_set_p2p_comm(d, coll_comm_of(d, devs, n));
+		t0 = emu_stream_time(d, EMU_STREAM_COMPUTE);
+		if (!(rc = coll_irecv(d, (i + n - 1) % n, NULL, (size_t)(r->a / 4), &rq)) &&
+		    !(rc = coll_isend(d, (i + 1) % n, NULL, (size_t)(r->a / 4), &sq)) &&
+		    !(rc = coll_wait(d, rq)))
+			rc = coll_wait(d, sq);
+		if (!rc && i == 0)
+			p->ns = emu_stream_time(d, EMU_STREAM_COMPUTE) - t0;
+		return rc;
+	}
 	default:
 		t0 = emu_stream_time(d, EMU_STREAM_COMM);
 		if (r->kind == ALLREDUCE)
@@ -964,7 +1027,8 @@ struct tally {
 /* Prints and tallies r; its error. */
 static double emit(FILE *csv, struct tally *t, const struct row *r)
 {
-	static const char *const unit[] = {"TFLOP/s", "GB/s", "TFLOP/s", "us", "us", "us", "us"};
+	static const char *const unit[] = {"TFLOP/s", "GB/s", "TFLOP/s", "us",
+					   "us",      "us",   "us",      "us"};
 	double got = predict(r), err = (got - r->measured) / r->measured;
 
 	printf("| %s | %.4g %s | %.4g | %+.1f%% | %s | %s |\n", r->what, r->measured, unit[r->kind],

@@ -143,6 +143,7 @@ static void dev_reset_results(struct emu_dev *d)
 	d->p2p_group = 0;
 	d->groups = 0;
 	d->coll_ctas = 0;
+	d->p2p_comm = (struct coll_p2p_comm){0, 0};
 	d->clock_failed = 0;
 	memset(d->stream, 0, sizeof d->stream);
 	d->flops = 0;

@@ -213,13 +213,11 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	if ((rc = coll_stream_settle(d, stream, arg->grouped)))
 		goto fail;
 	arg->t_issue = st->t > now ? st->t : now;
+	arg->wire_bytes = d->wire_bytes;
 	if (arg->grouped) {
 		arg->t_issue = arg->t_issue > st->group_t ? arg->t_issue : st->group_t;
-		st->group_t = emu_time_add(
-			arg->t_issue,
-			coll_send_ns(d->c, ch, (uint64_t)arg->count * (uint64_t)d->wire_bytes));
+		st->group_t = emu_time_add(arg->t_issue, coll_send_ns(d->c, ch, arg));
 	}
-	arg->wire_bytes = d->wire_bytes;
 	arg->ctas = d->coll_ctas;
 	if ((rc = rdv_arrive(d, ch, member, arg, &op)))
 		goto fail;
@@ -241,9 +239,7 @@ static int post(struct emu_dev *d, struct emu_group *ch, int member, int stream,
 	r->grouped = arg->grouped;
 	st->grouped += arg->grouped != 0;
 	if (arg->kind == OP_SEND && !arg->rendezvous) { /* eager: its end is known now (coll.h) */
-		r->eager_end = emu_time_add(
-			arg->t_issue,
-			coll_send_ns(d->c, ch, (uint64_t)arg->count * (uint64_t)arg->wire_bytes));
+		r->eager_end = emu_time_add(arg->t_issue, coll_send_ns(d->c, ch, arg));
 		st->t = r->eager_end;
 	} else {
 		st->pending = r;
@@ -270,7 +266,7 @@ static void eager_done(struct emu_dev *d, struct coll_req *r)
 	const struct op *op = r->op;
 	const struct op_arg *a = &op->arg[r->member];
 	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes;
-	int64_t t0 = r->eager_end - coll_send_ns(d->c, op->ch, S);
+	int64_t t0 = r->eager_end - coll_send_ns(d->c, op->ch, a);
 
 	r->resolved = 1;
 	d->stream[r->stream].grouped -= r->grouped != 0;
@@ -402,6 +398,7 @@ static int post_p2p(struct emu_dev *d, int peer, enum op_kind kind, const float 
 
 	arg.rendezvous = is_send && d->p2p_rdv; /* (coll_set_rendezvous) */
 	arg.grouped = d->p2p_group;
+	arg.p2p = d->p2p_comm;
 	if (peer < 0 || peer >= d->c->cfg.ndev)
 		return dev_fail(d, EMU_EINVAL, "%s: peer %d is not in the cluster (0..%d)",
 				kinds[kind].name, peer, d->c->cfg.ndev - 1);

@@ -51,6 +51,7 @@ struct wire {
 	int64_t base, ll_hop, hop, ll128_hop, nvls, pxn, nvls_tree;
 	uint64_t ll_bw, bw, ll128_bw, ll128_max, nvls_bw, nvls_tree_bw;
 	uint64_t ring_loop; /* a ring's loop beyond its chunks, in thousandths of a step */
+	uint64_t p2p_ch_bw; /* a send's channel's bandwidth (0: none) */
 };
 
 /* beta x eff in bytes a second, beta where that is not a rate */
@@ -86,6 +87,7 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 	}
 	w.nvls_tree = l->nvls_tree_ns;
 	w.nvls_tree_bw = l->nvls_tree_bw;
+	w.p2p_ch_bw = l->p2p_ch_bw;
 	/* (in thousandths; a loop of up to 1000 steps keeps ring_ns's products in range) */
 	if (l->ring_loop > 0 && l->ring_loop < 1000)
 		w.ring_loop = (uint64_t)(l->ring_loop * 1000 + 0.5);
@@ -205,10 +207,69 @@ static uint64_t task_count(uint64_t elems)
 	return (elems + TASK_ELEMS - 1) / TASK_ELEMS;
 }
 
-/* A message of S bytes on link l. */
-static int64_t p2p_ns(const struct wire *l, uint64_t S)
+/* NCCL's send of S bytes over a communicator of comm->ranks on comm->nodes nodes (its
+ * addP2pToPlan, enqueue.cc, NCCL 2.29): split over channels, first as many as NCCL's p2p
+ * channels allow every rank at once (P2P_CHANNELS halved while that many for each of
+ * the ranks exceeds P2P_CHANNELS), but no more than one for each min_part bytes; then
+ * doubled, up to P2P_CHANNELS, while a channel's part exceeds max_part. Both come from
+ * NCCL's p2p chunk: in a node its NVLink chunk, 512 KiB, 1/8 and 32 of it; over nodes
+ * its network chunk, 128 KiB, 1/2 and 1 of it. So among 8 GPUs of a node a send of up to
+ * 64 MiB runs on 4 channels, among 4 up to 128 MiB on 8, among 2 up to 256 MiB on 16.
+ * P2P_CHANNELS: "32 p2p channels, 32 p2p channels per peer", NCCL 2.29.2's log on an
+ * HGX H100 among 2, 4 and 6 GPUs (waynehacking8/nccl-collectives-bench,
+ * results/scaling_attributed). */
+#define P2P_CHANNELS      32
+#define P2P_NVL_CHUNK     (512ULL << 10)
+#define P2P_NET_CHUNK     (128ULL << 10)
+#define P2P_NVL_MIN_PARTS 8  /* a channel's least part: the chunk / this */
+#define P2P_NVL_MAX_PARTS 32 /* and its most: this x the chunk */
+
+int coll_p2p_channels(const struct coll_p2p_comm *comm, uint64_t S)
 {
-	return proto_ns(l, 1, 1, S, 1);
+	int one_node = comm->nodes <= 1, c = P2P_CHANNELS;
+	uint64_t chunk = one_node ? P2P_NVL_CHUNK : P2P_NET_CHUNK;
+	uint64_t min_part = one_node ? chunk / P2P_NVL_MIN_PARTS : chunk / 2;
+	uint64_t max_part = one_node ? chunk * P2P_NVL_MAX_PARTS : chunk, by_size, part;
+
+	while (c * (int64_t)comm->ranks > P2P_CHANNELS && c > 1)
+		c /= 2;
+	by_size = S / min_part + (S % min_part != 0);
+	if (by_size < (uint64_t)c)
+		c = by_size ? (int)by_size : 1;
+	part = S / (uint64_t)c + (S % (uint64_t)c != 0);
+	while (part > max_part && c <= P2P_CHANNELS / 2) {
+		c *= 2;
+		part = S / (uint64_t)c + (S % (uint64_t)c != 0);
+	}
+	return c;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* L NICs' bandwidth, at most UINT64_MAX */
+static uint64_t times_sat(uint64_t bw, int L)
+{
+	return bw > UINT64_MAX / (uint64_t)L ? UINT64_MAX : bw * (uint64_t)L;
+}
+
+/* A message of S bytes on link l, as a send of NCCL's over comm where the link models
+ * its channels (p2p_ch_bw, comm->ranks > 0): at most the channels' bandwidth, whichever
+ * protocol carries it; else at the link's. */
+static int64_t p2p_ns(const struct wire *l, uint64_t S, const struct coll_p2p_comm *comm)
+{
+	struct wire w = *l;
+
+	if (comm->ranks > 0 && l->p2p_ch_bw) {
+		uint64_t cap = times_sat(l->p2p_ch_bw, coll_p2p_channels(comm, S));
+
+		w.bw = min_u64(w.bw, cap);
+		w.ll_bw = min_u64(w.ll_bw, cap);
+		w.ll128_bw = min_u64(w.ll128_bw, cap);
+	}
+	return proto_ns(&w, 1, 1, S, 1);
 }
 
 /* The injected slowdown of the links of ch's members' nodes: the largest. */
@@ -224,24 +285,14 @@ static double links_slow(const struct emu_cluster *c, const struct emu_group *ch
 	return x;
 }
 
-/* A send of S bytes over ch, its fixed cost and slowdown included (as coll_op_resolve
- * times it). */
-int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S)
+/* A's send over ch, its fixed cost and slowdown included (as coll_op_resolve times it). */
+int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch,
+		     const struct op_arg *a)
 {
 	struct wire w = wire_of(c, &c->cfg.topo.link[ch->link]);
+	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes;
 
-	return emu_time_scale(emu_time_add(w.base, p2p_ns(&w, S)), links_slow(c, ch));
-}
-
-static uint64_t min_u64(uint64_t a, uint64_t b)
-{
-	return a < b ? a : b;
-}
-
-/* L NICs' bandwidth, at most UINT64_MAX */
-static uint64_t times_sat(uint64_t bw, int L)
-{
-	return bw > UINT64_MAX / (uint64_t)L ? UINT64_MAX : bw * (uint64_t)L;
+	return emu_time_scale(emu_time_add(w.base, p2p_ns(&w, S, &a->p2p)), links_slow(c, ch));
 }
 
 /* NCCL's correction of its tree's bandwidth for an all-reduce of S bytes by Simple,
@@ -411,7 +462,7 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		break;
 	case OP_SEND:
 	case OP_RECV:
-		dur = p2p_ns(l, S);
+		dur = p2p_ns(l, S, &a->p2p); /* (the sender's, member 0) */
 		work = a->count;
 		break;
 	case OP_BROADCAST:

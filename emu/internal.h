@@ -63,6 +63,7 @@ struct op_arg {
 	float *owned;        /* an eager send's copy of its data, owned by the op */
 	int rendezvous;      /* a send that waits for its receiver (coll_set_rendezvous) */
 	int grouped;         /* a send or receive of group number grouped (coll_set_group), or 0 */
+	struct coll_p2p_comm p2p; /* a send's or receive's communicator (coll_set_p2p_comm) */
 };
 
 struct op {
@@ -251,6 +252,8 @@ struct emu_dev {
 	int p2p_ce;    /* its sends and receives on the copy engines' streams
 			* (coll_use_copy_engines), 0 each run */
 	int coll_ctas; /* the SMs its collectives take (coll_set_ctas), 0 each run */
+	struct coll_p2p_comm p2p_comm; /* its sends' communicator (coll_set_p2p_comm), none each
+					* run */
 };
 
 struct emu_cluster {
@@ -376,8 +379,10 @@ static inline size_t coll_sum_counts(const size_t *v, int n)
 /* coll_time.c: what the last arrival does (nonzero: the members' calls do not fit
  * together), and a send's time, its fixed cost and slowdown included. */
 int coll_op_resolve(struct emu_cluster *c, struct op *op);
-int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch, uint64_t S);
-/* Bytes member m of an all-to-all-v sends to (recv: receives from) the other members. */
+int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch,
+		     const struct op_arg *a);
+/* coll_arg.c: bytes member m of an all-to-all-v sends to (recv: receives from) the other members.
+ */
 uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
 /* Bytes member m of an all-to-all(-v) sends to (recv: receives from) the other members of
  * its node, *local, and the members on other nodes, *remote. */

@@ -118,6 +118,17 @@
  *                 there from 2 GiB) and on OpenXLA's all-gather among 2 (275 GB/s at 2 GiB,
  *                 pemu 281). An all-to-all has no such loop: among
  *                 4 no slower than among 8 (xxrjun's). NVLink3 unmeasured: 0
+ *   p2p_ch_bw     NVLink4 20 GB/s: a send of NCCL's runs on the channels it splits it
+ *                 over (coll_time.c: 32 p2p channels shared by the communicator's ranks,
+ *                 more as the message grows), each at this bandwidth. Fitted to nccl-
+ *                 tests' sendrecv among 8 and among 4 H100s of the same 10 nodes, 32 MiB
+ *                 to 16 GiB (xxrjun/nccl-tests-cluster, single-node runs 20260128-145017,
+ *                 NCCL 2.29, MPI; each GPU sends to the next): among 8 a send of 32 or 64
+ *                 MiB runs on 4 channels at 80-82 GB/s, 128 MiB on 8 at 163 (as among 4 up
+ *                 to 128 MiB), 256 MiB on 16 at 300, and from 512 MiB at the link's 356-
+ *                 367; all 20 within 5.2%. NVLink3 and the networks unmeasured: 0 (the
+ *                 link's rate; across nodes a send of xxrjun's between 2 nodes x 1 H100 runs
+ *                 at 43.8 GB/s, pemu 47.0, a check)
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
@@ -193,17 +204,18 @@ struct preset {
 /* The calibrated fields of the GPUs (sms, gemm_ceiling, fused_eff, mem_eff, kernel_ns, fused_keys,
  * gemm_k0, gemm_ns)
  * and of the links (base_ns, ll_hop_ns, ll_bw, hop_ns, bus_eff; ll128_hop_ns, ll128_eff, ll128_max;
- * nvls_ns, nvls_eff, ring_loop; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below, from the
- * sources above. */
-#define A100_SMS      108, 0.869, 0.624, 0.88, 2000, 208, 250, 2000
-#define H100_SMS      132, 0.803, 0.573, 0.92, 2000, 154, 120, 5000
-#define MiB           (1024ULL * 1024)
-#define NVLINK3       8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0
-#define NVLINK4       8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0.32, 0
-#define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 7500
-#define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 0
-#define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0
-#define ETH100        8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 0, 7500
+ * nvls_ns, nvls_eff, ring_loop, p2p_ch_bw; pxn_ns; after ctas, nvls_tree_ns, nvls_tree_bw) below,
+ * from the sources above. */
+#define A100_SMS 108, 0.869, 0.624, 0.88, 2000, 208, 250, 2000
+#define H100_SMS 132, 0.803, 0.573, 0.92, 2000, 154, 120, 5000
+#define MiB      (1024ULL * 1024)
+#define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0, 0
+#define NVLINK4                                                                                    \
+	8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0.32, 20000000000ULL, 0
+#define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 0, 7500
+#define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 0, 0
+#define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0, 0
+#define ETH100        8100, 6800, 5600000000ULL, 6800, 0.9, 0, 0, 0, 0, 0, 0, 0, 7500
 #define NDR_NVLS_TREE 170000, 57700000000ULL /* nvls_tree_ns, nvls_tree_bw */
 #define NO_NVLS_TREE  0, 0
 

@@ -363,6 +363,55 @@ static double json_num(const char *s, const char *key)
 	return strtod(p + strlen(k), NULL);
 }
 
+/* The mean time of a send in the JSON report of "pemu args" (comm.by_collective.send of
+ * its first device), in ns. */
+static double send_ns(const char *args)
+{
+	static char out[1 << 18];
+	double calls, t;
+	const char *p;
+
+	assert_int_equal(run(args, 0, out, sizeof out), 0);
+	p = strstr(out, "\"send\":{\"calls\":");
+	assert_non_null(p);
+	calls = strtod(p + strlen("\"send\":{\"calls\":"), NULL);
+	assert_true(calls > 0);
+	t = json_num(p, "time_s");
+	return t * 1e9 / calls;
+}
+
+/* Sends as NCCL splits them over its channels on an H100 node (emu/coll.h), by the
+ * communicator they run on: a micro-batch's 4096 tokens of hidden 4096 in bf16, 32 MiB,
+ * on 1F1B's pipeline group of 4 (Megatron-LM's batched sends) goes on 8 channels of 20
+ * GB/s, 8100 + 3400 + 2^25 / 160 GB/s = 221216 ns, as the interleaved schedule's batched
+ * with --p2p-sync (--no-overlap-p2p-communication); overlapped (its default), one by one
+ * on the pair's communicator, on 16, 116358 ns, as the context-parallel ring's 32 MiB of K
+ * and V (Transformer Engine's); an A100's NVLink3 at its link's rate, 8100 + 10800 + 2^25
+ * / 234 GB/s. */
+static void test_send_channels(void **state)
+{
+	static const char *const pp =
+		"run --dry-run --model llama-7b-shape --num-layers 8 --seq-length 4096 --pp 4 "
+		"--global-batch-size 8 --micro-batch-size 1 --steps 1 --json";
+	char args[512];
+
+	(void)state;
+	snprintf(args, sizeof args, "%s --cluster dgx-h100", pp);
+	assert_true(send_ns(args) == 221216);
+	snprintf(args, sizeof args,
+		 "%s --cluster dgx-h100 --schedule interleaved "
+		 "--num-layers-per-virtual-pipeline-stage 1",
+		 pp);
+	assert_true(send_ns(args) == 116358);
+	strcat(args, " --p2p-sync");
+	assert_true(send_ns(args) == 221216);
+	assert_true(send_ns("run --dry-run --cluster dgx-h100 --model llama-7b-shape --num-layers "
+			    "2 --seq-length 8192 --cp 4 --cp-comm-type p2p --global-batch-size 1 "
+			    "--micro-batch-size 1 --steps 1 --json") == 116358);
+	snprintf(args, sizeof args, "%s --cluster dgx-a100", pp);
+	assert_true(send_ns(args) == 8100 + 10800 + ceil(33554432 / 234e9 * 1e9));
+}
+
 /* time.comm_exposed_s is the communication the compute stream waited for: under a
  * pipeline, far less than its idle time (exposed_comm_s, which counts the bubble), and
  * at most the communication; with blocking tensor-parallel all-reduces alone, all of the
@@ -703,6 +752,7 @@ int main(void)
 		cmocka_unit_test(test_trace_devices),
 		cmocka_unit_test(test_clock_horizon),
 		cmocka_unit_test(test_comm_exposed),
+		cmocka_unit_test(test_send_channels),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

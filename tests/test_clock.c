@@ -862,6 +862,110 @@ static void test_ring_loop(void **state)
 	emu_cluster_free(c);
 }
 
+/* Each device sends S bytes to the next and receives from the previous on the
+ * communicator of every device (nccl-tests' sendrecv), for S of 64 MiB, 256 MiB and 1
+ * GiB; ranks 0 in the probe's data[0][0]: none, the link's rate. */
+static const double sr_bytes[3] = {67108864.0, 268435456.0, 1073741824.0};
+
+static int sendrecv_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int n = emu_group_size(emu_world(d)), i = emu_dev_id(d), devs[16];
+
+	for (int j = 0; j < n; j++)
+		devs[j] = j;
+	if (p->data[0][0] > 0)
+		coll_set_p2p_comm(d, coll_comm_of(d, devs, (int)p->data[0][0]));
+	for (int k = 0; k < 3; k++) {
+		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMPUTE);
+		struct coll_req *rq, *sq;
+		size_t count = (size_t)(sr_bytes[k] / 4);
+		int rc;
+
+		if ((rc = coll_irecv(d, (i + n - 1) % n, NULL, count, &rq)) ||
+		    (rc = coll_isend(d, (i + 1) % n, NULL, count, &sq)) ||
+		    (rc = coll_wait(d, rq)) || (rc = coll_wait(d, sq)))
+			return rc;
+		p->t[i][k] = emu_stream_time(d, EMU_STREAM_COMPUTE) - t0;
+	}
+	return 0;
+}
+
+/* NCCL's split of a send over its channels (coll_p2p_channels, enqueue.cc's
+ * addP2pToPlan): 32 p2p channels shared by the communicator's ranks, one a 64 KiB part in
+ * a node at most, doubled while a part passes 16 MiB (32 NVLink chunks of 512 KiB); over
+ * nodes parts of 64 to 128 KiB (the network's chunk). */
+static void test_p2p_channels(void **state)
+{
+	static const struct {
+		int ranks, nodes;
+		uint64_t S;
+		int channels;
+	} law[] = {
+		{8, 1, 32 << 20, 4},
+		{8, 1, 64 << 20, 4},
+		{8, 1, 128 << 20, 8},
+		{8, 1, 256 << 20, 16},
+		{8, 1, 512ULL << 20, 32},
+		{8, 1, 1ULL << 34, 32},
+		{4, 1, 32 << 20, 8},
+		{4, 1, 128 << 20, 8},
+		{4, 1, 256 << 20, 16},
+		{6, 1, 64 << 20, 4},
+		{2, 1, 256 << 20, 16},
+		{2, 1, 512ULL << 20, 32},
+		{8, 1, 100 << 10, 2},
+		{8, 1, 1, 1},
+		{8, 1, 0, 1},
+		{64, 1, 1 << 20, 1},
+		{64, 1, 64 << 20, 4},
+		{16, 2, 1 << 20, 8},
+		{16, 2, 64 << 20, 32},
+	};
+	struct emu_cluster *c;
+	struct probe p;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof law / sizeof *law; i++) {
+		struct coll_p2p_comm comm = {law[i].ranks, law[i].nodes};
+
+		assert_int_equal(coll_p2p_channels(&comm, law[i].S), law[i].channels);
+	}
+	/* 8 H100s of a node, on the communicator of the 8: 64 MiB on 4 channels of 20 GB/s,
+	 * 256 MiB on 16, 1 GiB on 32, more than the link's 355.5 GB/s; the fixed cost 8100 +
+	 * 3400 ns (a step of Simple's) */
+	c = calibrated_on("dgx-h100", 1, 8);
+	memset(&p, 0, sizeof p);
+	p.data[0][0] = 8;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 80e9 * 1e9));
+	assert_int_equal(p.t[0][0], 850361);
+	assert_int_equal(p.t[0][1], 11500 + (int64_t)ceil(268435456 / 320e9 * 1e9));
+	assert_int_equal(p.t[0][2], 11500 + (int64_t)ceil(1073741824 / 355.5e9 * 1e9));
+	assert_int_equal(p.t[7][2], p.t[0][2]);
+	/* a pair's communicator: 16 channels up to 256 MiB */
+	p.data[0][0] = 2;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 320e9 * 1e9));
+	assert_int_equal(p.t[0][1], 11500 + (int64_t)ceil(268435456 / 320e9 * 1e9));
+	/* none (as Transformer Engine's userbuffers copy): the link's rate */
+	p.data[0][0] = 0;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 355.5e9 * 1e9));
+	emu_cluster_free(c);
+	/* NVLink3 and the network model no channels: the link's rate on any communicator */
+	c = calibrated(1, 8);
+	p.data[0][0] = 8;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 10800 + (int64_t)ceil(67108864 / 234e9 * 1e9));
+	emu_cluster_free(c);
+	c = calibrated_grid("dgx-h100", 2, 1); /* 2 nodes x 1: IB NDR, 47 GB/s */
+	p.data[0][0] = 2;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8100 + 6800 + (int64_t)ceil(67108864 / 47e9 * 1e9));
+	emu_cluster_free(c);
+}
+
 /* Two posted all-reduces run back to back on the comm stream; an event recorded after
  * the first orders a compute-stream wait on it, without waiting for the second. */
 static int stream_device(struct emu_dev *d, void *arg)
@@ -1340,6 +1444,7 @@ int main(void)
 		cmocka_unit_test(test_nvlink4_ramp),
 		cmocka_unit_test(test_nvls_where_cheaper),
 		cmocka_unit_test(test_ring_loop),
+		cmocka_unit_test(test_p2p_channels),
 		cmocka_unit_test(test_across_nodes),
 		cmocka_unit_test(test_nvls_tree),
 		cmocka_unit_test(test_all_to_all_across_nodes),

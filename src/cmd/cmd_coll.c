@@ -97,6 +97,19 @@ static float expect(const struct coll_bench *b, int r, size_t i)
 	}
 }
 
+/* The communicator of g's members (emu/coll.h). */
+static struct coll_p2p_comm world_comm(const struct emu_dev *d, const struct emu_group *g)
+{
+	int n = emu_group_size(g), *devs = emu_xmalloc((size_t)n * sizeof *devs);
+	struct coll_p2p_comm comm;
+
+	for (int i = 0; i < n; i++)
+		devs[i] = emu_group_dev(g, i);
+	comm = coll_comm_of(d, devs, n);
+	free(devs);
+	return comm;
+}
+
 static int call(struct emu_dev *d, const struct coll_bench *b, float *send, float *recv)
 {
 	struct emu_group *g = emu_world(d);
@@ -119,12 +132,14 @@ static int call(struct emu_dev *d, const struct coll_bench *b, float *send, floa
 	case C_REDUCE:
 		return coll_reduce(d, g, send, recv, b->count, b->redop, b->root);
 	case C_SEND_RECV:
-		/* Every rank sends to the next and receives from the previous, at once. */
+		/* Every rank sends to the next and receives from the previous, at once, as
+		 * nccl-tests' sendrecv: on the communicator of all n (emu/coll.h). */
 		if (n == 1) {
 			if (send && recv)
 				memcpy(recv, send, b->count * sizeof *recv);
 			return 0;
 		}
+		coll_set_p2p_comm(d, world_comm(d, g));
 		if ((rc = coll_irecv(d, (r + n - 1) % n, recv, b->count, &rq)) ||
 		    (rc = coll_isend(d, (r + 1) % n, send, b->count, &sq)))
 			return rc;

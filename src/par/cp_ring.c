@@ -6,6 +6,19 @@
 #include "coll.h"
 #include "par/cp_internal.h"
 
+/* A send to the next rank as Transformer Engine's ring posts it (flash_attn_p2p_communicate):
+ * one by one, or batched for cp 2 before Blackwell, on PyTorch's communicator of the pair
+ * either way (par/../pipe/stage.c's pipe_stage_comm has the why): 2 ranks. */
+static int ring_send(struct emu_dev *d, int next, const float *buf, size_t n, struct coll_req **rq)
+{
+	int pair[2] = {emu_dev_id(d), next}, rc;
+	struct coll_p2p_comm was = coll_set_p2p_comm(d, coll_comm_of(d, pair, 2));
+
+	rc = coll_isend(d, next, buf, n, rq);
+	coll_set_p2p_comm(d, was);
+	return rc;
+}
+
 /* Posts step i's KV exchange: the block in hand to the next rank, the next block from
  * the previous one. */
 static int ring_post(const struct cp *g, struct par_work *w, int i, struct coll_req **rq)
@@ -16,7 +29,7 @@ static int ring_post(const struct cp *g, struct par_work *w, int i, struct coll_
 	rq[0] = rq[1] = NULL;
 	if (i == g->n - 1)
 		return 0;
-	if ((rc = coll_isend(g->k->d, g->next, D(w->kv[i % 2]), n, &rq[0])))
+	if ((rc = ring_send(g->k->d, g->next, D(w->kv[i % 2]), n, &rq[0])))
 		return rc;
 	return coll_irecv(g->k->d, g->prev, D(w->kv[(i + 1) % 2]), n, &rq[1]);
 }
@@ -178,7 +191,7 @@ int cp_ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 				cp_charge(&m->k, "cp.dkv add", nkv, 1);
 				cp_rows_copy(&m->k, P, 2 * g.C, R, 2 * g.C, rows, 2 * g.C, 1);
 			}
-			if ((rc = coll_isend(m->k.d, g.next, P, nkv, &ds[i % 2])) ||
+			if ((rc = ring_send(m->k.d, g.next, P, nkv, &ds[i % 2])) ||
 			    (rc = coll_irecv(m->k.d, g.prev, R, nkv, &drecv)))
 				break;
 		}

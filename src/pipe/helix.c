@@ -420,16 +420,18 @@ static int hx_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	struct pipe_stage *ps = ctx;
 	struct par_acts *a = ps->acts[mb * ps->sc->nb + j];
 	struct tensor *part[2];
+	struct coll_p2p_comm comm;
 	int n, rc = 0;
 
 	EMU_ASSERT(a); /* (its forward or backward ran here) */
 	n = block_msg(ps->m, a, j, what == SCHED_GRAD, 1, part);
-
+	comm = coll_set_p2p_comm(ps->d, pipe_stage_comm(ps, peer));
 	for (int i = 0; i < n && !rc; i++) {
 		EMU_ASSERT(ps->nreq < ps->maxreq);
 		rc = coll_isend(ps->d, ps->dev[peer], part[i]->data, part[i]->n,
 				&ps->reqs[ps->nreq++]);
 	}
+	coll_set_p2p_comm(ps->d, comm);
 	if (what == SCHED_GRAD) /* the sends hold copies: the block is done */
 		pipe_stage_acts_free(ps, mb * ps->sc->nb + j);
 	else

@@ -188,6 +188,23 @@ static size_t cut_part(const struct pipe_stage *ps, size_t n, size_t *off)
 	return n / t;
 }
 
+/* Megatron-LM's pipeline batches its sends and receives (batch_p2p_comm) unless it
+ * overlaps them (overlap_p2p_comm, which it forces off without virtual stages and leaves
+ * on by default with them; --no-overlap-p2p-communication, pemu's --p2p-sync there), and
+ * PyTorch runs a batch on the pipeline group's communicator; overlapped, they go one by
+ * one (_p2p_ops), each on a communicator PyTorch makes for the pair (ProcessGroupNCCL's
+ * pointToPoint, the process group started lazily, as Megatron-LM's init_process_group
+ * without a device_id leaves it). HelixPipe's and the other schedules' batched, as
+ * 1F1B's (an assumption). */
+struct coll_p2p_comm pipe_stage_comm(const struct pipe_stage *ps, int peer)
+{
+	int pair[2] = {ps->dev[ps->stage], ps->dev[peer]};
+
+	if (ps->sc->kind == SCHED_INTERLEAVED && !ps->sc->p2p_sync)
+		return coll_comm_of(ps->d, pair, 2);
+	return coll_comm_of(ps->d, ps->dev, ps->sc->p);
+}
+
 /* Each sub-batch's output or input gradient (Ml, h) crosses the cut as its own message. */
 static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
@@ -195,6 +212,7 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 	int x = mb * ps->sc->v + j / ps->sc->p, ns = ps->m->nsub, rc = 0;
 	size_t off, n = cut_part(ps, (size_t)ps->m->Ml * (size_t)ps->m->cfg.hidden, &off);
 	int rdv = coll_set_rendezvous(ps->d, ps->sc->p2p_sync);
+	struct coll_p2p_comm comm = coll_set_p2p_comm(ps->d, pipe_stage_comm(ps, peer));
 
 	/* the interleaved schedule's batch posts its sends and receives as one group, until
 	 * chunk_sync */
@@ -218,6 +236,7 @@ static int chunk_send(void *ctx, int mb, int j, enum sched_msg what, int peer)
 		tensor_free(&ps->m->k, &ps->din[y]);
 	}
 	coll_set_rendezvous(ps->d, rdv);
+	coll_set_p2p_comm(ps->d, comm);
 	return rc;
 }
 

@@ -70,6 +70,9 @@ struct pipe_stage {
 	int npend;
 };
 
+/* The NCCL communicator (emu/coll.h) of ps's sends to stage peer. */
+struct coll_p2p_comm pipe_stage_comm(const struct pipe_stage *ps, int peer);
+
 /* The part of the model stage s of sc holds: the layers of its blocks (pipe_stage_part
  * fills held[L]) and whether it has the embeddings and the output layer. */
 void pipe_stage_part(const struct sched *sc, int s, int L, unsigned char *held,
