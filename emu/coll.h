@@ -165,16 +165,18 @@ int coll_set_group(struct emu_dev *d, int on);
  * (topo.h, p2p_ch_bw) carries a send at most at the bandwidth of the channels NCCL
  * splits it over, which the communicator's size and the message's decide
  * (coll_p2p_channels): among 8 GPUs of an H100 node a send of 64 MiB runs on 4 of its 32
- * channels, at 80 GB/s. ranks 0, each run's start: none, a copy at the link's rate (as
- * Transformer Engine's userbuffers). The sender's counts. Returns the previous one. */
+ * channels, at 80 GB/s; on a communicator over nodes every send on 4 at most. ranks 0,
+ * each run's start: none, a copy at the link's rate (as Transformer Engine's
+ * userbuffers). The sender's counts. Returns the previous one. */
 struct coll_p2p_comm {
 	int ranks, nodes;
 };
 struct coll_p2p_comm coll_set_p2p_comm(struct emu_dev *d, struct coll_p2p_comm comm);
 /* The communicator of the n devices devs (global ids; a pair's: d's own and its peer's). */
 struct coll_p2p_comm coll_comm_of(const struct emu_dev *d, const int *devs, int n);
-/* The channels NCCL splits a send of S bytes over on comm (emu/coll_time.c). */
-int coll_p2p_channels(const struct coll_p2p_comm *comm, uint64_t S);
+/* The channels NCCL splits a send of S bytes over on comm, whose nodes' NICs run at
+ * nic_bw bytes a second each (emu/coll_time.c). */
+int coll_p2p_channels(const struct coll_p2p_comm *comm, uint64_t S, uint64_t nic_bw);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
  * 16-bit communication). Data still moves as float. Returns the previous setting. */

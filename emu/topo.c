@@ -120,7 +120,8 @@
  *                 4 no slower than among 8 (xxrjun's). NVLink3 unmeasured: 0
  *   p2p_ch_bw     NVLink4 20 GB/s: a send of NCCL's runs on the channels it splits it
  *                 over (coll_time.c: 32 p2p channels shared by the communicator's ranks,
- *                 more as the message grows), each at this bandwidth. Fitted to nccl-
+ *                 more as the message grows; on a communicator over nodes 4 at most, those
+ *                 of a 400 Gb/s NIC's peer), each at this bandwidth. Fitted to nccl-
  *                 tests' sendrecv among 8 and among 4 H100s of the same 10 nodes, 32 MiB
  *                 to 16 GiB (xxrjun/nccl-tests-cluster, single-node runs 20260128-145017,
  *                 NCCL 2.29, MPI; each GPU sends to the next): among 8 a send of 32 or 64

@@ -864,7 +864,8 @@ static void test_ring_loop(void **state)
 
 /* Each device sends S bytes to the next and receives from the previous on the
  * communicator of every device (nccl-tests' sendrecv), for S of 64 MiB, 256 MiB and 1
- * GiB; ranks 0 in the probe's data[0][0]: none, the link's rate. */
+ * GiB, or the probe's data[0][1] bytes alone (then t[.][0]); on a communicator of the
+ * probe's data[0][0] ranks, 0: none, the link's rate. */
 static const double sr_bytes[3] = {67108864.0, 268435456.0, 1073741824.0};
 
 static int sendrecv_device(struct emu_dev *d, void *arg)
@@ -876,10 +877,10 @@ static int sendrecv_device(struct emu_dev *d, void *arg)
 		devs[j] = j;
 	if (p->data[0][0] > 0)
 		coll_set_p2p_comm(d, coll_comm_of(d, devs, (int)p->data[0][0]));
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < (p->data[0][1] > 0 ? 1 : 3); k++) {
 		int64_t t0 = emu_stream_time(d, EMU_STREAM_COMPUTE);
 		struct coll_req *rq, *sq;
-		size_t count = (size_t)(sr_bytes[k] / 4);
+		size_t count = (size_t)((p->data[0][1] > 0 ? p->data[0][1] : sr_bytes[k]) / 4);
 		int rc;
 
 		if ((rc = coll_irecv(d, (i + n - 1) % n, NULL, count, &rq)) ||
@@ -892,35 +893,41 @@ static int sendrecv_device(struct emu_dev *d, void *arg)
 }
 
 /* NCCL's split of a send over its channels (coll_p2p_channels, enqueue.cc's
- * addP2pToPlan): 32 p2p channels shared by the communicator's ranks, one a 64 KiB part in
- * a node at most, doubled while a part passes 16 MiB (32 NVLink chunks of 512 KiB); over
- * nodes parts of 64 to 128 KiB (the network's chunk). */
+ * addP2pToPlan): in a node 32 p2p channels shared by the communicator's ranks, one a 64
+ * KiB part at most, doubled while a part passes 16 MiB (32 NVLink chunks of 512 KiB); over
+ * nodes parts of 64 to 128 KiB (the network's chunk) and a peer's channels ceil(the NIC's
+ * GB/s / 14): 4 for 400 Gb/s, 2 for 200, 1 for 100, halved for every 8 ranks past 64. */
 static void test_p2p_channels(void **state)
 {
 	static const struct {
 		int ranks, nodes;
 		uint64_t S;
+		double nic;
 		int channels;
 	} law[] = {
-		{8, 1, 32 << 20, 4},
-		{8, 1, 64 << 20, 4},
-		{8, 1, 128 << 20, 8},
-		{8, 1, 256 << 20, 16},
-		{8, 1, 512ULL << 20, 32},
-		{8, 1, 1ULL << 34, 32},
-		{4, 1, 32 << 20, 8},
-		{4, 1, 128 << 20, 8},
-		{4, 1, 256 << 20, 16},
-		{6, 1, 64 << 20, 4},
-		{2, 1, 256 << 20, 16},
-		{2, 1, 512ULL << 20, 32},
-		{8, 1, 100 << 10, 2},
-		{8, 1, 1, 1},
-		{8, 1, 0, 1},
-		{64, 1, 1 << 20, 1},
-		{64, 1, 64 << 20, 4},
-		{16, 2, 1 << 20, 8},
-		{16, 2, 64 << 20, 32},
+		{8, 1, 32 << 20, 50e9, 4},
+		{8, 1, 64 << 20, 50e9, 4},
+		{8, 1, 128 << 20, 50e9, 8},
+		{8, 1, 256 << 20, 50e9, 16},
+		{8, 1, 512ULL << 20, 50e9, 32},
+		{8, 1, 1ULL << 34, 50e9, 32},
+		{4, 1, 32 << 20, 50e9, 8},
+		{4, 1, 128 << 20, 50e9, 8},
+		{4, 1, 256 << 20, 50e9, 16},
+		{6, 1, 64 << 20, 50e9, 4},
+		{2, 1, 256 << 20, 50e9, 16},
+		{2, 1, 512ULL << 20, 50e9, 32},
+		{8, 1, 100 << 10, 50e9, 2},
+		{8, 1, 1, 50e9, 1},
+		{8, 1, 0, 50e9, 1},
+		{64, 1, 1 << 20, 50e9, 1},
+		{64, 1, 64 << 20, 50e9, 4},
+		{16, 2, 100 << 10, 50e9, 2},
+		{16, 2, 1 << 20, 50e9, 4},
+		{16, 2, 64 << 20, 50e9, 4},
+		{128, 16, 64 << 20, 50e9, 2},
+		{2, 2, 64 << 20, 25e9, 2},
+		{2, 2, 64 << 20, 12.5e9, 1},
 	};
 	struct emu_cluster *c;
 	struct probe p;
@@ -929,7 +936,8 @@ static void test_p2p_channels(void **state)
 	for (size_t i = 0; i < sizeof law / sizeof *law; i++) {
 		struct coll_p2p_comm comm = {law[i].ranks, law[i].nodes};
 
-		assert_int_equal(coll_p2p_channels(&comm, law[i].S), law[i].channels);
+		assert_int_equal(coll_p2p_channels(&comm, law[i].S, (uint64_t)law[i].nic),
+				 law[i].channels);
 	}
 	/* 8 H100s of a node, on the communicator of the 8: 64 MiB on 4 channels of 20 GB/s,
 	 * 256 MiB on 16, 1 GiB on 32, more than the link's 355.5 GB/s; the fixed cost 8100 +
@@ -958,6 +966,16 @@ static void test_p2p_channels(void **state)
 	p.data[0][0] = 8;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 8100 + 10800 + (int64_t)ceil(67108864 / 234e9 * 1e9));
+	emu_cluster_free(c);
+	/* 2 nodes x 8 on the communicator of the 16: a send inside a node on 4 channels (a
+	 * network peer's), 80 GB/s, whatever its size (one node's 16 would take 16 for 256
+	 * MiB); device 1 sends to 2 and receives from 0 */
+	c = calibrated_grid("dgx-h100", 2, 8);
+	p.data[0][0] = 16;
+	p.data[0][1] = 268435456;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[1][0], 11500 + (int64_t)ceil(268435456 / 80e9 * 1e9));
+	p.data[0][1] = 0;
 	emu_cluster_free(c);
 	c = calibrated_grid("dgx-h100", 2, 1); /* 2 nodes x 1: IB NDR, 47 GB/s */
 	p.data[0][0] = 2;
