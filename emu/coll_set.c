@@ -1,6 +1,6 @@
 /* coll_set: a device's settings for its later calls (emu/coll.h): the CTAs, stream,
- * wire width and engines its collectives and sends run with, whether its sends wait
- * for their receivers or run as a group, and the communicator they run on. */
+ * wire width and engines its collectives and sends run with, and whether its sends wait
+ * for their receivers or run as a group (the communicator they run on: coll_p2p.c). */
 #include "internal.h"
 #include "util.h"
 
@@ -26,22 +26,6 @@ int coll_set_rendezvous(struct emu_dev *d, int on)
 
 	d->p2p_rdv = on != 0;
 	return was;
-}
-
-struct coll_p2p_comm coll_set_p2p_comm(struct emu_dev *d, struct coll_p2p_comm comm)
-{
-	struct coll_p2p_comm was = d->p2p_comm;
-
-	EMU_ASSERT(comm.ranks >= 0 && (comm.ranks == 0 || comm.nodes >= 1));
-	d->p2p_comm = comm;
-	return was;
-}
-
-struct coll_p2p_comm coll_comm_of(const struct emu_dev *d, const int *devs, int n)
-{
-	int per;
-
-	return (struct coll_p2p_comm){n, topo_group_nodes(&d->c->cfg.topo, devs, n, &per)};
 }
 
 int coll_set_group(struct emu_dev *d, int on)

@@ -119,7 +119,7 @@
  *                 pemu 281). An all-to-all has no such loop: among
  *                 4 no slower than among 8 (xxrjun's). NVLink3 unmeasured: 0
  *   p2p_ch_bw     NVLink4 20 GB/s: a send of NCCL's runs on the channels it splits it
- *                 over (coll_time.c: 32 p2p channels shared by the communicator's ranks,
+ *                 over (coll_p2p.c: 32 p2p channels shared by the communicator's ranks,
  *                 more as the message grows; on a communicator over nodes 4 at most, those
  *                 of a 400 Gb/s NIC's peer), each at this bandwidth. Fitted to nccl-
  *                 tests' sendrecv among 8 and among 4 H100s of the same 10 nodes, 32 MiB

@@ -47,7 +47,7 @@ struct topo_link {
 	double ring_loop;
 	/* NCCL's send and receive on this link (0: not modelled): the bandwidth of one of the
 	 * channels NCCL splits a send over, bytes a second; how many it splits one over, its
-	 * communicator's size and the message's decide (coll_time.c, p2p_channels) */
+	 * communicator's size and the message's decide (coll_p2p.c, coll_p2p_channels) */
 	uint64_t p2p_ch_bw;
 	/* Between nodes: the fixed cost a collective adds when its nodes hold several of its
 	 * members each (NCCL's PXN path, a GPU reaching the NIC through an NVLink peer) */
