@@ -355,7 +355,7 @@ static const struct sweep sweeps[] = {
 	/* nccl-tests' sendrecv among 8 and among 4 H100s of XXR's node (each GPU sends its
 	 * buffer to the next and receives the previous one's), fitted: a send's channel's
 	 * bandwidth (emu/topo.c, p2p_ch_bw) with NCCL's split of a send over channels by its
-	 * communicator's size (emu/coll_time.c); the other 9 nodes' runs within 1% of these */
+	 * communicator's size (emu/coll_p2p.c); the other 9 nodes' runs within 1.6% of these */
 	{"send-recv, 8 H100 (MPI)",
 	 "dgx-h100",
 	 XXR,

@@ -167,7 +167,8 @@ int coll_set_group(struct emu_dev *d, int on);
  * (coll_p2p_channels): among 8 GPUs of an H100 node a send of 64 MiB runs on 4 of its 32
  * channels, at 80 GB/s; on a communicator over nodes every send on 4 at most. ranks 0,
  * each run's start: none, a copy at the link's rate (as Transformer Engine's
- * userbuffers). The sender's counts. Returns the previous one. */
+ * userbuffers). A send's time is its sender's; a grouped receive's turn in its group
+ * (coll_set_group) its own: set it for both. Returns the previous one. */
 struct coll_p2p_comm {
 	int ranks, nodes;
 };

@@ -390,6 +390,7 @@ static double send_ns(const char *args)
  * / 234 GB/s. */
 static void test_send_channels(void **state)
 {
+	static char out[1 << 14];
 	static const char *const pp =
 		"run --dry-run --model llama-7b-shape --num-layers 8 --seq-length 4096 --pp 4 "
 		"--global-batch-size 8 --micro-batch-size 1 --steps 1 --json";
@@ -410,6 +411,12 @@ static void test_send_channels(void **state)
 			    "--micro-batch-size 1 --steps 1 --json") == 116358);
 	snprintf(args, sizeof args, "%s --cluster dgx-a100", pp);
 	assert_true(send_ns(args) == 8100 + 10800 + ceil(33554432 / 234e9 * 1e9));
+	/* nccl-tests' sendrecv among 8: 64 MiB on 4 channels, 8100 + 3400 + 2^26 / 80 GB/s */
+	assert_int_equal(run("coll --op send-recv -g 8 --cluster dgx-h100 --dry-run -b 64M -e 64M "
+			     "--json",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"time_us\":850.361"));
 }
 
 /* time.comm_exposed_s is the communication the compute stream waited for: under a

@@ -865,7 +865,8 @@ static void test_ring_loop(void **state)
 /* Each device sends S bytes to the next and receives from the previous on the
  * communicator of every device (nccl-tests' sendrecv), for S of 64 MiB, 256 MiB and 1
  * GiB, or the probe's data[0][1] bytes alone (then t[.][0]); on a communicator of the
- * probe's data[0][0] ranks, 0: none, the link's rate. */
+ * probe's data[0][0] ranks, 0: none, the link's rate. t[.][k] when its receive is in,
+ * t[.][3 + k] when its (eager) send is out. */
 static const double sr_bytes[3] = {67108864.0, 268435456.0, 1073741824.0};
 
 static int sendrecv_device(struct emu_dev *d, void *arg)
@@ -884,12 +885,42 @@ static int sendrecv_device(struct emu_dev *d, void *arg)
 		int rc;
 
 		if ((rc = coll_irecv(d, (i + n - 1) % n, NULL, count, &rq)) ||
-		    (rc = coll_isend(d, (i + 1) % n, NULL, count, &sq)) ||
-		    (rc = coll_wait(d, rq)) || (rc = coll_wait(d, sq)))
+		    (rc = coll_isend(d, (i + 1) % n, NULL, count, &sq)) || (rc = coll_wait(d, sq)))
+			return rc;
+		p->t[i][3 + k] = emu_stream_time(d, EMU_STREAM_COMPUTE) - t0; /* its send's */
+		if ((rc = coll_wait(d, rq)))
 			return rc;
 		p->t[i][k] = emu_stream_time(d, EMU_STREAM_COMPUTE) - t0;
 	}
 	return 0;
+}
+
+/* On the communicator of 8, 64 MiB a message, each send waiting for its receiver
+ * (coll_set_rendezvous): device 0 sends to devices 2 and 3 as one group
+ * (coll_set_group), device 1 to 2, and device 2 receives from 0 and from 1 as one group;
+ * t[d][0] when device d's sends are out and its receives in. */
+static int grouped_sends_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int id = emu_dev_id(d), devs[8] = {0, 1, 2, 3, 4, 5, 6, 7}, rc = 0;
+	struct coll_req *r[2] = {NULL, NULL};
+
+	coll_set_p2p_comm(d, coll_comm_of(d, devs, 8));
+	coll_set_rendezvous(d, 1);
+	coll_set_group(d, id == 0 || id == 2);
+	if (id == 0 && !(rc = coll_isend(d, 2, NULL, 16 << 20, &r[0])))
+		rc = coll_isend(d, 3, NULL, 16 << 20, &r[1]);
+	if (id == 1)
+		rc = coll_isend(d, 2, NULL, 16 << 20, &r[0]);
+	if (id == 2 && !(rc = coll_irecv(d, 0, NULL, 16 << 20, &r[0])))
+		rc = coll_irecv(d, 1, NULL, 16 << 20, &r[1]);
+	if (id == 3)
+		rc = coll_irecv(d, 0, NULL, 16 << 20, &r[0]);
+	coll_set_group(d, 0);
+	for (int k = 0; k < 2 && !rc; k++)
+		rc = r[k] ? coll_wait(d, r[k]) : 0;
+	p->t[id][0] = emu_stream_time(d, EMU_STREAM_COMPUTE);
+	return rc;
 }
 
 /* NCCL's split of a send over its channels (coll_p2p_channels, enqueue.cc's
@@ -948,6 +979,7 @@ static void test_p2p_channels(void **state)
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 80e9 * 1e9));
 	assert_int_equal(p.t[0][0], 850361);
+	assert_int_equal(p.t[0][3], 850361); /* the sender's own end, eager */
 	assert_int_equal(p.t[0][1], 11500 + (int64_t)ceil(268435456 / 320e9 * 1e9));
 	assert_int_equal(p.t[0][2], 11500 + (int64_t)ceil(1073741824 / 355.5e9 * 1e9));
 	assert_int_equal(p.t[7][2], p.t[0][2]);
@@ -960,6 +992,13 @@ static void test_p2p_channels(void **state)
 	p.data[0][0] = 0;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 355.5e9 * 1e9));
+	assert_int_equal(p.t[0][3], p.t[0][0]);
+	/* a group's second send, and a group's second receive (its sender ready at once),
+	 * start where the first would end on its channels, and end at 2 x 850361 (at the
+	 * link's rate 200273 + 850361) */
+	assert_int_equal(emu_cluster_run(c, grouped_sends_device, &p), 0);
+	for (int d = 0; d < 4; d++)
+		assert_int_equal(p.t[d][0], 2 * 850361);
 	emu_cluster_free(c);
 	/* NVLink3 and the network model no channels: the link's rate on any communicator */
 	c = calibrated(1, 8);

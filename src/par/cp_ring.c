@@ -6,15 +6,17 @@
 #include "coll.h"
 #include "par/cp_internal.h"
 
-/* A send to the next rank as Transformer Engine's ring posts it (flash_attn_p2p_communicate):
- * one by one, or batched for cp 2 before Blackwell, on PyTorch's communicator of the pair
- * either way (par/../pipe/stage.c's pipe_stage_comm has the why): 2 ranks. */
-static int ring_send(struct emu_dev *d, int next, const float *buf, size_t n, struct coll_req **rq)
+/* A send to peer (recv: a receive from it) as Transformer Engine's ring posts it
+ * (flash_attn_p2p_communicate): one by one, or batched for cp 2 before Blackwell, on
+ * PyTorch's communicator of the pair either way (pipe/stage.c's pipe_stage_comm has the
+ * why): 2 ranks. */
+static int ring_p2p(struct emu_dev *d, int peer, int recv, float *buf, size_t n,
+		    struct coll_req **rq)
 {
-	int pair[2] = {emu_dev_id(d), next}, rc;
+	int pair[2] = {emu_dev_id(d), peer}, rc;
 	struct coll_p2p_comm was = coll_set_p2p_comm(d, coll_comm_of(d, pair, 2));
 
-	rc = coll_isend(d, next, buf, n, rq);
+	rc = recv ? coll_irecv(d, peer, buf, n, rq) : coll_isend(d, peer, buf, n, rq);
 	coll_set_p2p_comm(d, was);
 	return rc;
 }
@@ -29,9 +31,9 @@ static int ring_post(const struct cp *g, struct par_work *w, int i, struct coll_
 	rq[0] = rq[1] = NULL;
 	if (i == g->n - 1)
 		return 0;
-	if ((rc = ring_send(g->k->d, g->next, D(w->kv[i % 2]), n, &rq[0])))
+	if ((rc = ring_p2p(g->k->d, g->next, 0, D(w->kv[i % 2]), n, &rq[0])))
 		return rc;
-	return coll_irecv(g->k->d, g->prev, D(w->kv[(i + 1) % 2]), n, &rq[1]);
+	return ring_p2p(g->k->d, g->prev, 1, D(w->kv[(i + 1) % 2]), n, &rq[1]);
 }
 
 static int wait2(const struct kctx *k, struct coll_req **rq)
@@ -191,8 +193,8 @@ int cp_ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 				cp_charge(&m->k, "cp.dkv add", nkv, 1);
 				cp_rows_copy(&m->k, P, 2 * g.C, R, 2 * g.C, rows, 2 * g.C, 1);
 			}
-			if ((rc = ring_send(m->k.d, g.next, P, nkv, &ds[i % 2])) ||
-			    (rc = coll_irecv(m->k.d, g.prev, R, nkv, &drecv)))
+			if ((rc = ring_p2p(m->k.d, g.next, 0, P, nkv, &ds[i % 2])) ||
+			    (rc = ring_p2p(m->k.d, g.prev, 1, R, nkv, &drecv)))
 				break;
 		}
 		rc = wait2(&m->k, rq);

@@ -443,14 +443,17 @@ static int hx_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
 	struct pipe_stage *ps = ctx;
 	struct tensor *part[2];
+	struct coll_p2p_comm comm;
 	int rc, n;
 	struct par_acts *a = hx_acts(ps, mb, j, &rc);
 
 	if (rc)
 		return rc;
 	n = block_msg(ps->m, a, j, what == SCHED_GRAD, 0, part);
+	comm = coll_set_p2p_comm(ps->d, pipe_stage_comm(ps, peer));
 	for (int i = 0; i < n && !rc; i++)
 		rc = coll_recv(ps->d, ps->dev[peer], part[i]->data, part[i]->n);
+	coll_set_p2p_comm(ps->d, comm);
 	return n < 0 ? n : rc;
 }
 

@@ -294,9 +294,20 @@ static int chunk_recv_as(struct pipe_stage *ps, int mb, int j, enum sched_msg wh
 	return rc;
 }
 
+/* The receives on the sends' communicator (a grouped receive's spacing takes it) */
+static int chunk_recv_on(struct pipe_stage *ps, int mb, int j, enum sched_msg what, int peer,
+			 int post)
+{
+	struct coll_p2p_comm comm = coll_set_p2p_comm(ps->d, pipe_stage_comm(ps, peer));
+	int rc = chunk_recv_as(ps, mb, j, what, peer, post);
+
+	coll_set_p2p_comm(ps->d, comm);
+	return rc;
+}
+
 static int chunk_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
 {
-	return chunk_recv_as(ctx, mb, j, what, peer, 0);
+	return chunk_recv_on(ctx, mb, j, what, peer, 0);
 }
 
 static int chunk_post_recv(void *ctx, int mb, int j, enum sched_msg what, int peer)
@@ -304,7 +315,7 @@ static int chunk_post_recv(void *ctx, int mb, int j, enum sched_msg what, int pe
 	struct pipe_stage *ps = ctx;
 
 	coll_set_group(ps->d, 1);
-	return chunk_recv_as(ps, mb, j, what, peer, 1);
+	return chunk_recv_on(ps, mb, j, what, peer, 1);
 }
 
 static int chunk_wait(void *ctx)
