@@ -927,7 +927,8 @@ static int grouped_sends_device(struct emu_dev *d, void *arg)
  * addP2pToPlan): in a node 32 p2p channels shared by the communicator's ranks, one a 64
  * KiB part at most, doubled while a part passes 16 MiB (32 NVLink chunks of 512 KiB); over
  * nodes parts of 64 to 128 KiB (the network's chunk) and a peer's channels ceil(the NIC's
- * GB/s / 14): 4 for 400 Gb/s, 2 for 200, 1 for 100, halved for every 8 ranks past 64. */
+ * GB/s / 14), to a power of 2: 4 for 400 Gb/s, 2 for 200, 1 for 100, halved while that
+ * many for every 8 ranks exceeds 32 (2 from 65 ranks with 400 Gb/s). */
 static void test_p2p_channels(void **state)
 {
 	static const struct {
@@ -959,9 +960,13 @@ static void test_p2p_channels(void **state)
 		{128, 16, 64 << 20, 50e9, 2},
 		{2, 2, 64 << 20, 25e9, 2},
 		{2, 2, 64 << 20, 12.5e9, 1},
+		{2, 2, 64 << 20, 40e9, 4},
+		{2, 2, 64 << 20, 1e12, 32},
+		{72, 9, 64 << 20, 50e9, 2},
 	};
 	struct emu_cluster *c;
 	struct probe p;
+	int64_t sent;
 
 	(void)state;
 	for (size_t i = 0; i < sizeof law / sizeof *law; i++) {
@@ -1020,6 +1025,14 @@ static void test_p2p_channels(void **state)
 	p.data[0][0] = 2;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 8100 + 6800 + (int64_t)ceil(67108864 / 47e9 * 1e9));
+	/* 64 KiB, one channel (20 GB/s, were the network to model channels): as on none */
+	p.data[0][1] = 65536;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	sent = p.t[0][0];
+	p.data[0][0] = 0;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], sent);
+	p.data[0][1] = 0;
 	emu_cluster_free(c);
 }
 

@@ -194,8 +194,9 @@ static size_t cut_part(const struct pipe_stage *ps, size_t n, size_t *off)
  * PyTorch runs a batch on the pipeline group's communicator; overlapped, they go one by
  * one (_p2p_ops), each on a communicator PyTorch makes for the pair (ProcessGroupNCCL's
  * pointToPoint, the process group started lazily, as Megatron-LM's init_process_group
- * without a device_id leaves it). HelixPipe's and the other schedules' batched, as
- * 1F1B's (an assumption). */
+ * without a device_id leaves it; with 2 stages one way goes on the world group, one by
+ * one, a pair's too). HelixPipe's and the other schedules' batched, as 1F1B's (an
+ * assumption). */
 struct coll_p2p_comm pipe_stage_comm(const struct pipe_stage *ps, int peer)
 {
 	int pair[2] = {ps->dev[ps->stage], ps->dev[peer]};
