@@ -381,8 +381,8 @@ static inline size_t coll_sum_counts(const size_t *v, int n)
 int coll_op_resolve(struct emu_cluster *c, struct op *op);
 int64_t coll_send_ns(const struct emu_cluster *c, const struct emu_group *ch,
 		     const struct op_arg *a);
-/* coll_arg.c: bytes member m of an all-to-all-v sends to (recv: receives from) the other members.
- */
+/* coll_arg.c: bytes member m of an all-to-all-v sends to (recv: receives from) the
+ * other members. */
 uint64_t coll_a2av_cross(const struct op *op, int m, int recv);
 /* Bytes member m of an all-to-all(-v) sends to (recv: receives from) the other members of
  * its node, *local, and the members on other nodes, *remote. */
