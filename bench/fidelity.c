@@ -923,14 +923,10 @@ static int device(struct emu_dev *d, void *arg)
 		return 0;
 	}
 	case SENDRECV: { /* to the next, from the previous, on the communicator of all */
-		int n = (int)r->b, i = emu_dev_id(d), devs[64];
+		int n = (int)r->b, i = emu_dev_id(d);
 		struct coll_req *rq, *sq;
 
-		if (n > 64)
-			abort();
-		for (int j = 0; j < n; j++)
-			devs[j] = j;
-		coll_set_p2p_comm(d, coll_comm_of(d, devs, n));
+		coll_set_p2p_comm(d, coll_comm_of_group(d, emu_world(d)));
 		t0 = emu_stream_time(d, EMU_STREAM_COMPUTE);
 		if (!(rc = coll_irecv(d, (i + n - 1) % n, NULL, (size_t)(r->a / 4), &rq)) &&
 		    !(rc = coll_isend(d, (i + 1) % n, NULL, (size_t)(r->a / 4), &sq)) &&

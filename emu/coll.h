@@ -175,6 +175,8 @@ struct coll_p2p_comm {
 struct coll_p2p_comm coll_set_p2p_comm(struct emu_dev *d, struct coll_p2p_comm comm);
 /* The communicator of the n devices devs (global ids; a pair's: d's own and its peer's). */
 struct coll_p2p_comm coll_comm_of(const struct emu_dev *d, const int *devs, int n);
+/* The communicator of g's members. */
+struct coll_p2p_comm coll_comm_of_group(const struct emu_dev *d, const struct emu_group *g);
 /* The channels NCCL splits a send of S bytes over on comm, whose nodes' NICs run at
  * nic_bw bytes a second each (emu/coll_p2p.c). */
 int coll_p2p_channels(const struct coll_p2p_comm *comm, uint64_t S, uint64_t nic_bw);

@@ -20,6 +20,11 @@ struct coll_p2p_comm coll_comm_of(const struct emu_dev *d, const int *devs, int 
 	return (struct coll_p2p_comm){n, topo_group_nodes(&d->c->cfg.topo, devs, n, &per)};
 }
 
+struct coll_p2p_comm coll_comm_of_group(const struct emu_dev *d, const struct emu_group *g)
+{
+	return coll_comm_of(d, g->devs, g->n);
+}
+
 /* NCCL's send of S bytes over a communicator of comm->ranks on comm->nodes nodes (NCCL
  * 2.29.2: its addP2pToPlan, enqueue.cc, and the channels a peer, graph/paths.cc): split
  * over channels, first as many as its p2p channels allow every rank at once (a peer's

@@ -97,19 +97,6 @@ static float expect(const struct coll_bench *b, int r, size_t i)
 	}
 }
 
-/* The communicator of g's members (emu/coll.h). */
-static struct coll_p2p_comm world_comm(const struct emu_dev *d, const struct emu_group *g)
-{
-	int n = emu_group_size(g), *devs = emu_xmalloc((size_t)n * sizeof *devs);
-	struct coll_p2p_comm comm;
-
-	for (int i = 0; i < n; i++)
-		devs[i] = emu_group_dev(g, i);
-	comm = coll_comm_of(d, devs, n);
-	free(devs);
-	return comm;
-}
-
 static int call(struct emu_dev *d, const struct coll_bench *b, float *send, float *recv)
 {
 	struct emu_group *g = emu_world(d);
@@ -133,13 +120,12 @@ static int call(struct emu_dev *d, const struct coll_bench *b, float *send, floa
 		return coll_reduce(d, g, send, recv, b->count, b->redop, b->root);
 	case C_SEND_RECV:
 		/* Every rank sends to the next and receives from the previous, at once, as
-		 * nccl-tests' sendrecv: on the communicator of all n (emu/coll.h). */
+		 * nccl-tests' sendrecv: on the communicator of all n (bench_device). */
 		if (n == 1) {
 			if (send && recv)
 				memcpy(recv, send, b->count * sizeof *recv);
 			return 0;
 		}
-		coll_set_p2p_comm(d, world_comm(d, g));
 		if ((rc = coll_irecv(d, (r + n - 1) % n, recv, b->count, &rq)) ||
 		    (rc = coll_isend(d, (r + 1) % n, send, b->count, &sq)))
 			return rc;
@@ -161,6 +147,8 @@ static int bench_device(struct emu_dev *d, void *arg)
 
 	if (!sb || !rb)
 		return EMU_EOOM;
+	/* the sends (send-recv's) on the communicator of all, as nccl-tests' (emu/coll.h) */
+	coll_set_p2p_comm(d, coll_comm_of_group(d, emu_world(d)));
 	send = sb->data;
 	recv = rb->data;
 	if (send)
