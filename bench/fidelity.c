@@ -385,7 +385,8 @@ static const struct sweep sweeps[] = {
 	/* Among 4 H100s of XXR's node: all-gather and reduce-scatter fit the ring's loop
 	 * (emu/topo.c: from 128 MiB, with the other 9 nodes' runs; their 32 and 64 MiB rows
 	 * come with the sweep), all-reduce under NCCL's defaults (which among 4 run the ring:
-	 * its model, coll_time.c) and all-to-all checks */
+	 * its model, coll_time.c) and all-to-all checks (NCCL's sends to every member at once:
+	 * the send's law, emu/coll_time.c, p2p_peers_ns) */
 	{"all-gather, 4 H100 (MPI)",
 	 "dgx-h100",
 	 XXR4,

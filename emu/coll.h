@@ -165,7 +165,7 @@ int coll_set_group(struct emu_dev *d, int on);
  * (topo.h, p2p_ch_bw) carries a send at most at the bandwidth of the channels NCCL
  * splits it over, which the communicator's size and the message's decide
  * (coll_p2p_channels): among 8 GPUs of an H100 node a send of 64 MiB runs on 4 of its 32
- * channels, at 80 GB/s; on a communicator over nodes every send on 4 at most. ranks 0,
+ * channels, at 84 GB/s; on a communicator over nodes every send on 4 at most. ranks 0,
  * each run's start: none, a copy at the link's rate (as Transformer Engine's
  * userbuffers). A send's time is its sender's; a grouped receive's turn in its group
  * (coll_set_group) its own: set it for both. Returns the previous one. */
@@ -178,8 +178,9 @@ struct coll_p2p_comm coll_comm_of(const struct emu_dev *d, const int *devs, int 
 /* The communicator of g's members. */
 struct coll_p2p_comm coll_comm_of_group(const struct emu_dev *d, const struct emu_group *g);
 /* The channels NCCL splits a send of S bytes over on comm, whose nodes' NICs run at
- * nic_bw bytes a second each (emu/coll_p2p.c). */
+ * nic_bw bytes a second each, and the chunk a channel moves it in (emu/coll_p2p.c). */
 int coll_p2p_channels(const struct coll_p2p_comm *comm, uint64_t S, uint64_t nic_bw);
+uint64_t coll_p2p_chunk(const struct coll_p2p_comm *comm);
 
 /* Bytes per element charged on the wire for d's later calls (default 4: fp32; 2 models
  * 16-bit communication). Data still moves as float. Returns the previous setting. */

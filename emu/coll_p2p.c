@@ -55,10 +55,15 @@ static uint64_t div_up(uint64_t x, uint64_t y)
 	return x / y + (x % y != 0);
 }
 
+uint64_t coll_p2p_chunk(const struct coll_p2p_comm *comm)
+{
+	return comm->nodes <= 1 ? P2P_NVL_CHUNK : P2P_NET_CHUNK;
+}
+
 int coll_p2p_channels(const struct coll_p2p_comm *comm, uint64_t S, uint64_t nic_bw)
 {
 	int one_node = comm->nodes <= 1, peer = P2P_CHANNELS, c;
-	uint64_t chunk = one_node ? P2P_NVL_CHUNK : P2P_NET_CHUNK;
+	uint64_t chunk = coll_p2p_chunk(comm);
 	uint64_t min_part = one_node ? chunk / P2P_NVL_MIN_PARTS : chunk / 2;
 	uint64_t max_part = one_node ? chunk * P2P_NVL_MAX_PARTS : chunk, by_size, part;
 	uint64_t ranks = comm->ranks > 0 ? (uint64_t)comm->ranks : 1;

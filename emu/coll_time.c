@@ -202,6 +202,18 @@ static int a2av_consistent(const struct op *op)
 	return 1;
 }
 
+/* The largest message of an all-to-all-v from one member to another. */
+static uint64_t a2av_largest(const struct op *op)
+{
+	uint64_t most = 0;
+
+	for (int i = 0; i < op->ch->n; i++)
+		for (int j = 0; j < op->ch->n; j++)
+			if (j != i && op->arg[i].send_counts[j] > most)
+				most = op->arg[i].send_counts[j];
+	return most * (uint64_t)op->arg[0].wire_bytes;
+}
+
 static uint64_t task_count(uint64_t elems)
 {
 	return (elems + TASK_ELEMS - 1) / TASK_ELEMS;
@@ -218,23 +230,44 @@ static uint64_t times_sat(uint64_t bw, int L)
 	return bw > UINT64_MAX / (uint64_t)L ? UINT64_MAX : bw * (uint64_t)L;
 }
 
+/* NCCL's sends at once from a member over comm, on a link that models their channels
+ * (p2p_ch_bw): a message of up to b bytes to each peer, out bytes in all through the
+ * member's link (b for one send). NCCL runs a send by LL where each channel has at most
+ * 16 KiB of it and by Simple otherwise (enqueue.cc, P2P_LL_THRESHOLD), never LL128; the
+ * faster of the two stands in here, as for the collectives. A peer's message is split
+ * over its channels (coll_p2p_channels), each at p2p_ch_bw at most, while the member's
+ * link carries out bytes at its bandwidth at most: every channel at its share of the
+ * slower. By Simple a channel moves its part through the connection's buffer a chunk at
+ * a time (coll_p2p_chunk), a copy in and a copy out of it one chunk behind: one chunk,
+ * or the part where it is smaller, more than the part, at the channel's rate. */
+static int64_t p2p_peers_ns(const struct emu_cluster *c, const struct wire *l, uint64_t b,
+			    uint64_t out, const struct coll_p2p_comm *comm)
+{
+	__extension__ typedef unsigned __int128 u128;
+	uint64_t nic = c->cfg.topo.link[TOPO_LINK_INTER].bw_bytes, chunk = coll_p2p_chunk(comm);
+	int ch = coll_p2p_channels(comm, b, nic);
+	uint64_t cap = times_sat(l->p2p_ch_bw, ch);
+	uint64_t part = b / (uint64_t)ch + (b % (uint64_t)ch != 0);
+	int64_t by_ch = bw_ns(1, b, 1, cap), by_link = bw_ns(1, out, 1, l->bw);
+	int64_t body = by_ch > by_link ? by_ch : by_link, by_ll = bw_ns(1, out, 1, l->ll_bw);
+	int64_t lag = 0, ll, simple;
+
+	if (part)
+		lag = (int64_t)((u128)body * min_u64(chunk, part) / part);
+	ll = emu_time_add(l->ll_hop, by_ch > by_ll ? by_ch : by_ll);
+	simple = emu_time_add(l->hop, emu_time_add(body, lag));
+	return ll < simple ? ll : simple;
+}
+
 /* A message of S bytes on link l, as a send of NCCL's over comm where the link models
- * its channels (p2p_ch_bw, comm->ranks > 0): at most the channels' bandwidth, whichever
- * protocol carries it; else at the link's. */
+ * its channels (p2p_ch_bw, comm->ranks > 0: p2p_peers_ns); else at the link's rate by
+ * the protocols of a collective's step. */
 static int64_t p2p_ns(const struct emu_cluster *c, const struct wire *l, uint64_t S,
 		      const struct coll_p2p_comm *comm)
 {
-	struct wire w = *l;
-
-	if (comm->ranks > 0 && l->p2p_ch_bw) {
-		uint64_t nic = c->cfg.topo.link[TOPO_LINK_INTER].bw_bytes;
-		uint64_t cap = times_sat(l->p2p_ch_bw, coll_p2p_channels(comm, S, nic));
-
-		w.bw = min_u64(w.bw, cap);
-		w.ll_bw = min_u64(w.ll_bw, cap);
-		w.ll128_bw = min_u64(w.ll128_bw, cap);
-	}
-	return proto_ns(&w, 1, 1, S, 1);
+	if (comm->ranks > 0 && l->p2p_ch_bw)
+		return p2p_peers_ns(c, l, S, S, comm);
+	return proto_ns(l, 1, 1, S, 1);
 }
 
 /* The injected slowdown of the links of ch's members' nodes: the largest. */
@@ -408,6 +441,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 	const struct op_arg *a = &op->arg[0];
 	const struct wire w = wire_of(c, &t->link[op->ch->link]), *l = &w;
 	int n = op->ch->n;
+	/* (an all-to-all inside a node: NCCL's grouped sends, on a communicator of its own) */
+	const struct coll_p2p_comm in_node = {n, 1};
 	uint64_t S = (uint64_t)a->count * (uint64_t)a->wire_bytes, work = 0;
 	int64_t dur = 0;
 
@@ -469,6 +504,10 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		    a->kind == OP_ALL_TO_ALL) {
 			dur = a2a_across(c, op, l);
 			op->by_node = 1;
+		} else if (a->kind == OP_ALL_TO_ALL && l->p2p_ch_bw) {
+			uint64_t b = S / (uint64_t)n;
+
+			dur = p2p_peers_ns(c, l, b, b * (uint64_t)(n - 1), &in_node);
 		} else if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER)
 			dur = calibrated_across(c, op, l, S, 0);
 		else
@@ -496,6 +535,8 @@ int coll_op_resolve(struct emu_cluster *c, struct op *op)
 		if (c->cfg.cost == EMU_COST_CALIBRATED && op->ch->link >= TOPO_LINK_INTER) {
 			dur = a2a_across(c, op, l);
 			op->by_node = 1;
+		} else if (l->p2p_ch_bw) {
+			dur = p2p_peers_ns(c, l, a2av_largest(op), worst, &in_node);
 		} else {
 			dur = proto_ns(l, (uint64_t)(n - 1), 1, worst, 1);
 		}

@@ -116,20 +116,23 @@
  *                 (waynehacking8/nccl-collectives-bench, NCCL 2.29, -g, NCCL_ALGO=Ring:
  *                 among 2 a bus bandwidth 5-11% under 4's, the law 9%; pemu 8-11% slow
  *                 there from 2 GiB) and on OpenXLA's all-gather among 2 (275 GB/s at 2 GiB,
- *                 pemu 281). An all-to-all has no such loop: among
- *                 4 no slower than among 8 (xxrjun's). NVLink3 unmeasured: 0
- *   p2p_ch_bw     NVLink4 20 GB/s: a send of NCCL's runs on the channels it splits it
+ *                 pemu 281). An all-to-all has no ring (NCCL's sends, p2p_ch_bw).
+ *                 NVLink3 unmeasured: 0
+ *   p2p_ch_bw     NVLink4 21 GB/s: a send of NCCL's runs on the channels it splits it
  *                 over (coll_p2p.c: 32 p2p channels shared by the communicator's ranks,
  *                 more as the message grows; on a communicator over nodes 4 at most, those
- *                 of a 400 Gb/s NIC's peer), each at this bandwidth. Fitted to nccl-
- *                 tests' sendrecv among 8 and among 4 H100s of the same 10 nodes, 32 MiB
- *                 to 16 GiB (xxrjun/nccl-tests-cluster, single-node runs 20260128-145017,
- *                 NCCL 2.29, MPI; each GPU sends to the next): among 8 a send of 32 or 64
- *                 MiB runs on 4 channels at 80-82 GB/s, 128 MiB on 8 at 163 (as among 4 up
- *                 to 128 MiB), 256 MiB on 16 at 300, and from 512 MiB at the link's 356-
- *                 367; all 20 within 5.2%. NVLink3 and the networks unmeasured: 0 (the
- *                 link's rate; across nodes a send of xxrjun's between 2 nodes x 1 H100 runs
- *                 at 43.8 GB/s, pemu 47.0, a check)
+ *                 of a 400 Gb/s NIC's peer), each at this bandwidth at most, and a chunk
+ *                 more than its part (coll_time.c, p2p_peers_ns). Fitted to nccl-tests'
+ *                 sendrecv among 8 and among 4 H100s of the same 10 nodes, 32 MiB to 16
+ *                 GiB (xxrjun/nccl-tests-cluster, single-node runs 20260128-145017, NCCL
+ *                 2.29, MPI; each GPU sends to the next): among 8 a send of 32 or 64 MiB
+ *                 runs on 4 channels at 80-82 GB/s, 128 MiB on 8 at 163 (as among 4 up to
+ *                 128 MiB), 256 MiB on 16 at 300, and from 512 MiB at the link's 356-367;
+ *                 all 20 within 6.8%. Checked on nccl-tests' alltoall inside a node, the
+ *                 same sends to every member at once: among 4 and 8 H100s (xxrjun's, 32
+ *                 MiB to 16 GiB) all 20 within 9.1%. NVLink3 and the networks unmeasured:
+ *                 0 (the link's rate; across nodes a send of xxrjun's between 2 nodes x 1
+ *                 H100 runs at 43.8 GB/s, pemu 47.0, a check)
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and
@@ -212,7 +215,7 @@ struct preset {
 #define MiB      (1024ULL * 1024)
 #define NVLINK3  8100, 633, 20000000000ULL, 10800, 0.78, 4100, 0.9375, 8 * MiB, 0, 0, 0, 0, 0
 #define NVLINK4                                                                                    \
-	8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0.32, 20000000000ULL, 0
+	8100, 633, 44000000000ULL, 3400, 0.79, 1300, 0.69, 0, 55000, 0.598, 0.32, 21000000000ULL, 0
 #define IB_HDR        8100, 6800, 11100000000ULL, 6800, 0.89, 0, 0, 0, 0, 0, 0, 0, 7500
 #define IB_NDR        8100, 5000, 23500000000ULL, 6800, 0.94, 0, 0, 0, 0, 0, 0, 0, 0
 #define PCIE4         8100, 1055, 10000000000ULL, 18100, 0.8, 0, 0, 0, 0, 0, 0, 0, 0

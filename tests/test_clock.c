@@ -783,10 +783,10 @@ static void test_nvls_where_cheaper(void **state)
 
 /* A ring's loop inside a node (emu/topo.c, coll_time.c): among fewer than 8 H100s an
  * all-gather's and a reduce-scatter's bus bytes take (T + 0.32) / T over (7.32 / 7) of
- * the link's time, T = n - 1; an all-to-all has no loop and no such factor; NVLink3 has
- * none (unmeasured). 1 GiB in all, by Simple: among 2, 8100 + 3400 + 1.262295 x 1/2 GiB /
- * 355.5 GB/s = 1917800 ns, the all-to-all 1521686; among 4, 8100 + 10200 + 1.058288 x
- * 3/4 GiB / 355.5 = 2415617, the all-to-all 2283579; among 8 both 2674725. */
+ * the link's time, T = n - 1; NVLink3 has none (unmeasured). 1 GiB in all, by Simple:
+ * among 2, 8100 + 3400 + 1.262295 x 1/2 GiB / 355.5 GB/s = 1917800 ns; among 4, 8100 +
+ * 10200 + 1.058288 x 3/4 GiB / 355.5 = 2415617; among 8 2674725. t[.][2]: an all-to-all
+ * of 1 GiB in all (NCCL's sends, no ring: test_a2a_in_node). */
 static int loop_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
@@ -819,15 +819,13 @@ static int small_gather_device(struct emu_dev *d, void *arg)
 
 static void test_ring_loop(void **state)
 {
-	static const int64_t ring[3] = {1917800, 2415617, 2674725},
-			     a2a[3] = {1521686, 2283579, 2674725};
+	static const int64_t ring[3] = {1917800, 2415617, 2674725};
 	struct emu_cluster *c;
 	struct probe p;
 
 	(void)state;
 	for (int i = 0, n = 2; n <= 8; i++, n *= 2) {
 		double bus = (n - 1.0) / n * 1073741824.0;
-		int64_t plain = 8100 + (n - 1) * 3400 + (int64_t)ceil(bus / 355.5e9 * 1e9);
 
 		c = calibrated_on("dgx-h100", 1, n);
 		assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
@@ -836,8 +834,6 @@ static void test_ring_loop(void **state)
 								  355.5e9 * 1e9));
 		assert_int_equal(p.t[0][0], ring[i]);
 		assert_int_equal(p.t[0][1], p.t[0][0]);
-		assert_int_equal(p.t[0][2], plain);
-		assert_int_equal(p.t[0][2], a2a[i]);
 		emu_cluster_free(c);
 	}
 	/* 16 GPUs in a node (--gpus-per-node 16): no fewer than 8, unscaled */
@@ -858,7 +854,7 @@ static void test_ring_loop(void **state)
 	assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
 	assert_int_equal(p.t[0][0],
 			 8100 + 3 * 10800 + (int64_t)ceil(0.75 * 1073741824.0 / 234e9 * 1e9));
-	assert_int_equal(p.t[0][2], p.t[0][0]);
+	assert_int_equal(p.t[0][2], p.t[0][0]); /* its all-to-all as its ring: unmeasured */
 	emu_cluster_free(c);
 }
 
@@ -923,6 +919,20 @@ static int grouped_sends_device(struct emu_dev *d, void *arg)
 	return rc;
 }
 
+/* NCCL's sends at once on an H100 node's NVLink, by Simple (coll_time.c, p2p_peers_ns): a
+ * message of b bytes a peer on ch channels of 21 GB/s each, out bytes in all through the
+ * link at 355.5 GB/s, every channel at its share of the slower; a channel's part takes a
+ * chunk more (or the part, where smaller) at the channel's rate; 8100 + 3400 ns fixed. */
+static int64_t nvl_sends_ns(uint64_t b, int ch, uint64_t out, uint64_t chunk)
+{
+	uint64_t part = b / (uint64_t)ch + (b % (uint64_t)ch != 0);
+	int64_t by_ch = (int64_t)ceil((double)b / (ch * 21e9) * 1e9);
+	int64_t by_link = (int64_t)ceil((double)out / 355.5e9 * 1e9);
+	int64_t body = by_ch > by_link ? by_ch : by_link;
+
+	return 11500 + body + (int64_t)((uint64_t)body * (chunk < part ? chunk : part) / part);
+}
+
 /* NCCL's split of a send over its channels (coll_p2p_channels, enqueue.cc's
  * addP2pToPlan): in a node 32 p2p channels shared by the communicator's ranks, one a 64
  * KiB part at most, doubled while a part passes 16 MiB (32 NVLink chunks of 512 KiB); over
@@ -975,35 +985,44 @@ static void test_p2p_channels(void **state)
 		assert_int_equal(coll_p2p_channels(&comm, law[i].S, (uint64_t)law[i].nic),
 				 law[i].channels);
 	}
-	/* 8 H100s of a node, on the communicator of the 8: 64 MiB on 4 channels of 20 GB/s,
-	 * 256 MiB on 16, 1 GiB on 32, more than the link's 355.5 GB/s; the fixed cost 8100 +
-	 * 3400 ns (a step of Simple's) */
+	/* 8 H100s of a node, on the communicator of the 8: 64 MiB on 4 channels of 21 GB/s,
+	 * 256 MiB on 16, 1 GiB on 32, more than the link's 355.5 GB/s; parts of 16 MiB, a
+	 * chunk of 512 KiB more; the fixed cost 8100 + 3400 ns (a step of Simple's):
+	 * 11500 + 798916 + 798916 / 32 = 835382 ns */
 	c = calibrated_on("dgx-h100", 1, 8);
 	memset(&p, 0, sizeof p);
 	p.data[0][0] = 8;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
-	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 80e9 * 1e9));
-	assert_int_equal(p.t[0][0], 850361);
-	assert_int_equal(p.t[0][3], 850361); /* the sender's own end, eager */
-	assert_int_equal(p.t[0][1], 11500 + (int64_t)ceil(268435456 / 320e9 * 1e9));
-	assert_int_equal(p.t[0][2], 11500 + (int64_t)ceil(1073741824 / 355.5e9 * 1e9));
+	assert_int_equal(p.t[0][0], nvl_sends_ns(64 << 20, 4, 64 << 20, 512 << 10));
+	assert_int_equal(p.t[0][0], 835382);
+	assert_int_equal(p.t[0][3], 835382); /* the sender's own end, eager */
+	assert_int_equal(p.t[0][1], nvl_sends_ns(256 << 20, 16, 256 << 20, 512 << 10));
+	assert_int_equal(p.t[0][2], nvl_sends_ns(1 << 30, 32, 1 << 30, 512 << 10));
+	assert_int_equal(p.t[0][2], 11500 + 3020371 + 3020371 / 64); /* at the link's rate */
 	assert_int_equal(p.t[7][2], p.t[0][2]);
 	/* a pair's communicator: 16 channels up to 256 MiB */
 	p.data[0][0] = 2;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
-	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 320e9 * 1e9));
-	assert_int_equal(p.t[0][1], 11500 + (int64_t)ceil(268435456 / 320e9 * 1e9));
+	assert_int_equal(p.t[0][0], nvl_sends_ns(64 << 20, 16, 64 << 20, 512 << 10));
+	assert_int_equal(p.t[0][1], nvl_sends_ns(256 << 20, 16, 256 << 20, 512 << 10));
+	/* a part under a chunk (1 MiB on a pair's 16 channels, 64 KiB each): twice its time
+	 * (by LL 633 + 1 MiB / 44 GB/s = 24464 ns) */
+	p.data[0][1] = 1 << 20;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 11500 + 2 * (int64_t)ceil(1048576 / 336e9 * 1e9));
+	assert_int_equal(p.t[0][0], 17742);
+	p.data[0][1] = 0;
 	/* none (as Transformer Engine's userbuffers copy): the link's rate */
 	p.data[0][0] = 0;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 11500 + (int64_t)ceil(67108864 / 355.5e9 * 1e9));
 	assert_int_equal(p.t[0][3], p.t[0][0]);
 	/* a group's second send, and a group's second receive (its sender ready at once),
-	 * start where the first would end on its channels, and end at 2 x 850361 (at the
-	 * link's rate 200273 + 850361) */
+	 * start where the first would end on its channels, and end at 2 x 835382 (at the
+	 * link's rate 200273 + 835382) */
 	assert_int_equal(emu_cluster_run(c, grouped_sends_device, &p), 0);
 	for (int d = 0; d < 4; d++)
-		assert_int_equal(p.t[d][0], 2 * 850361);
+		assert_int_equal(p.t[d][0], 2 * 835382);
 	emu_cluster_free(c);
 	/* NVLink3 and the network model no channels: the link's rate on any communicator */
 	c = calibrated(1, 8);
@@ -1012,20 +1031,20 @@ static void test_p2p_channels(void **state)
 	assert_int_equal(p.t[0][0], 8100 + 10800 + (int64_t)ceil(67108864 / 234e9 * 1e9));
 	emu_cluster_free(c);
 	/* 2 nodes x 8 on the communicator of the 16: a send inside a node on 4 channels (a
-	 * network peer's), 80 GB/s, whatever its size (one node's 16 would take 16 for 256
-	 * MiB); device 1 sends to 2 and receives from 0 */
+	 * network peer's), 84 GB/s, whatever its size (one node's 16 would take 16 for 256
+	 * MiB), in the network's chunks of 128 KiB; device 1 sends to 2 and receives from 0 */
 	c = calibrated_grid("dgx-h100", 2, 8);
 	p.data[0][0] = 16;
 	p.data[0][1] = 268435456;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
-	assert_int_equal(p.t[1][0], 11500 + (int64_t)ceil(268435456 / 80e9 * 1e9));
+	assert_int_equal(p.t[1][0], nvl_sends_ns(256 << 20, 4, 256 << 20, 128 << 10));
 	p.data[0][1] = 0;
 	emu_cluster_free(c);
 	c = calibrated_grid("dgx-h100", 2, 1); /* 2 nodes x 1: IB NDR, 47 GB/s */
 	p.data[0][0] = 2;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 8100 + 6800 + (int64_t)ceil(67108864 / 47e9 * 1e9));
-	/* 64 KiB, one channel (20 GB/s, were the network to model channels): as on none */
+	/* 64 KiB, one channel (21 GB/s, were the network to model channels): as on none */
 	p.data[0][1] = 65536;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	sent = p.t[0][0];
@@ -1279,6 +1298,54 @@ static void test_all_to_all_across_nodes(void **state)
 	emu_cluster_free(c);
 }
 
+/* An all-to-all(-v) inside an H100 node: NCCL's sends to every member at once, on a
+ * communicator of the members (coll_time.c, p2p_peers_ns; nccl-tests' alltoall, measured
+ * in bench/fidelity). 1 GiB in all: among 2 a peer's 512 MiB on 32 channels, among 4 256
+ * MiB on 16, among 8 128 MiB on 8, parts of 16 MiB, each member's (n - 1) messages out
+ * through the link at 355.5 GB/s; 32 MiB in all among 8: 4 MiB a peer on 4 channels,
+ * parts of 1 MiB, two chunks; 256 MiB a peer among 8 (a2a_nodes_device on one node); its
+ * all-to-all-v: the largest message, 21 x 256 KiB (member 6 to 7), on 4 channels, and the
+ * most a member moves, member 7's receipts, 126 x 256 KiB, through the link. */
+static int a2a_small_device(struct emu_dev *d, void *arg)
+{
+	struct probe *p = arg;
+	int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
+	int rc = coll_all_to_all(d, emu_world(d), NULL, NULL, 1u << 20); /* 4 MiB a peer */
+
+	p->t[emu_dev_id(d)][0] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	return rc;
+}
+
+static void test_a2a_in_node(void **state)
+{
+	static const int64_t gib[3] = {1568879, 2347568, 2736913};
+	struct emu_cluster *c;
+	struct probe p;
+
+	(void)state;
+	for (int i = 0, n = 2; n <= 8; i++, n *= 2) {
+		uint64_t b = (1ULL << 30) / (uint64_t)n;
+
+		c = calibrated_on("dgx-h100", 1, n);
+		assert_int_equal(emu_cluster_run(c, loop_device, &p), 0);
+		assert_int_equal(p.t[0][2],
+				 nvl_sends_ns(b, (int)(b >> 24), b * (uint64_t)(n - 1), 512 << 10));
+		assert_int_equal(p.t[0][2], gib[i]);
+		assert_int_equal(p.t[n - 1][2], gib[i]);
+		emu_cluster_free(c);
+	}
+	c = calibrated_on("dgx-h100", 1, 8);
+	assert_int_equal(emu_cluster_run(c, a2a_small_device, &p), 0);
+	assert_int_equal(p.t[0][0], nvl_sends_ns(4 << 20, 4, 28 << 20, 512 << 10));
+	assert_int_equal(p.t[0][0], 11500 + 82589 + 82589 / 2);
+	assert_int_equal(emu_cluster_run(c, a2a_nodes_device, &p), 0);
+	assert_int_equal(p.t[0][0], nvl_sends_ns(256 << 20, 16, 7ULL * (256 << 20), 512 << 10));
+	assert_int_equal(p.t[0][0], 5462325);
+	assert_int_equal(p.t[0][3], nvl_sends_ns(21 << 18, 4, 126 << 18, 512 << 10));
+	assert_int_equal(p.t[0][3], 139807);
+	emu_cluster_free(c);
+}
+
 static void test_streams_and_events(void **state)
 {
 	struct emu_cluster *c = test_cluster("dgx-a100", 1, 4, 0, 0);
@@ -1518,6 +1585,7 @@ int main(void)
 		cmocka_unit_test(test_across_nodes),
 		cmocka_unit_test(test_nvls_tree),
 		cmocka_unit_test(test_all_to_all_across_nodes),
+		cmocka_unit_test(test_a2a_in_node),
 		cmocka_unit_test(test_sm_share),
 		cmocka_unit_test(test_sm_margin),
 	};
