@@ -382,6 +382,23 @@ static const struct sweep sweeps[] = {
 	 {225.03, 426.49, 824.26, 896.55, 1512.24, 2974.26, 5896.11, 11729.4, 23415.8, 46755.7},
 	 0,
 	 1},
+	/* nccl-tests' sendrecv among 8 A100s, -g 8 (NVLink3, "600GB/s bi-directional"; NCCL's
+	 * version not given), checks: NVLink3 models no p2p channels (emu/topo.c), so pemu
+	 * sends at the ring's 234 GB/s, where these run at 110 GB/s at 128 MiB (8 channels)
+	 * and 189-195 from 256 MiB */
+	{"send-recv, 8 A100",
+	 "dgx-a100",
+	 "li-plus/playground cuda/nccl.md (nccl-tests sendrecv_perf -g 8, out-of-place)",
+	 SENDRECV,
+	 8,
+	 27,
+	 4,
+	 0,
+	 0,
+	 20,
+	 {1211.2, 1423.3, 2785.4, 5503.4},
+	 1,
+	 1},
 	/* Among 4 H100s of XXR's node: all-gather and reduce-scatter fit the ring's loop
 	 * (emu/topo.c: from 128 MiB, with the other 9 nodes' runs; their 32 and 64 MiB rows
 	 * come with the sweep), all-reduce under NCCL's defaults (which among 4 run the ring:

@@ -1,6 +1,6 @@
-/* coll_p2p: the NCCL communicator a device's sends run on (emu/coll.h), and the channels
+/* coll_p2p: the NCCL communicator a device's sends run on (emu/coll.h), the channels
  * NCCL splits a send over on it, which bound the send's bandwidth where a link models
- * them (coll_time.c). */
+ * them, and the chunk a channel moves its part in (coll_time.c, p2p_peers_ns). */
 #include "internal.h"
 #include "util.h"
 
@@ -55,6 +55,8 @@ static uint64_t div_up(uint64_t x, uint64_t y)
 	return x / y + (x % y != 0);
 }
 
+/* NCCL's p2p chunk (init.cc, computeBuffSizes): NVLink's inside a node, the network's on
+ * a communicator over nodes, its sends inside a node too */
 uint64_t coll_p2p_chunk(const struct coll_p2p_comm *comm)
 {
 	return comm->nodes <= 1 ? P2P_NVL_CHUNK : P2P_NET_CHUNK;

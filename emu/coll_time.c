@@ -1,10 +1,10 @@
 /* coll_time: when a collective ends, under the run's cost model (emu/clock.h): the
  * roofline's ring formulas on the data sheets' links, or the calibrated model's NCCL-like
- * protocols, NVLink SHARP, rings and trees over nodes, NVLSTree on 2 nodes and
- * all-to-alls node by node (constants and their sources in topo.c, the formulas in
- * docs/formulas.md). The last member to arrive calls coll_op_resolve.
- * Under the calibrated model also the SMs a collective takes from the compute beside it,
- * charged at its wait (coll_sm_share). */
+ * protocols, NVLink SHARP, rings and trees over nodes, NVLSTree on 2 nodes,
+ * all-to-alls node by node, and sends (and all-to-alls inside a node) on NCCL's p2p
+ * channels (constants and their sources in topo.c, the formulas in docs/formulas.md). The last
+ * member to arrive calls coll_op_resolve. Under the calibrated model also the SMs a collective
+ * takes from the compute beside it, charged at its wait (coll_sm_share). */
 #include <stdint.h>
 
 #include "clock.h"
@@ -232,14 +232,16 @@ static uint64_t times_sat(uint64_t bw, int L)
 
 /* NCCL's sends at once from a member over comm, on a link that models their channels
  * (p2p_ch_bw): a message of up to b bytes to each peer, out bytes in all through the
- * member's link (b for one send). NCCL runs a send by LL where each channel has at most
- * 16 KiB of it and by Simple otherwise (enqueue.cc, P2P_LL_THRESHOLD), never LL128; the
- * faster of the two stands in here, as for the collectives. A peer's message is split
- * over its channels (coll_p2p_channels), each at p2p_ch_bw at most, while the member's
- * link carries out bytes at its bandwidth at most: every channel at its share of the
- * slower. By Simple a channel moves its part through the connection's buffer a chunk at
- * a time (coll_p2p_chunk), a copy in and a copy out of it one chunk behind: one chunk,
- * or the part where it is smaller, more than the part, at the channel's rate. */
+ * member's link (b for one send). A peer's message is split over its channels
+ * (coll_p2p_channels), each at p2p_ch_bw at most, while the member's link carries out
+ * bytes at its bandwidth at most: every channel at its share of the slower. NCCL sends
+ * by LL where each channel has at most P2P_LL_BYTES of the message, by Simple otherwise,
+ * never by LL128 (enqueue.cc, addP2pToPlan). By Simple a channel moves its part through
+ * the connection's buffer a chunk at a time (coll_p2p_chunk), written by the sender and
+ * copied out by the receiver a chunk behind: one chunk, or the part where it is smaller,
+ * more than the part, both copies at the channel's rate (docs/formulas.md). */
+#define P2P_LL_BYTES 16384 /* NCCL_P2P_LL_THRESHOLD's default */
+
 static int64_t p2p_peers_ns(const struct emu_cluster *c, const struct wire *l, uint64_t b,
 			    uint64_t out, const struct coll_p2p_comm *comm)
 {
@@ -248,15 +250,15 @@ static int64_t p2p_peers_ns(const struct emu_cluster *c, const struct wire *l, u
 	int ch = coll_p2p_channels(comm, b, nic);
 	uint64_t cap = times_sat(l->p2p_ch_bw, ch);
 	uint64_t part = b / (uint64_t)ch + (b % (uint64_t)ch != 0);
-	int64_t by_ch = bw_ns(1, b, 1, cap), by_link = bw_ns(1, out, 1, l->bw);
-	int64_t body = by_ch > by_link ? by_ch : by_link, by_ll = bw_ns(1, out, 1, l->ll_bw);
-	int64_t lag = 0, ll, simple;
+	int64_t by_ch = bw_ns(1, b, 1, cap), by_link = bw_ns(1, out, 1, l->bw), body, by_ll;
 
-	if (part)
-		lag = (int64_t)((u128)body * min_u64(chunk, part) / part);
-	ll = emu_time_add(l->ll_hop, by_ch > by_ll ? by_ch : by_ll);
-	simple = emu_time_add(l->hop, emu_time_add(body, lag));
-	return ll < simple ? ll : simple;
+	if (part <= P2P_LL_BYTES) {
+		by_ll = bw_ns(1, out, 1, l->ll_bw);
+		return emu_time_add(l->ll_hop, by_ch > by_ll ? by_ch : by_ll);
+	}
+	body = by_ch > by_link ? by_ch : by_link;
+	return emu_time_add(
+		l->hop, emu_time_add(body, (int64_t)((u128)body * min_u64(chunk, part) / part)));
 }
 
 /* A message of S bytes on link l, as a send of NCCL's over comm where the link models

@@ -128,11 +128,15 @@
  *                 2.29, MPI; each GPU sends to the next): among 8 a send of 32 or 64 MiB
  *                 runs on 4 channels at 80-82 GB/s, 128 MiB on 8 at 163 (as among 4 up to
  *                 128 MiB), 256 MiB on 16 at 300, and from 512 MiB at the link's 356-367;
- *                 all 20 within 6.8%. Checked on nccl-tests' alltoall inside a node, the
- *                 same sends to every member at once: among 4 and 8 H100s (xxrjun's, 32
- *                 MiB to 16 GiB) all 20 within 9.1%. NVLink3 and the networks unmeasured:
- *                 0 (the link's rate; across nodes a send of xxrjun's between 2 nodes x 1
- *                 H100 runs at 43.8 GB/s, pemu 47.0, a check)
+ *                 all 20 within 6.8% (the chunk costs them: 3.5% on average, 2.7% without
+ *                 it). Checked on nccl-tests' alltoall inside a node, the same sends to
+ *                 every member at once: among 4 and 8 H100s (xxrjun's, 32 MiB to 16 GiB)
+ *                 all 20 within 9.1% (without the chunk 13.6% at worst). Below 32 MiB
+ *                 unmeasured, where the chunk weighs most. NVLink3 and the networks 0
+ *                 (the link's rate; across nodes a send of xxrjun's between 2 nodes x 1
+ *                 H100 runs at 43.8 GB/s, pemu 47.0, a check; among 8 A100s li-plus's
+ *                 nccl-tests sendrecv at 110 GB/s at 128 MiB and 189-195 from 256 MiB,
+ *                 pemu 234: checks from one unversioned source, not fitted)
  *   InfiniBand    6.8 us a step, a node's collectives 7.5 us more when the node holds
  *                 several members (NCCL's PXN path), bus_eff HDR 0.89: fitted to 2 nodes x 8
  *                 and 2 x 1 A100 with HDR (mscclpp's: 1 KiB, 1 and 4 GiB, all-reduce and

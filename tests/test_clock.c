@@ -1005,12 +1005,22 @@ static void test_p2p_channels(void **state)
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], nvl_sends_ns(64 << 20, 16, 64 << 20, 512 << 10));
 	assert_int_equal(p.t[0][1], nvl_sends_ns(256 << 20, 16, 256 << 20, 512 << 10));
-	/* a part under a chunk (1 MiB on a pair's 16 channels, 64 KiB each): twice its time
-	 * (by LL 633 + 1 MiB / 44 GB/s = 24464 ns) */
+	/* a part under a chunk (1 MiB on a pair's 16 channels, 64 KiB each): twice its time */
 	p.data[0][1] = 1 << 20;
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], 11500 + 2 * (int64_t)ceil(1048576 / 336e9 * 1e9));
 	assert_int_equal(p.t[0][0], 17742);
+	/* NCCL's LL up to 16 KiB a channel (16 KiB on one: 8100 + 633 + 16 KiB / 21 GB/s),
+	 * Simple from 32 KiB (one channel: 11500 + 2 x 32 KiB / 21 GB/s) */
+	p.data[0][0] = 8;
+	p.data[0][1] = 16384;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8733 + (int64_t)ceil(16384 / 21e9 * 1e9));
+	p.data[0][1] = 32768;
+	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
+	assert_int_equal(p.t[0][0], nvl_sends_ns(32768, 1, 32768, 512 << 10));
+	assert_int_equal(p.t[0][0], 11500 + 2 * 1561);
+	p.data[0][0] = 2;
 	p.data[0][1] = 0;
 	/* none (as Transformer Engine's userbuffers copy): the link's rate */
 	p.data[0][0] = 0;
@@ -1306,13 +1316,18 @@ static void test_all_to_all_across_nodes(void **state)
  * parts of 1 MiB, two chunks; 256 MiB a peer among 8 (a2a_nodes_device on one node); its
  * all-to-all-v: the largest message, 21 x 256 KiB (member 6 to 7), on 4 channels, and the
  * most a member moves, member 7's receipts, 126 x 256 KiB, through the link. */
-static int a2a_small_device(struct emu_dev *d, void *arg)
+static int a2a_sized_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
+	size_t zero[8] = {0};
 	int64_t t0 = emu_stream_time(d, EMU_STREAM_COMM);
-	int rc = coll_all_to_all(d, emu_world(d), NULL, NULL, 1u << 20); /* 4 MiB a peer */
+	int rc = coll_all_to_all(d, emu_world(d), NULL, NULL, (size_t)p->data[0][1]);
 
 	p->t[emu_dev_id(d)][0] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
+	t0 = emu_stream_time(d, EMU_STREAM_COMM);
+	if (!rc) /* an all-to-all-v of nothing */
+		rc = coll_all_to_all_v(d, emu_world(d), NULL, zero, NULL, zero);
+	p->t[emu_dev_id(d)][1] = emu_stream_time(d, EMU_STREAM_COMM) - t0;
 	return rc;
 }
 
@@ -1334,10 +1349,25 @@ static void test_a2a_in_node(void **state)
 		assert_int_equal(p.t[n - 1][2], gib[i]);
 		emu_cluster_free(c);
 	}
+	/* the communicator's size sets the channels: 32 MiB among 4, 8 a peer (among 8, 4) */
+	c = calibrated_on("dgx-h100", 1, 4);
+	memset(&p, 0, sizeof p);
+	p.data[0][1] = 2 << 20; /* floats a peer */
+	assert_int_equal(emu_cluster_run(c, a2a_sized_device, &p), 0);
+	assert_int_equal(p.t[0][0], nvl_sends_ns(8 << 20, 8, 24 << 20, 512 << 10));
+	assert_int_equal(p.t[0][0], 11500 + 70790 + 70790 / 2);
+	emu_cluster_free(c);
 	c = calibrated_on("dgx-h100", 1, 8);
-	assert_int_equal(emu_cluster_run(c, a2a_small_device, &p), 0);
+	p.data[0][1] = 1 << 20;
+	assert_int_equal(emu_cluster_run(c, a2a_sized_device, &p), 0);
 	assert_int_equal(p.t[0][0], nvl_sends_ns(4 << 20, 4, 28 << 20, 512 << 10));
 	assert_int_equal(p.t[0][0], 11500 + 82589 + 82589 / 2);
+	/* 8 KiB a peer, one channel's, by LL: 8100 + 633 + 7 x 8 KiB / 44 GB/s; nothing sent:
+	 * 8100 + 633 */
+	p.data[0][1] = 2048;
+	assert_int_equal(emu_cluster_run(c, a2a_sized_device, &p), 0);
+	assert_int_equal(p.t[0][0], 8733 + (int64_t)ceil(7 * 8192 / 44e9 * 1e9));
+	assert_int_equal(p.t[0][1], 8733);
 	assert_int_equal(emu_cluster_run(c, a2a_nodes_device, &p), 0);
 	assert_int_equal(p.t[0][0], nvl_sends_ns(256 << 20, 16, 7ULL * (256 << 20), 512 << 10));
 	assert_int_equal(p.t[0][0], 5462325);
