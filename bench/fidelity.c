@@ -384,8 +384,8 @@ static const struct sweep sweeps[] = {
 	 1},
 	/* nccl-tests' sendrecv among 8 A100s, -g 8 (NVLink3, "600GB/s bi-directional"; NCCL's
 	 * version not given), checks: NVLink3 models no p2p channels (emu/topo.c), so pemu
-	 * sends at the ring's 234 GB/s, where these run at 110 GB/s at 128 MiB (8 channels)
-	 * and 189-195 from 256 MiB */
+	 * sends at the ring's 234 GB/s, where these run at 110 GB/s at 128 MiB (on 8 channels
+	 * by the H100's law) and 189-195 from 256 MiB */
 	{"send-recv, 8 A100",
 	 "dgx-a100",
 	 "li-plus/playground cuda/nccl.md (nccl-tests sendrecv_perf -g 8, out-of-place)",

@@ -165,7 +165,7 @@ int coll_set_group(struct emu_dev *d, int on);
  * (topo.h, p2p_ch_bw) carries a send at most at the bandwidth of the channels NCCL
  * splits it over, which the communicator's size and the message's decide
  * (coll_p2p_channels): among 8 GPUs of an H100 node a send of 64 MiB runs on 4 of its 32
- * channels, at 84 GB/s; on a communicator over nodes every send on 4 at most. ranks 0,
+ * channels, at most 84 GB/s; on a communicator over nodes every send on 4 at most. ranks 0,
  * each run's start: none, a copy at the link's rate (as Transformer Engine's
  * userbuffers). A send's time is its sender's; a grouped receive's turn in its group
  * (coll_set_group) its own: set it for both. Returns the previous one. */

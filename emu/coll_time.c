@@ -1,10 +1,10 @@
 /* coll_time: when a collective ends, under the run's cost model (emu/clock.h): the
  * roofline's ring formulas on the data sheets' links, or the calibrated model's NCCL-like
- * protocols, NVLink SHARP, rings and trees over nodes, NVLSTree on 2 nodes,
- * all-to-alls node by node, and sends (and all-to-alls inside a node) on NCCL's p2p
- * channels (constants and their sources in topo.c, the formulas in docs/formulas.md). The last
- * member to arrive calls coll_op_resolve. Under the calibrated model also the SMs a collective
- * takes from the compute beside it, charged at its wait (coll_sm_share). */
+ * protocols, NVLink SHARP, rings and trees over nodes, NVLSTree on 2 nodes, all-to-alls
+ * node by node, and sends (and all-to-alls inside a node) on NCCL's p2p channels
+ * (constants and their sources in topo.c, the formulas in docs/formulas.md). The last
+ * member to arrive calls coll_op_resolve. Under the calibrated model also the SMs a
+ * collective takes from the compute beside it, charged at its wait (coll_sm_share). */
 #include <stdint.h>
 
 #include "clock.h"

@@ -128,10 +128,11 @@
  *                 2.29, MPI; each GPU sends to the next): among 8 a send of 32 or 64 MiB
  *                 runs on 4 channels at 80-82 GB/s, 128 MiB on 8 at 163 (as among 4 up to
  *                 128 MiB), 256 MiB on 16 at 300, and from 512 MiB at the link's 356-367;
- *                 all 20 within 6.8% (the chunk costs them: 3.5% on average, 2.7% without
- *                 it). Checked on nccl-tests' alltoall inside a node, the same sends to
- *                 every member at once: among 4 and 8 H100s (xxrjun's, 32 MiB to 16 GiB)
- *                 all 20 within 9.1% (without the chunk 13.6% at worst). Below 32 MiB
+ *                 all 20 within 6.8% (mean error 3.5%; 2.7% for the law without the chunk,
+ *                 at 20 GB/s). No constant fitted to nccl-tests' alltoall inside a node,
+ *                 the same sends to every member at once, though the chunk's form was
+ *                 chosen on it: among 4 and 8 H100s (xxrjun's, 32 MiB to 16 GiB) all 20
+ *                 within 9.1% (without the chunk 12 of 20, -25.1% at worst). Below 32 MiB
  *                 unmeasured, where the chunk weighs most. NVLink3 and the networks 0
  *                 (the link's rate; across nodes a send of xxrjun's between 2 nodes x 1
  *                 H100 runs at 43.8 GB/s, pemu 47.0, a check; among 8 A100s li-plus's

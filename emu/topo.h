@@ -45,9 +45,10 @@ struct topo_link {
 	 * chunks it moves, which weighs more among fewer GPUs (coll_time.c); bus_eff is
 	 * the bandwidth measured among 8 */
 	double ring_loop;
-	/* NCCL's send and receive on this link (0: not modelled): the bandwidth of one of the
-	 * channels NCCL splits a send over, bytes a second; how many it splits one over, its
-	 * communicator's size and the message's decide (coll_p2p.c, coll_p2p_channels) */
+	/* NCCL's send and receive on this link (0: not modelled), and so an all-to-all inside
+	 * a node, NCCL's sends to every member: the bandwidth of one of the channels NCCL
+	 * splits a send over, bytes a second; how many it splits one over, its communicator's
+	 * size and the message's decide (coll_p2p.c, coll_p2p_channels; coll_time.c) */
 	uint64_t p2p_ch_bw;
 	/* Between nodes: the fixed cost a collective adds when its nodes hold several of its
 	 * members each (NCCL's PXN path, a GPU reaching the NIC through an NVLink peer) */

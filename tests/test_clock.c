@@ -1020,7 +1020,6 @@ static void test_p2p_channels(void **state)
 	assert_int_equal(emu_cluster_run(c, sendrecv_device, &p), 0);
 	assert_int_equal(p.t[0][0], nvl_sends_ns(32768, 1, 32768, 512 << 10));
 	assert_int_equal(p.t[0][0], 11500 + 2 * 1561);
-	p.data[0][0] = 2;
 	p.data[0][1] = 0;
 	/* none (as Transformer Engine's userbuffers copy): the link's rate */
 	p.data[0][0] = 0;
@@ -1029,7 +1028,7 @@ static void test_p2p_channels(void **state)
 	assert_int_equal(p.t[0][3], p.t[0][0]);
 	/* a group's second send, and a group's second receive (its sender ready at once),
 	 * start where the first would end on its channels, and end at 2 x 835382 (at the
-	 * link's rate 200273 + 835382) */
+	 * link's rate 200274 + 835382) */
 	assert_int_equal(emu_cluster_run(c, grouped_sends_device, &p), 0);
 	for (int d = 0; d < 4; d++)
 		assert_int_equal(p.t[d][0], 2 * 835382);
@@ -1313,9 +1312,10 @@ static void test_all_to_all_across_nodes(void **state)
  * in bench/fidelity). 1 GiB in all: among 2 a peer's 512 MiB on 32 channels, among 4 256
  * MiB on 16, among 8 128 MiB on 8, parts of 16 MiB, each member's (n - 1) messages out
  * through the link at 355.5 GB/s; 32 MiB in all among 8: 4 MiB a peer on 4 channels,
- * parts of 1 MiB, two chunks; 256 MiB a peer among 8 (a2a_nodes_device on one node); its
- * all-to-all-v: the largest message, 21 x 256 KiB (member 6 to 7), on 4 channels, and the
- * most a member moves, member 7's receipts, 126 x 256 KiB, through the link. */
+ * parts of 1 MiB, a chunk (half the part) more; 32 MiB among 4: 8 MiB a peer on 8; 256
+ * MiB a peer among 8 (a2a_nodes_device on one node); its all-to-all-v: the largest
+ * message, 21 x 256 KiB (member 6 to 7), on 4 channels, and the most a member moves,
+ * member 7's receipts, 126 x 256 KiB, through the link; 8 KiB a peer by LL; nothing. */
 static int a2a_sized_device(struct emu_dev *d, void *arg)
 {
 	struct probe *p = arg;
