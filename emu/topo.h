@@ -83,10 +83,11 @@ struct topo_gpu {
 	 * fused_eff is the rate on long sequences, and a causal one of s tokens in blocks of
 	 * B queries reaches s / (s + B + 2 fused_keys) of it */
 	double fused_keys;
-	/* a GEMM's: a tile's prologue and epilogue as more of k, and the kernel's fixed
-	 * time (in place of kernel_ns) */
+	/* a GEMM's: a tile's prologue and epilogue as more of k, the kernel's fixed time
+	 * (in place of kernel_ns), and whether its law deals 64 x 64 tiles too */
 	double gemm_k0;
 	int64_t gemm_ns;
+	int gemm_tile64;
 };
 
 struct topo {

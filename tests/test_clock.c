@@ -110,19 +110,24 @@ static struct emu_cluster *calibrated(int nodes, int ndev)
 	return calibrated_on("dgx-a100", nodes, ndev);
 }
 
-/* The GEMM law by hand: for each tile, 256 x 128, 128 x 256 and 128 x 128 at an SM's rate and
- * 128 x 64 and 64 x 128 at 0.78 of it, the fewer of data-parallel waves (a tile of k + k0
- * each: 250 on an A100) and stream-K's even share (tiles x k / SMs, plus k0 for each of
- * waves + 1 tiles and 400 for the fix-up), at the ceiling over the SMs; the least over the
- * tiles; and the GEMM kernel's fixed time (2 us on an A100). */
+/* The 64 x 64 tile's fraction of an SM's rate: 1 / eff linear in the loads a FLOP, through the
+ * 128 x 128 tile's 1 and the half tiles' 0.78 at 3/2 of its loads, at twice its loads */
+#define TILE64_EFF (1 / (1 + 2 * (1 / 0.78 - 1)))
+
+/* The GEMM law by hand: for each tile, 256 x 128, 128 x 256 and 128 x 128 at an SM's rate,
+ * 128 x 64 and 64 x 128 at 0.78 of it and, on an H100, 64 x 64 at TILE64_EFF, the fewer of
+ * data-parallel waves (a tile of k + k0 each: 250 on an A100) and stream-K's even share
+ * (tiles x k / SMs, plus k0 for each of waves + 1 tiles and 400 for the fix-up), at the
+ * ceiling over the SMs; the least over the tiles; and the GEMM kernel's fixed time (2 us on
+ * an A100). */
 static int64_t gemm_on(const struct topo_gpu *g, int sms, double batch, double m, double n,
 		       double k)
 {
-	static const double tiles[5][3] = {
-		{256, 128, 1}, {128, 256, 1}, {128, 128, 1}, {128, 64, 0.78}, {64, 128, 0.78}};
+	static const double tiles[6][3] = {{256, 128, 1},   {128, 256, 1},   {128, 128, 1},
+					   {128, 64, 0.78}, {64, 128, 0.78}, {64, 64, TILE64_EFF}};
 	double best = 1e300;
 
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 5 + g->gemm_tile64; i++) {
 		double c = ceil(m / tiles[i][0]) * ceil(n / tiles[i][1]) * batch;
 		double waves = ceil(c / sms);
 		double dp = waves * (k + g->gemm_k0),
@@ -219,8 +224,12 @@ static void test_calibrated_compute(void **state)
 	assert_int_equal(p.t[0][0], gemm_by_hand(g, 1, 8192, 8192, 8192));
 	assert_int_equal(p.t[0][4], gemm_by_hand(g, 96, 2048, 2048, 128));
 	assert_int_equal(p.t[1][2], gemm_by_hand(g, 2, 1024, 1024, 8192));
-	assert_int_equal(p.t[1][0], 5000 + (int64_t)ceil(2.0 * 128 * 64 * (512 + 120) /
-							 (989e12 * 0.803 / 132 * 0.78) * 1e9));
+	/* and deals 64 x 64 tiles too, at 0.639 of the rate: 512^3 is 64 of them, one wave,
+	 * 0.61 of the half tiles' time (the A100's law above deals none) */
+	assert_true(TILE64_EFF > 0.6393 && TILE64_EFF < 0.6394);
+	assert_int_equal(p.t[1][0],
+			 5000 + (int64_t)ceil(2.0 * 64 * 64 * (512 + 120) /
+					      (989e12 * 0.803 / 132 * TILE64_EFF) * 1e9));
 	assert_int_equal(p.t[0][6], 2000 + (int64_t)ceil(1e9 / (3.35e12 * 0.92) * 1e9));
 	emu_cluster_free(c);
 }
