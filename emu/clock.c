@@ -68,14 +68,17 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
  * the fix-up matters (0: 7.1%, 200: 5.5%, 400: 4.9%, 500: 5.2%). The H100's k0 (120) and
  * its GEMM kernel's fixed time (gemm_ns, 5 us) are fitted to OpenXLA's table of 375 H100
  * GEMMs (topo.c). The ceiling stays mamf-finder's measured maximum.
- * The H100's law deals 64 x 64 tiles too (gemm_tile64), at a rate that takes no constant
- * of its own: an SM's time a FLOP as a + b x the tile's loads of A and B a FLOP, through
- * the 128 x 128 tile (1) and the half tiles (3/2 of its loads, GEMM_HALF_TILE_EFF), gives
- * the 64 x 64 tile (twice its loads) 1 / (1 + 2 (1 / 0.78 - 1)) = 0.639 of the rate. On
- * OpenXLA's table it wins 86 of the 375 shapes, all under 25 us, and takes the table from
- * 317 to 349 within 10% (mean error 6.3% to 5.3%; on those 86, pemu's mean bias from -6.7%
- * to +3.0%). The A100's law deals none: its one GEMM that small (512^3 on an A800 PCIe,
- * under PyTorch) runs at the half tiles' rate, and 64 x 64 tiles would make it 38% fast. */
+ * The H100's law (and the H200's and H20's, gemm_tile64) deals 64 x 64 tiles too, at a
+ * rate with no new fitted number: extrapolated from the half tiles' by an assumed law, an
+ * SM's time a FLOP as a + b x the tile's loads of A and B a FLOP (1/Tm + 1/Tn), through
+ * the 128 x 128 tile (1) and the half tiles (3/2 its loads, GEMM_HALF_TILE_EFF), gives the
+ * 64 x 64 tile (twice its loads) 1 / (1 + 2 (1 / 0.78 - 1)) = 0.639 of the rate (a
+ * two-point extrapolation: the same law would put the 256 x 128 tiles above 1). On
+ * OpenXLA's table it wins 86 of the 375 shapes, all under 13 us, and takes the table from
+ * 317 to 349 within 10% (mean error 6.3% to 5.3%; on those 86, pemu's mean error from
+ * -6.7%, slow, to +3.0%); it overshoots some 256-wide shapes of long k (2 x 256 x 256 x
+ * 4096 +38%, 30% without it). Which GPUs deal it was chosen on the data: the A100's one
+ * GEMM that small, the A800's 512^3 (a row 0.78 was fitted on), would come out 38% fast. */
 #define GEMM_HALF_TILE_EFF 0.78
 #define GEMM_TILE64_EFF    (1 / (1 + 2 * (1 / GEMM_HALF_TILE_EFF - 1)))
 #define GEMM_FIXUP         400.0
@@ -89,16 +92,19 @@ static double gemm_tiles_s(const struct topo_gpu *g, int sms, double batch, doub
 					 {128, 64, GEMM_HALF_TILE_EFF},
 					 {64, 128, GEMM_HALF_TILE_EFF},
 					 {64, 64, GEMM_TILE64_EFF}};
-	size_t ntiles = sizeof tile / sizeof *tile - !g->gemm_tile64;
 	double per_sm = g->peak_flops * g->gemm_ceiling / g->sms, best = INFINITY;
 
-	for (size_t i = 0; i < ntiles; i++) {
+	for (size_t i = 0; i < sizeof tile / sizeof *tile; i++) {
 		double tm = tile[i][0], tn = tile[i][1], rate = per_sm * tile[i][2];
-		double tiles = ceil(m / tm) * ceil(n / tn) * batch, waves = ceil(tiles / sms);
-		double dp = waves * (k + g->gemm_k0);
-		double sk = tiles * k / sms + (waves + 1) * g->gemm_k0 + GEMM_FIXUP;
-		double t = 2 * tm * tn * (dp < sk ? dp : sk) / rate;
+		double tiles, waves, dp, sk, t;
 
+		if (tm == 64 && tn == 64 && !g->gemm_tile64)
+			continue;
+		tiles = ceil(m / tm) * ceil(n / tn) * batch;
+		waves = ceil(tiles / sms);
+		dp = waves * (k + g->gemm_k0);
+		sk = tiles * k / sms + (waves + 1) * g->gemm_k0 + GEMM_FIXUP;
+		t = 2 * tm * tn * (dp < sk ? dp : sk) / rate;
 		best = t < best ? t : best;
 	}
 	return best;

@@ -13,7 +13,7 @@
  *                 batch output matrices (m, n) cut into tiles Tm x Tn of cuBLAS's usual
  *                 sizes, 256 x 128, 128 x 256 or 128 x 128, or the half tiles
  *                 128 x 64 and 64 x 128 at 0.78 of an SM's rate (and where the GPU's
- *                 gemm_tile64 says so, the H100's, 64 x 64 at 0.639), and the tiles dealt
+ *                 gemm_tile64 says so, H100, H200 and H20, 64 x 64 at 0.639), and the tiles dealt
  *                 out to the SMs the faster of two ways: data-parallel, ceil(tiles / sms)
  *                 waves of one tile of k + gemm_k0 (its prologue and epilogue: 250 on an
  *                 A100, 120 on an H100) an SM (tile and wave quantization, NVIDIA's Matrix

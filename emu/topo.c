@@ -52,16 +52,18 @@
  *                 5 us, fitted to OpenXLA's table of 375 H100 GEMMs in bf16, batches of 1
  *                 to 4 of m, n, k from 256 to 4096 (xla/service/gpu/model/
  *                 matmul_interpolator_data.h, sm_90: the median kernel time of traced runs;
- *                 bench/fidelity_xla.h): mean error 6.3%, 317 within 10%, from -25% to +30%
+ *                 bench/fidelity_xla.h): before the 64 x 64 tile (below) mean error 6.3%,
+ *                 317 within 10%, from -25% to +30%
  *                 (the A100's 250 and 2 us gave 24.8%, 127 within, pemu fast by up to 44% on
  *                 the 5 us kernels and slow by up to 25% where k is 256-1024), and 116 of
  *                 the 118 above 20 us within 10%. H200 and H20 take H100's, the RTX cards
  *                 A100's (assumptions)
- *   gemm_tile64   whether the GEMM law deals 64 x 64 tiles too, at a rate derived from the
- *                 half tiles' (clock.c): the H100's, on OpenXLA's table a mean error of 5.3%,
- *                 349 within 10%, from -21% to +38% (k0 and gemm_ns kept); not the A100's,
- *                 whose one GEMM that small (the A800's 512^3) it would make 38% fast. H200
- *                 and H20 take H100's, the RTX cards A100's
+ *   gemm_tile64   whether the GEMM law deals 64 x 64 tiles too, at a rate extrapolated from
+ *                 the half tiles' (clock.c): chosen on the data. The H100's, on OpenXLA's
+ *                 table a mean error of 5.3%, 349 within 10%, from -21% to +38% (k0 and
+ *                 gemm_ns kept); not the A100's, whose one GEMM that small (the A800's
+ *                 512^3, a row the half tiles' 0.78 was fitted on) it would make 38% fast.
+ *                 H200 and H20 take H100's, the RTX cards A100's
  * and per link, for NCCL's collectives (coll_time.c: a collective costs base plus the faster
  * of its protocols, steps x hop + bus bytes / bandwidth each: LL for small messages; LL128,
  * where measured, up to ll128_max, or with ll128_max 0 as far as NCCL's own cost model

@@ -127,7 +127,7 @@ static int64_t gemm_on(const struct topo_gpu *g, int sms, double batch, double m
 					   {128, 64, 0.78}, {64, 128, 0.78}, {64, 64, TILE64_EFF}};
 	double best = 1e300;
 
-	for (int i = 0; i < 5 + g->gemm_tile64; i++) {
+	for (int i = 0; i < 5 + !!g->gemm_tile64; i++) {
 		double c = ceil(m / tiles[i][0]) * ceil(n / tiles[i][1]) * batch;
 		double waves = ceil(c / sms);
 		double dp = waves * (k + g->gemm_k0),

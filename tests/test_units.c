@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -86,8 +87,16 @@ static void test_presets(void **state)
 	assert_int_equal(topo_preset("rtx4090-pcie", &t), 0);
 	assert_true(t.gpu.peak_flops == 165e12);
 	assert_int_equal(topo_preset("tpu-v9", &t), -1);
-	for (int i = 0; topo_preset_names[i]; i++)
-		assert_int_equal(topo_preset(topo_preset_names[i], &t), 0);
+	for (int i = 0; topo_preset_names[i]; i++) {
+		const char *name = topo_preset_names[i];
+
+		assert_int_equal(topo_preset(name, &t), 0);
+		/* the GEMM law's 64 x 64 tiles are the Hopper cards' (the H100's, which H200 and
+		 * H20 take), none of the Ampere or Ada cards' (clock.c) */
+		assert_int_equal(t.gpu.gemm_tile64, !strcmp(name, "dgx-h100") ||
+							    !strcmp(name, "dgx-h200") ||
+							    !strcmp(name, "h20"));
+	}
 }
 
 static void test_link_classes(void **state)
