@@ -49,7 +49,8 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.vpp, 1);
 	assert_int_equal(cfg.mlp_chunks, 1);
 	assert_int_equal(cfg.recompute, 0);
-	assert_int_equal(cfg.bucket_bytes, 25000000);
+	assert_int_equal(cfg.bucket_bytes, 0); /* Megatron's buckets: test_buckets */
+	assert_int_equal(cfg.bucket_params, 0);
 	assert_int_equal(cfg.log_every, 10);
 	assert_int_equal(cfg.opt.decay_steps, 300);
 	assert_float_equal(cfg.opt.min_lr, cfg.opt.lr / 10, 1e-12);
@@ -217,6 +218,58 @@ static void test_rules(void **state)
 
 /* Filled by hand from zero, as bench/ and test_par do, with run_check alone: the zero
  * schedule (gpipe) without a pipeline asks for nothing; a wrong device count is refused. */
+/* The gradient buckets of the first chunk, as Megatron-LM sizes them (par/dp.h): one
+ * bucket without an overlap at ZeRO 0-1, whatever size is given; with --overlap-grad-reduce
+ * or --overlap-param-gather max(40M, 1M x dp x cp) parameters, or the size given, in
+ * parameters or in bytes at the weights' width (rounded up); ZeRO-2 25 MB by default in
+ * any case, ZeRO-3 by units. The two sizes together are refused. */
+static void test_buckets(void **state)
+{
+	static const struct {
+		int zero, ogr, opg, dp, cp;
+		enum prec prec;
+		uint64_t bytes, params, want;
+	} cases[] = {
+		{0, 0, 0, 8, 1, PREC_BF16, 0, 0, 0},
+		{1, 0, 0, 64, 1, PREC_BF16, 0, 5000000, 0},
+		{0, 1, 0, 8, 1, PREC_BF16, 0, 0, 40000000},
+		{1, 1, 0, 32, 2, PREC_BF16, 0, 0, 64000000},
+		{1, 0, 1, 48, 1, PREC_FP32, 0, 0, 48000000},
+		{0, 1, 0, 8, 1, PREC_BF16, 0, 5000000, 5000000},
+		{0, 1, 0, 8, 1, PREC_BF16, 25000001, 0, 12500001},
+		{0, 1, 0, 8, 1, PREC_FP32, 1 << 20, 0, 1 << 18},
+		{2, 0, 0, 8, 1, PREC_BF16, 0, 0, 12500000},
+		{2, 0, 0, 8, 1, PREC_FP32, 0, 0, 6250000},
+		{3, 1, 0, 8, 1, PREC_BF16, 0, 0, 0},
+	};
+	struct run_cfg cfg;
+	char err[256];
+
+	(void)state;
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		run_cfg_init(&cfg);
+		cfg.zero = cases[k].zero;
+		cfg.overlap_grad = cases[k].ogr;
+		cfg.overlap_param_gather = cases[k].opg;
+		mesh_init(&cfg.mesh, 1, cases[k].cp, 1, cases[k].dp, 1);
+		cfg.prec = cases[k].prec;
+		cfg.bucket_bytes = cases[k].bytes;
+		cfg.bucket_params = cases[k].params;
+		if (run_bucket_params(&cfg) != cases[k].want)
+			fail_msg("case %zu: %llu parameters a bucket, want %llu", k,
+				 (unsigned long long)run_bucket_params(&cfg),
+				 (unsigned long long)cases[k].want);
+	}
+	run_cfg_init(&cfg);
+	cfg.model = model_preset("tiny")->cfg;
+	cfg.data = &corpus;
+	cfg.bucket_bytes = 1 << 20;
+	cfg.bucket_params = 1 << 20;
+	assert_int_equal(run_cfg_finish(&cfg, 1, err, sizeof err), -1);
+	assert_string_equal(err, "--bucket-size and --ddp-bucket-size both give the gradient "
+				 "bucket's size: give one");
+}
+
 static void test_by_hand(void **state)
 {
 	struct run_cfg cfg;
@@ -253,7 +306,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),          cmocka_unit_test(test_vocab_padding),
 		cmocka_unit_test(test_pipeline_defaults), cmocka_unit_test(test_rules),
-		cmocka_unit_test(test_by_hand),
+		cmocka_unit_test(test_by_hand),           cmocka_unit_test(test_buckets),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -76,14 +76,20 @@ const struct cli_opt cli_par_opts[] = {
 	 "ZeRO over dp: 1 shards Adam's state, 2 also gradients, 3 also weights (default 0)"},
 	{"use-distributed-optimizer", 0, 0, CLI_PAR_DIST_OPT, NULL,
 	 "Megatron's distributed optimizer: ZeRO stage 1 unless --zero-stage gives more"},
+	{"ddp-bucket-size", 0, 1, CLI_PAR_DDP_BUCKET, "N",
+	 "data-parallel gradient bucket in parameters (ZeRO 0-1: Megatron-LM's, with "
+	 "--overlap-grad-reduce or --overlap-param-gather, default max(40M, 1M x dp x cp); "
+	 "without, one bucket a model chunk whatever the size; ZeRO-2: default 25MB; stage 3 "
+	 "goes by layer)"},
 	{"bucket-size", 0, 1, CLI_PAR_BUCKET, "SIZE",
-	 "data-parallel gradient bucket (default 25MB; stage 3 goes by layer)"},
+	 "the same in bytes at the weights' width (PyTorch DDP's bucket_cap_mb)"},
 	{"overlap-grad-reduce", 0, 0, CLI_PAR_OVERLAP_GRAD, NULL,
 	 "reduce each gradient bucket as the last micro-batch's backward finishes it (ZeRO 0-1; "
-	 "a pipeline stage's as its last backward through each block does; stages 2-3 always "
-	 "are)"},
+	 "Megatron-LM's buckets: --ddp-bucket-size in the first stage's first chunk, one bucket "
+	 "in each other chunk and stage; stages 2-3 always are)"},
 	{"no-overlap-grad-reduce", 0, 0, CLI_PAR_NO_OVERLAP_GRAD, NULL,
-	 "reduce the gradients after backward (the default, Megatron-LM's; ZeRO 0-1)"},
+	 "reduce the gradients after backward, one bucket a model chunk (the default, "
+	 "Megatron-LM's; ZeRO 0-1)"},
 	{"overlap-param-gather", 0, 0, CLI_PAR_OVERLAP_PARAM, NULL,
 	 "ZeRO 1-2: gather each bucket's updated weights as the next forward reaches them, one "
 	 "bucket ahead (default: all of them after the optimizer step, exposed)"},
@@ -243,6 +249,9 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		cfg->bucket_bytes = cli_size(c, "--bucket-size", v);
 		if (!cfg->bucket_bytes)
 			cli_fail(c, "--bucket-size must be more than 0 bytes");
+		break;
+	case CLI_PAR_DDP_BUCKET:
+		cfg->bucket_params = (uint64_t)cli_int(c, "--ddp-bucket-size", v, 1, 1L << 40);
 		break;
 	case CLI_PAR_SP:
 		cfg->sp = 1;

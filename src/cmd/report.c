@@ -193,19 +193,29 @@ void report_config_json_run(FILE *f, const struct run_cfg *cfg, const struct emu
 {
 	static const char *const recompute_names[] = {"none", "selective", "full", "oases"};
 	const int *size = cfg->mesh.size;
+	/* the first chunk's buckets, in bytes at the weights' width and in parameters; null
+	 * for one bucket a chunk (ZeRO 0-1 without an overlap) or ZeRO-3's units */
+	uint64_t b = run_bucket_params(cfg);
+	char bytes[32] = "null", params[32] = "null";
+
+	if (b) {
+		snprintf(bytes, sizeof bytes, "%" PRIu64,
+			 b * tensor_elem_bytes(cfg->prec, MEM_PARAM));
+		snprintf(params, sizeof params, "%" PRIu64, b);
+	}
 
 	fprintf(f,
 		"\"config\":{\"model\":\"%s\",\"parameters\":%zu,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
 		"\"cp\":%d,\"ep\":%d,\"zero_stage\":%d,\"micro_batch_size\":%d,\"global_batch_"
 		"size\":"
 		"%d,\"steps\":%d,\"seed\":%" PRIu64 ",\"precision\":\"%s\",\"recompute\":\"%s\","
-		"\"tp_overlap\":\"%s\",\"schedule\":\"%s\",\"bucket_size\":%" PRIu64
-		",\"overlap_grad_reduce\":%s,\"cluster\":",
+		"\"tp_overlap\":\"%s\",\"schedule\":\"%s\",\"bucket_size\":%s,"
+		"\"ddp_bucket_size\":%s,\"overlap_grad_reduce\":%s,\"cluster\":",
 		model_name(cfg), gpt_num_params(&cfg->model), size[MESH_DP], size[MESH_TP],
 		size[MESH_PP], size[MESH_CP], cfg->ep > 1 ? cfg->ep : 1, cfg->zero, cfg->mbs,
 		cfg->gbs, cfg->steps, cfg->seed, prec_name(cfg->prec),
 		recompute_names[cfg->recompute], cfg->tp_overlap ? "oases" : "none",
-		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", cfg->bucket_bytes,
+		size[MESH_PP] > 1 ? sched_name(cfg->schedule) : "none", bytes, params,
 		run_overlaps_grads(cfg) ? "true" : "false");
 	report_cluster_json(f, ecfg);
 	checkpoint_json(f, cfg);

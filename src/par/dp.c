@@ -277,12 +277,50 @@ static void unit_buckets(struct par_dp_state *s, const struct par_groups *g)
 	m->use = use;
 }
 
+/* The model chunk (Megatron's virtual stage; interleaved's chunks a rank) parameter i is
+ * in, for its buckets: layer l in chunk l chunks / L, the final LayerNorm in the last and
+ * the embeddings in the first (backward finishes them first and last: par/model.c). */
+static int chunk_of(const struct par_model *m, int i)
+{
+	int u = par_unit_of(m, i), L = m->cfg.num_layers, c = m->pc.chunks > 1 ? m->pc.chunks : 1;
+
+	if (u == PAR_UNIT_EMB(m))
+		return 0;
+	return u == PAR_UNIT_LNF(m) ? c - 1 : (int)((int64_t)u * c / L);
+}
+
+uint64_t par_dp_bucket_params(int zero, int overlap, uint64_t params, uint64_t bytes, int dp,
+			      unsigned wb)
+{
+	uint64_t d = dp > 1 ? (uint64_t)dp : 1;
+
+	if (zero >= 3 || (zero < 2 && !overlap))
+		return 0;
+	if (params)
+		return params;
+	/* a size in bytes counts elements at the weights' width, fp32 gradients or not (as
+	 * Megatron's counts elements): the same buckets, so the same sums, either way */
+	if (bytes || zero == 2)
+		return ((bytes ? bytes : PAR_DP_BUCKET_BYTES) + wb - 1) / wb;
+	return PAR_DP_BUCKET_PARAMS > PAR_DP_BUCKET_PER_DP * d ? PAR_DP_BUCKET_PARAMS
+							       : PAR_DP_BUCKET_PER_DP * d;
+}
+
+/* The most elements a bucket of chunk c holds, 0 for no limit: ZeRO-2's in every chunk,
+ * ZeRO 0-1's in the first chunk of the first stage only (par/dp.h). */
+static uint64_t bucket_limit(const struct par_model *m, int c)
+{
+	const struct par_cfg *pc = &m->pc;
+
+	if (pc->zero < 2 && !(m->part.first && c == 0))
+		return 0;
+	return par_dp_bucket_params(pc->zero, pc->buckets, pc->bucket_params, pc->bucket_bytes,
+				    pc->pad, m->k.ab);
+}
+
 int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_groups *g)
 {
-	/* a bucket's size counts its elements at the weights' width, fp32 gradients or not
-	 * (as Megatron's counts elements): the same buckets, so the same sums, either way */
-	int dp = m->pc.pad ? m->pc.pad : 1, zero = m->pc.zero, wire_bytes = m->k.ab;
-	uint64_t bucket_bytes = m->pc.bucket_bytes;
+	int dp = m->pc.pad ? m->pc.pad : 1, zero = m->pc.zero;
 	size_t lo = 0;
 
 	memset(s, 0, sizeof *s);
@@ -297,12 +335,13 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 	s->b = emu_xcalloc((size_t)m->np, sizeof *s->b);
 	for (int k = 0; k < m->np; k++) {
 		size_t hi = k + 1 < m->np ? m->p[m->order[k + 1]].off : m->nflat;
-		int expert = m->p[m->order[k]].expert;
+		int expert = m->p[m->order[k]].expert, c = chunk_of(m, m->order[k]);
+		uint64_t limit = bucket_limit(m, c);
 
 		s->pos[m->order[k]] = k;
-		/* a bucket ends at its size, and where the parameters' group changes */
-		if ((hi - lo) * (uint64_t)wire_bytes >= bucket_bytes || k + 1 == m->np ||
-		    m->p[m->order[k + 1]].expert != expert) {
+		/* a bucket ends at its size, and where the parameters' group or chunk changes */
+		if ((limit && hi - lo >= limit) || k + 1 == m->np ||
+		    m->p[m->order[k + 1]].expert != expert || chunk_of(m, m->order[k + 1]) != c) {
 			s->b[s->nb] = (struct par_dp_bucket){.lo = lo, .hi = hi, .last = k};
 			bucket_group(s, g, expert, &s->b[s->nb++]);
 			lo = hi;

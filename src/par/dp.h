@@ -1,8 +1,16 @@
 /* par/dp: data parallelism and ZeRO's three stages over the flat buffers of a
  * tensor-parallel model (par/model.h).
  *
- * Buckets (PyTorch DDP, Li et al. 2020, arXiv 2006.15704): consecutive parameters, in the
- * order backward finishes them, are grouped until a bucket holds --bucket-size bytes. In
+ * Buckets: consecutive parameters, in the order backward finishes them, each bucket
+ * reduced by one collective; expert and dense parameters never share one. As Megatron-LM
+ * cuts them (megatron/core/distributed/distributed_data_parallel.py; its 2021 DDP reduced
+ * each gradient buffer whole too): without an overlap (--overlap-grad-reduce, or
+ * --overlap-param-gather, which Megatron allows only with it) one bucket a model chunk;
+ * with one, the first chunk of the first pipeline stage in buckets of max(40M, 1M x dp x
+ * cp) parameters, or --ddp-bucket-size's (--bucket-size's bytes at the weights' width),
+ * every other chunk and every chunk of the other stages one bucket ("not on the critical
+ * path"). ZeRO-2 cuts every chunk, 25 MB by default (PyTorch DDP's, Li et al. 2020, arXiv
+ * 2006.15704). In
  * the last micro-batch of a step, a bucket's all-reduce is posted on the comm stream as
  * soon as backward has finished its last parameter, so communication overlaps the rest of
  * backward; the step waits for every bucket before the optimizer.
@@ -49,6 +57,12 @@
 
 #include "optim.h"
 #include "par/model.h"
+
+/* Megatron-LM's default bucket, max(40M, 1M x dp x cp) parameters, and ZeRO-2's, 25 MB
+ * (par_dp_init) */
+#define PAR_DP_BUCKET_PARAMS 40000000ULL
+#define PAR_DP_BUCKET_PER_DP 1000000ULL
+#define PAR_DP_BUCKET_BYTES  25000000ULL
 
 struct par_dp_bucket {
 	size_t lo, hi;        /* elements [lo, hi) of the flat buffers */
@@ -104,8 +118,16 @@ struct par_dp_state {
 				 * parameters (unit_lo > unit_hi: none) */
 };
 
+/* The most parameters a gradient bucket holds in the first chunk of the first pipeline
+ * stage, as above, or 0 for one bucket a chunk (and ZeRO-3, whose buckets are its units):
+ * zero the stage, overlap whether an overlap asks for buckets, params and bytes the
+ * user's sizes (or 0), dp the data-parallel degree times the context-parallel one, wb the
+ * weights' width in bytes. */
+uint64_t par_dp_bucket_params(int zero, int overlap, uint64_t params, uint64_t bytes, int dp,
+			      unsigned wb);
+
 /* Sets up data parallelism over m as m's configuration says (ZeRO stage, pad = the
- * data-parallel degree, buckets of about bucket_bytes on the wire; units in stage 3)
+ * data-parallel degree, buckets as above; units in stage 3)
  * among g's data-parallel group, with the optimizer state; installs the hooks on m.
  * 0 or EMU_EOOM. */
 int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_groups *g);

@@ -143,7 +143,13 @@ struct par_cfg {
 					   * before 2022), not posted before it (par/layer.c) */
 	int tpf_layers, tpf;              /* Oases's mixed degrees: the first tpf_layers layers
 					   * cut tpf ways (tpf divides tp), 0 if none */
-	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h) */
+	uint64_t bucket_bytes;            /* data-parallel gradient buckets (par/dp.h): at
+					   * most this many bytes at the weights' width, */
+	uint64_t bucket_params;           /* or parameters; both 0: the default */
+	int buckets;                      /* ZeRO 0-1: the first chunk in buckets (an overlap
+					   * needs them); else one bucket a chunk */
+	int chunks;                       /* model chunks a rank (interleaved's), each its own
+					   * buckets */
 	int fp32_grads;                   /* gradients kept and reduced in fp32 under bf16
 					   * (Megatron-LM's --accumulate-allreduce-grads-in-fp32):
 					   * the clock and memory only (kctx.gb) */

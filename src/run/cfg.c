@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "par/dp.h"
 #include "par/tp.h"
 #include "tensor.h"
 
@@ -22,7 +23,6 @@ void run_cfg_init(struct run_cfg *cfg)
 	mesh_init(&cfg->mesh, 1, 1, 1, 1, 1);
 	cfg->schedule = SCHED_1F1B;
 	cfg->mlp_chunks = 1;
-	cfg->bucket_bytes = 25000000;
 	cfg->log_every = -1; /* unset: about 30 lines */
 	cfg->fold = 1;
 	cfg->stop_diverged = 1;
@@ -140,4 +140,12 @@ enum run_ep_mode run_ep_mode(const struct run_cfg *cfg)
 	if (tp == 1 || cfg->etp == tp)
 		return RUN_EP_DP;
 	return cfg->ep == tp ? RUN_EP_TP : RUN_EP_ROWS;
+}
+
+uint64_t run_bucket_params(const struct run_cfg *cfg)
+{
+	return par_dp_bucket_params(cfg->zero, cfg->overlap_grad == 1 || cfg->overlap_param_gather,
+				    cfg->bucket_params, cfg->bucket_bytes,
+				    cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
+				    tensor_elem_bytes(cfg->prec, MEM_PARAM));
 }

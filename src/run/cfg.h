@@ -74,7 +74,10 @@ struct run_cfg {
 				   * (models/ops.h) */
 	int ce_impl_set;          /* --cross-entropy-fusion-impl was given */
 	int mlp_chunks;           /* the dense MLP run over this many chunks of rows (> 1) */
-	uint64_t bucket_bytes;    /* data-parallel gradient buckets */
+	uint64_t bucket_bytes;    /* data-parallel gradient buckets: --bucket-size, in
+				   * bytes at the weights' width, or 0 */
+	uint64_t bucket_params;   /* or --ddp-bucket-size, in parameters, or 0; both 0:
+				   * Megatron's policy (par_cfg.buckets) */
 	int fp32_grads;           /* --accumulate-allreduce-grads-in-fp32: gradients kept and
 				   * reduced in fp32 under bf16, as Megatron-LM's bf16 training
 				   * does by default (par_cfg) */
@@ -105,10 +108,11 @@ struct run_cfg {
 
 /* Every default, as pemu's --help states them: the small preset, seed 1234, AdamW's
  * defaults (models/optim.c), a 1 x 1 x 1 mesh, ZeRO 0, no recomputation, one MLP chunk,
- * 25 MB buckets, vocabulary padded to a multiple of 128 x tp, dry-run folding on. Marked unset, for
- * run_cfg_finish to derive after the user's values: mbs, gbs and steps (0), prec and
- * schedule (prec_set, schedule_set 0), vpp (0), opt.min_lr (-1), opt.decay_steps (0),
- * log_every (-1). data is NULL: the caller points it at the corpus in execute mode. */
+ * Megatron's gradient buckets (par/dp.h), vocabulary padded to a multiple of 128 x tp, dry-run
+ * folding on. Marked unset, for run_cfg_finish to derive after the user's values: mbs, gbs and
+ * steps (0), prec and schedule (prec_set, schedule_set 0), vpp (0), opt.min_lr (-1),
+ * opt.decay_steps (0), log_every (-1). data is NULL: the caller points it at the corpus in execute
+ * mode. */
 void run_cfg_init(struct run_cfg *cfg);
 
 /* Derives, in this order: the padded vocabulary (vocab_orig keeps the given one); mbs
@@ -141,6 +145,10 @@ int run_overlaps_grads(const struct run_cfg *cfg);
 /* Bytes a gradient element takes in memory and on the wire under cfg (kctx.gb): 4 in fp32
  * or with fp32_grads, else 2. */
 unsigned run_grad_bytes(const struct run_cfg *cfg);
+
+/* The most parameters a data-parallel gradient bucket holds in the first chunk of the
+ * first pipeline stage (par_dp_bucket_params), 0 for one bucket a chunk or ZeRO-3's. */
+uint64_t run_bucket_params(const struct run_cfg *cfg);
 
 /* Where cfg's experts go (par/ep.h), Megatron's ETP x EP x EDP grid on the same ranks:
  *   NONE  no expert parallelism (the experts cut over tp as the dense MLP)

@@ -155,6 +155,11 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 		.tpf_layers = cfg->tpf_layers,
 		.tpf = cfg->tpf,
 		.bucket_bytes = cfg->bucket_bytes,
+		.bucket_params = cfg->bucket_params,
+		.buckets = cfg->overlap_grad == 1 || cfg->overlap_param_gather,
+		.chunks = cfg->mesh.size[MESH_PP] > 1 && cfg->schedule == SCHED_INTERLEAVED
+				  ? cfg->vpp
+				  : 1,
 		.fp32_grads = cfg->fp32_grads,
 		.overlap_param_gather = cfg->overlap_param_gather,
 		.seed = cfg->seed,
