@@ -60,8 +60,8 @@ int64_t emu_compute_cost(const struct emu_dev *d, double flops, double bytes)
  * their card's 8192^3, where data-parallel tiles alone give 73% (3 waves for 2.4 of work)
  * and stream-K 78%. A tile costs the GPU's gemm_k0 more of k (topo.h): its prologue (the
  * shared-memory pipeline filling) and its epilogue (the output's store). The half tiles
- * 128 x 64 and 64 x 128 reach GEMM_HALF_TILE_EFF of an SM's rate: they load as much of A
- * and B per FLOP as 2/3 of a 128 x 128 tile's. e, the fix-up and the A100's k0 (250) are
+ * 128 x 64 and 64 x 128 reach GEMM_HALF_TILE_EFF of an SM's rate: they load 3/2 as much of
+ * A and B per FLOP as a 128 x 128 tile. e, the fix-up and the A100's k0 (250) are
  * fitted to bench/fidelity's GEMM rows (square to skinny shapes; docs/formulas.md), every
  * fitted row kept within 10%: a mean error of 4.95% over the 13 shapes. The rows do not
  * pin them down alone (k0 310, e 0.82 and no fix-up give 4.88%); with k0 and e as here

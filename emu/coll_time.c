@@ -107,7 +107,7 @@ static struct wire wire_of(const struct emu_cluster *c, const struct topo_link *
 /* Whether NCCL sends steps steps and num S / den bus bytes with LL128 rather than
  * Simple: its model (above) says LL128 is the faster, with the link's Simple bandwidth
  * standing in for NCCL's (18 NVLink4 links x 20.6 GB/s, SM90_NVLINK_BW in NCCL's
- * src/graph/topo.h: 370.8 GB/s, against NVLink4's 355.5 measured). LL128's cheaper steps
+ * src/graph/topo.h: 370.8 GB/s, against NVLink4's 355.5 fitted, 0.79 x 450). LL128's cheaper steps
  * (1.5 us each, more than its 5.6 us higher base from 4 steps on) against its lower
  * bandwidth make it the faster below a size that grows with the steps: on 8 GPUs, 22 MiB
  * for all-gather and reduce-scatter, 34 MiB for all-reduce. */

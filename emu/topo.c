@@ -1,6 +1,7 @@
-/* Hardware presets. Peak FLOP/s, HBM and link figures are the data sheets' as collected
- * in docs/formulas.md. Latencies are the middle of the ranges given there
- * (NVLink 2-5 us, PCIe 5-10 us, InfiniBand ~5 us, Ethernet 20-50 us).
+/* Hardware presets. Peak FLOP/s, HBM and link figures are the data sheets' (listed in
+ * docs/formulas.md). Latencies are round assumptions inside the ranges usually quoted
+ * (NVLink 2-5 us, PCIe 5-10 us, InfiniBand ~5 us, Ethernet 20-50 us), for the roofline
+ * model only.
  *
  * Efficiency (the roofline cost model): the data sheet's dense peak is not what a GEMM
  * reaches. Megatron-LM reports 44-52% of peak for whole GPT-3-sized models on A100
