@@ -1444,6 +1444,45 @@ static void test_pipeline_grads_overlap(void **state)
 	}
 }
 
+/* Megatron's buckets, counted: an interleaved pipeline (pp 2, 2 chunks a stage) under
+ * ZeRO-1 reduce-scatters one bucket a chunk on either stage without the overlap, and the
+ * tied embedding one of its own on each end stage (Megatron's distributed optimizer's
+ * shared-embedding bucket): 3 a step; with it, the last stage the same 3, the first
+ * stage's first chunk in 16 KiB buckets and its second chunk still one. */
+static void test_buckets_per_chunk(void **state)
+{
+	struct coll_stats st[2][2]; /* [overlap][stage] */
+
+	(void)state;
+	for (int over = 0; over < 2; over++) {
+		struct run_cfg cfg;
+		struct run_out o;
+		struct emu_cluster *c;
+
+		make_cfg(&cfg, "small", 2, 1, 1);
+		mesh_init(&cfg.mesh, 1, 1, 1, 2, 2);
+		cfg.model.num_layers = 4;
+		cfg.schedule = SCHED_INTERLEAVED;
+		cfg.vpp = 2;
+		cfg.gbs = 4 * cfg.mbs;
+		cfg.steps = 1;
+		cfg.bucket_bytes = 16 << 10;
+		cfg.overlap_grad = over;
+		c = dry(&cfg, &o);
+		for (int d = 0; d < cfg.mesh.world; d++)
+			if (!mesh_coord(&cfg.mesh, d, MESH_DP))
+				coll_stats_get(emu_cluster_dev(c, d), "reduce-scatter",
+					       &st[over][mesh_coord(&cfg.mesh, d, MESH_PP)]);
+		run_free(&o);
+		emu_cluster_free(c);
+	}
+	assert_int_equal(st[0][0].calls, 3);
+	assert_int_equal(st[0][1].calls, 3);
+	assert_int_equal(st[1][1].calls, 3);
+	assert_true(st[1][0].calls > 4);
+	assert_int_equal(st[1][0].bytes, st[0][0].bytes);
+}
+
 /* The host memory an execute run holds is what run_host_need's dry-run of the same code
  * says, exactly, though that sizes one micro-batch a replica where there is no pipeline:
  * dp 2 x tp 2 with ZeRO-1 (2 micro-batches a replica), a MoE pipeline (every micro-batch),
@@ -1501,6 +1540,7 @@ int main(void)
 		cmocka_unit_test(test_tp_volume),
 		cmocka_unit_test(test_sp_volume),
 		cmocka_unit_test(test_buckets_overlap),
+		cmocka_unit_test(test_buckets_per_chunk),
 		cmocka_unit_test(test_param_gather_overlap),
 		cmocka_unit_test(test_async_dgrad),
 		cmocka_unit_test(test_fp32_grads),

@@ -583,6 +583,38 @@ static void test_megatron_gaps_and_vpp(void **state)
 	free(pts);
 }
 
+/* A bucket size given (--bucket-size or --ddp-bucket-size) goes into the Megatron-LM line
+ * as --ddp-bucket-size, in parameters, where it applies (with --overlap-grad-reduce), and
+ * parses back to the same buckets; Megatron's default needs no flag. */
+static void test_megatron_bucket_size(void **state)
+{
+	struct emu_config ec;
+	struct run_cfg cfg, got;
+	uint64_t want[] = {0, 4000000, 3000000};
+	char err[256];
+
+	(void)state;
+	cluster(&ec, 0);
+	for (int k = 0; k < 3; k++) {
+		run_cfg_init(&cfg);
+		cfg.model = model_preset("small")->cfg;
+		mesh_init(&cfg.mesh, 2, 1, 1, 4, 1);
+		cfg.mbs = 2;
+		cfg.gbs = 16;
+		cfg.ep = 1;
+		cfg.sp = 1;
+		cfg.zero = 1;
+		cfg.prec = PREC_BF16;
+		cfg.overlap_grad = 1;
+		cfg.bucket_bytes = k == 1 ? 8000000 : 0;
+		cfg.bucket_params = k == 2 ? 3000000 : 0;
+		assert_int_equal(run_cfg_finish(&cfg, 8, err, sizeof err), 0);
+		assert_int_equal(megatron_line_parses(&cfg, &ec, &got, "--ddp-bucket-size"), k > 0);
+		assert_int_equal(run_bucket_params(&got), k ? want[k] : run_bucket_params(&cfg));
+		assert_int_equal(got.bucket_params, want[k]);
+	}
+}
+
 static void test_lines_parse_back(void **state)
 {
 	(void)state;
@@ -676,7 +708,9 @@ static void test_oases_degrees(void **state)
 }
 
 /* --validate's tiny twin keeps the layout, passes with the strategies as they are and
- * fails with a deliberate bug in one. */
+ * fails with a deliberate bug in one. With the gradients' overlap it runs several buckets
+ * of 4 KiB whatever size the real model's have (--ddp-bucket-size once made it refuse
+ * the pair), so that ZeRO-1's buckets are checked against the serial reference. */
 static void check_validate(const char *preset, int tp, int cp, int dp, int pp, int ep,
 			   enum par_bug bug)
 {
@@ -696,10 +730,14 @@ static void check_validate(const char *preset, int tp, int cp, int dp, int pp, i
 	cfg.gbs = 8 * dp;
 	cfg.mbs = 2;
 	cfg.zero = 1;
+	cfg.overlap_grad = 1;
+	cfg.bucket_params = 1000000;
 	cfg.steps = 1;
 	cfg.data = NULL;
 	assert_int_equal(run_cfg_finish(&cfg, GPUS, err, sizeof err), 0);
 	assert_int_equal(plan_tiny(&cfg, &tiny, err, sizeof err), 0);
+	assert_int_equal(tiny.overlap_grad, 1);
+	assert_int_equal(run_bucket_params(&tiny), 4096 / 4); /* (fp32) */
 	assert_memory_equal(tiny.mesh.size, cfg.mesh.size, sizeof cfg.mesh.size);
 	assert_int_equal(tiny.ep, cfg.ep);
 	assert_int_equal(tiny.schedule, cfg.schedule);
@@ -737,6 +775,7 @@ int main(void)
 		cmocka_unit_test(test_tp_comm_overlap_search),
 		cmocka_unit_test(test_pipeline_flags_search),
 		cmocka_unit_test(test_megatron_gaps_and_vpp),
+		cmocka_unit_test(test_megatron_bucket_size),
 		cmocka_unit_test(test_lines_parse_back),
 		cmocka_unit_test(test_oases_degrees),
 		cmocka_unit_test(test_workers_all_waited),

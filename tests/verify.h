@@ -10,7 +10,7 @@
 
 /* The test programs' configuration: preset with micro-batch 2, global batch 8, 3 steps,
  * seed 11, fp32, AdamW with one warm-up step, a tp x dp x pp mesh (1F1B, one chunk a
- * stage), 64 KiB buckets, training on data. */
+ * stage), 64 KiB buckets (where an overlap cuts them: par/dp.h), training on data. */
 static inline void test_make_cfg(struct run_cfg *cfg, const char *preset, int dp, int tp, int pp,
 				 const struct data *data)
 {

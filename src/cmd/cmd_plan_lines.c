@@ -224,6 +224,8 @@ void cmd_plan_megatron(FILE *f, const struct run_cfg *cfg, const struct emu_conf
 		fprintf(f, " --overlap-grad-reduce");
 	if (cfg->overlap_param_gather)
 		fprintf(f, " --overlap-param-gather");
+	if ((cfg->bucket_params || cfg->bucket_bytes) && run_bucket_params(cfg)) /* given */
+		fprintf(f, " --ddp-bucket-size %llu", (unsigned long long)run_bucket_params(cfg));
 	if (cfg->tp_sync_dgrad)
 		fprintf(f, " --no-async-tensor-model-parallel-allreduce");
 	if (cfg->tp_comm_overlap)

@@ -306,6 +306,13 @@ uint64_t par_dp_bucket_params(int zero, int overlap, uint64_t params, uint64_t b
 							       : PAR_DP_BUCKET_PER_DP * d;
 }
 
+/* Whether parameter i is the tied embedding a pipeline's end stage shares with the
+ * other end (held, and the stage not both ends: HelixPipe's first holds both). */
+static int tied_apart(const struct par_model *m, int i)
+{
+	return i == 0 && m->p[0].n && m->part.first != m->part.last;
+}
+
 /* The most elements a bucket of chunk c holds, 0 for no limit: ZeRO-2's in every chunk,
  * ZeRO 0-1's in the first chunk of the first stage only (par/dp.h). */
 static uint64_t bucket_limit(const struct par_model *m, int c)
@@ -339,9 +346,20 @@ int par_dp_init(struct par_dp_state *s, struct par_model *m, const struct par_gr
 		uint64_t limit = bucket_limit(m, c);
 
 		s->pos[m->order[k]] = k;
-		/* a bucket ends at its size, and where the parameters' group or chunk changes */
+		/* a bucket ends at its size, where the parameters' group or chunk changes, and
+		 * around the tied embedding of a pipeline's end stage (its sum over the two
+		 * ends comes first; Megatron's distributed optimizer also gives it a bucket of
+		 * its own); one this rank holds nothing of is no bucket (its parameters go to
+		 * the next) */
 		if ((limit && hi - lo >= limit) || k + 1 == m->np ||
-		    m->p[m->order[k + 1]].expert != expert || chunk_of(m, m->order[k + 1]) != c) {
+		    m->p[m->order[k + 1]].expert != expert || chunk_of(m, m->order[k + 1]) != c ||
+		    tied_apart(m, m->order[k]) || tied_apart(m, m->order[k + 1])) {
+			if (hi == lo && k + 1 < m->np)
+				continue;
+			if (hi == lo && s->nb) { /* (the last bucket takes the trailing ones) */
+				s->b[s->nb - 1].last = k;
+				continue;
+			}
 			s->b[s->nb] = (struct par_dp_bucket){.lo = lo, .hi = hi, .last = k};
 			bucket_group(s, g, expert, &s->b[s->nb++]);
 			lo = hi;

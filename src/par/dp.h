@@ -9,11 +9,12 @@
  * with one, the first chunk of the first pipeline stage in buckets of max(40M, 1M x dp x
  * cp) parameters, or --ddp-bucket-size's (--bucket-size's bytes at the weights' width),
  * every other chunk and every chunk of the other stages one bucket ("not on the critical
- * path"). ZeRO-2 cuts every chunk, 25 MB by default (PyTorch DDP's, Li et al. 2020, arXiv
- * 2006.15704). In
- * the last micro-batch of a step, a bucket's all-reduce is posted on the comm stream as
- * soon as backward has finished its last parameter, so communication overlaps the rest of
- * backward; the step waits for every bucket before the optimizer.
+ * path"); a pipeline's end stage's tied embedding a bucket of its own (Megatron's
+ * distributed optimizer's shared embedding). ZeRO-2 cuts every chunk, 25 MB by default (about
+ * PyTorch DDP's 25 MiB, Li et al. 2020, arXiv 2006.15704). In the last micro-batch of a step, a
+ * bucket's all-reduce is posted on the comm stream as soon as backward has finished its last
+ * parameter, so communication overlaps the rest of backward; the step waits for every bucket before
+ * the optimizer.
  *
  * ZeRO stage 1 (Rajbhandari et al. 2019, arXiv 1910.02054): each bucket is cut into dp
  * equal chunks and rank j owns chunk j of every bucket. Buckets are reduce-scattered

@@ -109,7 +109,9 @@ int plan_tiny(const struct run_cfg *cfg, struct run_cfg *tiny, char *err, size_t
 		tiny->prec = PREC_FP32;
 		tiny->prec_set = 1;
 		tiny->opt.decay_steps = 0;
-		tiny->bucket_bytes = 4096; /* several buckets, as the real model has */
+		/* several buckets where the real model has them (an overlap: par/dp.h) */
+		tiny->bucket_bytes = 4096;
+		tiny->bucket_params = 0;
 		tiny->log_every = 0;
 		tiny->stop_diverged = 0;
 		tiny->data = NULL;
