@@ -222,7 +222,7 @@ static void test_rules(void **state)
  * bucket without an overlap at ZeRO 0-1, whatever size is given; with --overlap-grad-reduce
  * or --overlap-param-gather max(40M, 1M x dp x cp) parameters, or the size given, in
  * parameters or in bytes at the weights' width (rounded up); ZeRO-2 25 MB by default in
- * any case, ZeRO-3 by units. The two sizes together are refused. */
+ * any case, ZeRO-3 by units. (The two sizes together are refused: test_cli_input.) */
 static void test_buckets(void **state)
 {
 	static const struct {
@@ -243,7 +243,6 @@ static void test_buckets(void **state)
 		{3, 1, 0, 8, 1, PREC_BF16, 0, 0, 0},
 	};
 	struct run_cfg cfg;
-	char err[256];
 
 	(void)state;
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
@@ -260,14 +259,6 @@ static void test_buckets(void **state)
 				 (unsigned long long)run_bucket_params(&cfg),
 				 (unsigned long long)cases[k].want);
 	}
-	run_cfg_init(&cfg);
-	cfg.model = model_preset("tiny")->cfg;
-	cfg.data = &corpus;
-	cfg.bucket_bytes = 1 << 20;
-	cfg.bucket_params = 1 << 20;
-	assert_int_equal(run_cfg_finish(&cfg, 1, err, sizeof err), -1);
-	assert_string_equal(err, "--bucket-size and --ddp-bucket-size both give the gradient "
-				 "bucket's size: give one");
 }
 
 static void test_by_hand(void **state)

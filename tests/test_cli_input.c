@@ -158,6 +158,10 @@ static void test_bad_input(void **state)
 		{"run --model tiny --dp 16 --nodes 1", "16 devices are more than the cluster has"},
 		{"verify --model tiny --dp 2 --dry-run", "verify compares numbers"},
 		{"run --bucket-size 0", "--bucket-size must be more than 0 bytes"},
+		{"run --ddp-bucket-size 5 --bucket-size 1M",
+		 "--bucket-size and --ddp-bucket-size both give the gradient bucket's size: give "
+		 "one"},
+		{"run --ddp-bucket-size 0", "--ddp-bucket-size"},
 		{"run --model tiny --sample 10", "only pemu train generates text"},
 		/* the rules of run/check.c's one checker, each with its message, in its order */
 		{"run --model tiny --ep 2", "--ep 2: the model has no MoE layers (--num-experts)"},

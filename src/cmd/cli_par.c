@@ -140,6 +140,14 @@ static int recompute_of(const struct cli *c, const char *v)
 	cli_fail(c, "--recompute: '%s' is not none, selective, full or oases", v);
 }
 
+/* --bucket-size and --ddp-bucket-size are one setting: refused together. */
+static void one_bucket_size(const struct cli *c, const struct run_cfg *cfg)
+{
+	if (cfg->bucket_bytes && cfg->bucket_params)
+		cli_fail(c, "--bucket-size and --ddp-bucket-size both give the gradient bucket's "
+			    "size: give one");
+}
+
 int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int id, const char *v)
 {
 	int kind;
@@ -249,9 +257,11 @@ int cli_par_opt(struct cli_par *p, struct run_cfg *cfg, const struct cli *c, int
 		cfg->bucket_bytes = cli_size(c, "--bucket-size", v);
 		if (!cfg->bucket_bytes)
 			cli_fail(c, "--bucket-size must be more than 0 bytes");
+		one_bucket_size(c, cfg);
 		break;
 	case CLI_PAR_DDP_BUCKET:
 		cfg->bucket_params = (uint64_t)cli_int(c, "--ddp-bucket-size", v, 1, 1L << 40);
+		one_bucket_size(c, cfg);
 		break;
 	case CLI_PAR_SP:
 		cfg->sp = 1;

@@ -524,13 +524,6 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	if (cfg->ep > 1 && check_ep(cfg, err, n))
 		return -1;
-	if (cfg->bucket_bytes && cfg->bucket_params) {
-		snprintf(
-			err, n,
-			"--bucket-size and --ddp-bucket-size both give the gradient bucket's size: "
-			"give one");
-		return -1;
-	}
 	if (cfg->overlap_grad < 0 && cfg->zero >= 2) {
 		snprintf(
 			err, n,
