@@ -1342,6 +1342,16 @@ static void test_pipeline_scatter(void **state)
 	}
 }
 
+/* The calls of op on each pipeline stage's first data-parallel rank: st[stage]. */
+static void stage_stats(struct emu_cluster *c, const struct run_cfg *cfg, const char *op,
+			struct coll_stats *st)
+{
+	for (int d = 0; d < cfg->mesh.world; d++)
+		if (!mesh_coord(&cfg->mesh, d, MESH_DP))
+			coll_stats_get(emu_cluster_dev(c, d), op,
+				       &st[mesh_coord(&cfg->mesh, d, MESH_PP)]);
+}
+
 /* --overlap-grad-reduce with a pipeline (Megatron's: gradient sync on in each model
  * chunk's last micro-batch): ZeRO 0-1's buckets go as the last micro-batch's backward
  * finishes them, on every schedule; the end stages keep the tied embedding's bucket
@@ -1390,14 +1400,9 @@ static void test_pipeline_grads_overlap(void **state)
 				cfg.overlap_grad = over;
 				if (dry_run) {
 					c = dry(&cfg, &dr[over]);
-					for (int d = 0; d < cfg.mesh.world; d++)
-						if (!mesh_coord(&cfg.mesh, d, MESH_DP))
-							coll_stats_get(
-								emu_cluster_dev(c, d),
-								cases[k].zero ? "reduce-scatter"
-									      : "all-reduce",
-								&st[over][mesh_coord(&cfg.mesh, d,
-										     MESH_PP)]);
+					stage_stats(c, &cfg,
+						    cases[k].zero ? "reduce-scatter" : "all-reduce",
+						    st[over]);
 					emu_cluster_free(c);
 					continue;
 				}
@@ -1469,10 +1474,7 @@ static void test_buckets_per_chunk(void **state)
 		cfg.bucket_bytes = 16 << 10;
 		cfg.overlap_grad = over;
 		c = dry(&cfg, &o);
-		for (int d = 0; d < cfg.mesh.world; d++)
-			if (!mesh_coord(&cfg.mesh, d, MESH_DP))
-				coll_stats_get(emu_cluster_dev(c, d), "reduce-scatter",
-					       &st[over][mesh_coord(&cfg.mesh, d, MESH_PP)]);
+		stage_stats(c, &cfg, "reduce-scatter", st[over]);
 		run_free(&o);
 		emu_cluster_free(c);
 	}

@@ -142,10 +142,15 @@ enum run_ep_mode run_ep_mode(const struct run_cfg *cfg)
 	return cfg->ep == tp ? RUN_EP_TP : RUN_EP_ROWS;
 }
 
+int run_bucketed(const struct run_cfg *cfg)
+{
+	return cfg->overlap_grad == 1 || cfg->overlap_param_gather;
+}
+
 uint64_t run_bucket_params(const struct run_cfg *cfg)
 {
-	return par_dp_bucket_params(cfg->zero, cfg->overlap_grad == 1 || cfg->overlap_param_gather,
-				    cfg->bucket_params, cfg->bucket_bytes,
+	return par_dp_bucket_params(cfg->zero, run_bucketed(cfg), cfg->bucket_params,
+				    cfg->bucket_bytes,
 				    cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_CP],
 				    tensor_elem_bytes(cfg->prec, MEM_PARAM));
 }

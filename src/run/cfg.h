@@ -146,6 +146,9 @@ int run_overlaps_grads(const struct run_cfg *cfg);
  * or with fp32_grads, else 2. */
 unsigned run_grad_bytes(const struct run_cfg *cfg);
 
+/* Whether an overlap asks ZeRO 0-1 to cut the gradients into buckets
+ * (--overlap-grad-reduce, --overlap-param-gather; par/dp.h). */
+int run_bucketed(const struct run_cfg *cfg);
 /* The most parameters a data-parallel gradient bucket holds in the first chunk of the
  * first pipeline stage (par_dp_bucket_params), 0 for one bucket a chunk or ZeRO-3's. */
 uint64_t run_bucket_params(const struct run_cfg *cfg);

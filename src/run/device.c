@@ -156,7 +156,7 @@ static struct par_cfg par_cfg_of(const struct run_cfg *cfg)
 		.tpf = cfg->tpf,
 		.bucket_bytes = cfg->bucket_bytes,
 		.bucket_params = cfg->bucket_params,
-		.buckets = cfg->overlap_grad == 1 || cfg->overlap_param_gather,
+		.buckets = run_bucketed(cfg),
 		.chunks = cfg->mesh.size[MESH_PP] > 1 && cfg->schedule == SCHED_INTERLEAVED
 				  ? cfg->vpp
 				  : 1,

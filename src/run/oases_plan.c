@@ -217,9 +217,6 @@ static int probe_device(struct emu_dev *d, void *arg)
 			     .ce = cfg->ce,
 			     .mlp_chunks = cfg->mlp_chunks,
 			     .overlap = PAR_OVERLAP_OASES,
-			     .bucket_bytes = cfg->bucket_bytes,
-			     .bucket_params = cfg->bucket_params,
-			     .buckets = cfg->overlap_grad == 1 || cfg->overlap_param_gather,
 			     .fp32_grads = cfg->fp32_grads};
 	const struct par_source src = {cfg->seed, NULL};
 	struct par_groups g = {.dev = d, .tp_rank = id};
