@@ -229,11 +229,16 @@ VM_CLONES static void add_range(void *arg, size_t lo, size_t hi, int wk)
 			out[i] += x[i];
 }
 
+void sum_charge(const struct kctx *k, const char *name, int blocks, double n)
+{
+	emu_compute(k->d, name, (double)(blocks - 1) * n, (double)(blocks + 1) * n * k->ab);
+}
+
 void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b, size_t n)
 {
 	struct args x = {.out = out, .in = a, .in2 = b};
 
-	emu_compute(k->d, "residual", (double)n, 3.0 * (double)n * k->ab);
+	sum_charge(k, "residual", 2, (double)n);
 	if (kctx_math(k))
 		team_for(n, 4 * ELEMS_GRAIN, add_range, &x);
 }
@@ -242,7 +247,7 @@ void add_acc(const struct kctx *k, float *acc, const float *x, size_t n)
 {
 	struct args a = {.out = acc, .in = x};
 
-	emu_compute(k->d, "add", (double)n, 3.0 * (double)n * k->ab);
+	sum_charge(k, "add", 2, (double)n);
 	if (kctx_math(k))
 		team_for(n, 4 * ELEMS_GRAIN, add_range, &a);
 }

@@ -91,16 +91,11 @@ void cp_rows_copy(const struct kctx *k, float *dst, int ld, const float *src, in
 	}
 }
 
-void cp_charge(const struct kctx *k, const char *name, size_t n, int add)
-{
-	emu_compute(k->d, name, add ? (double)n : 0, (add ? 3.0 : 2.0) * (double)n * k->ab);
-}
-
 void cp_kv_pack(const struct cp *g, float *kv, const float *qkv)
 {
 	size_t rows = (size_t)g->B * g->T;
 
-	cp_charge(g->k, "cp.kv pack", rows * 2 * g->C, 0);
+	sum_charge(g->k, "cp.kv pack", 1, (double)(rows * 2 * g->C));
 	cp_rows_copy(g->k, kv, 2 * g->C, cp_at((float *)qkv, (size_t)g->C), 3 * g->C, rows,
 		     2 * g->C, 0);
 }

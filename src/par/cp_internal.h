@@ -43,12 +43,9 @@ void cp_drop_at(struct cp *g, struct attn_view *a, int slot, int q, const int *k
 struct attn_view cp_view(const struct cp *g, const float *qkv, float *out, const float *kv,
 			 int ldkv, int kvT, int q, int nq, int kr, int nk, int q0);
 /* Copies n rows of w floats from src (ld ls) to dst (ld ld), adding if add; the caller
- * charges the kernel (cp_charge) once for all the rows it moves. */
+ * charges the kernel (sum_charge: 1 block, 2 if it adds) once for all the rows it moves. */
 void cp_rows_copy(const struct kctx *k, float *dst, int ld, const float *src, int ls, size_t n,
 		  int w, int add);
-/* A memory-bound kernel moving n elements (reading them, and the destination too if it
- * adds). */
-void cp_charge(const struct kctx *k, const char *name, size_t n, int add);
 /* This rank's K and V, (B T, 2C), from qkv. */
 void cp_kv_pack(const struct cp *g, float *kv, const float *qkv);
 

@@ -190,7 +190,7 @@ int cp_ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 			if (i >= 2) { /* the block's partial from the ranks before me */
 				if ((rc = wait_one(&m->k, &drecv)))
 					break;
-				cp_charge(&m->k, "cp.dkv add", nkv, 1);
+				sum_charge(&m->k, "cp.dkv add", 2, (double)nkv);
 				cp_rows_copy(&m->k, P, 2 * g.C, R, 2 * g.C, rows, 2 * g.C, 1);
 			}
 			if ((rc = ring_p2p(m->k.d, g.next, 0, P, nkv, &ds[i % 2])) ||
@@ -202,7 +202,7 @@ int cp_ring_bwd(struct par_model *m, const struct par_tp *c, struct par_work *w,
 	if (!rc && g.n > 1) { /* my block's partial, round the ring: add it to my own */
 		rc = wait_one(&m->k, &drecv);
 		if (!rc) {
-			cp_charge(&m->k, "cp.dkv add", nkv, 1);
+			sum_charge(&m->k, "cp.dkv add", 2, (double)nkv);
 			cp_rows_copy(&m->k, cp_at(dq, C), 3 * g.C, R, 2 * g.C, rows, 2 * g.C, 1);
 		}
 	}

@@ -20,7 +20,7 @@ static int gather_kv(const struct cp *g, struct par_work *w, const float *qkv)
 	cp_kv_pack(g, D(w->kv[0]), qkv);
 	if ((rc = coll_all_gather(g->k->d, g->g, D(w->kv[0]), D(w->kv[1]), n)))
 		return rc;
-	cp_charge(g->k, "cp.kv order", (size_t)g->n * n, 0);
+	sum_charge(g->k, "cp.kv order", 1, (double)((size_t)g->n * n));
 	for (int j = 0; j < g->n; j++)
 		for (int b = 0; b < g->B; b++)
 			for (int h = 0; h < 2; h++) {
@@ -82,7 +82,7 @@ int cp_gather_bwd(struct par_model *m, const struct par_tp *c, struct par_work *
 					 dkv, cp_at(dkv, C), g.scratch, cp_at(D(w->datty), q * C));
 	}
 	/* dK, dV by position back into rank order, each rank's summed into it */
-	cp_charge(&m->k, "cp.dkv order", (size_t)g.n * n, 0);
+	sum_charge(&m->k, "cp.dkv order", 1, (double)((size_t)g.n * n));
 	for (int j = 0; j < g.n; j++)
 		for (int b = 0; b < g.B; b++)
 			for (int h = 0; h < 2; h++) {
@@ -96,7 +96,7 @@ int cp_gather_bwd(struct par_model *m, const struct par_tp *c, struct par_work *
 			}
 	if ((rc = coll_reduce_scatter(m->k.d, g.g, D(w->kv[1]), D(w->kv[0]), n, COLL_SUM)))
 		return rc;
-	cp_charge(&m->k, "cp.dkv add", n, 1);
+	sum_charge(&m->k, "cp.dkv add", 2, (double)n);
 	cp_rows_copy(&m->k, cp_at(dq, C), 3 * g.C, D(w->kv[0]), 2 * g.C, (size_t)g.B * g.T, 2 * g.C,
 		     1);
 	return 0;
@@ -118,7 +118,7 @@ static int ulysses_a2a(const struct cp *g, float *seq, float *heads, float *send
 	size_t blk = (size_t)g->B * g->T * lh; /* a rank's block */
 	int rc;
 
-	cp_charge(g->k, "cp.a2a pack", (size_t)g->n * blk, 0);
+	sum_charge(g->k, "cp.a2a pack", 1, (double)((size_t)g->n * blk));
 	for (int j = 0; j < g->n; j++) /* pack block j */
 		for (int b = 0; b < g->B; b++)
 			for (int i = 0; i < g->T; i += g->ch) {
@@ -143,7 +143,7 @@ static int ulysses_a2a(const struct cp *g, float *seq, float *heads, float *send
 			}
 	if ((rc = coll_all_to_all(g->k->d, g->g, send, recv, blk)))
 		return rc;
-	cp_charge(g->k, "cp.a2a unpack", (size_t)g->n * blk, 0);
+	sum_charge(g->k, "cp.a2a unpack", 1, (double)((size_t)g->n * blk));
 	for (int j = 0; j < g->n; j++) /* unpack block j */
 		for (int b = 0; b < g->B; b++)
 			for (int i = 0; i < g->T; i += g->ch) {

@@ -75,12 +75,6 @@ static const float *ln2_rows(const struct par_model *m, const struct par_tp *c, 
 	return m->ep_rows ? par_ln_rows(m, c, &la->ln2) : par_ln_whole(m, w, &la->ln2);
 }
 
-/* A memory-bound kernel moving n elements. */
-static void charge(const struct ep *g, const char *name, size_t n)
-{
-	emu_compute(g->k->d, name, 0, 2.0 * (double)n * g->k->ab);
-}
-
 /* Runs f with the calls tagged as expert parallelism's. */
 #define TAGGED(call)                                                                               \
 	do {                                                                                       \
@@ -150,7 +144,7 @@ static void regroup(const struct ep *g, float *dst, const float *src, const int 
 
 	for (int i = 0; i < g->n * g->El; i++)
 		total += (size_t)rcv[i];
-	charge(g, "moe.ep.regroup", total * (size_t)C);
+	sum_charge(g->k, "moe.ep.regroup", 1, (double)(total * (size_t)C));
 	if (!dst || !src)
 		return;
 	for (int e = 0, xo = 0; e < g->El; e++)
@@ -401,14 +395,14 @@ static int ag_fwd(struct par_model *m, const struct par_tp *c, struct par_work *
 		int n = expert_pass(&g, w, e, ROWS_GATHER, at(D(a->x), xo * g.C), D(w->ep[0]), NULL,
 				    NULL, 0);
 
-		charge(&g, "moe.ep.gather", (size_t)n * g.C);
+		sum_charge(g.k, "moe.ep.gather", 1, (double)((size_t)n * g.C));
 		moe_expert_fwd(&m->k, at(D(a->y), xo * g.C), at(D(a->pre), xo * g.F),
 			       at(D(a->h), xo * g.F), at(D(a->x), xo * g.C), w_at(&g, LP_FCW, e),
 			       w_at(&g, LP_FCB, e), w_at(&g, LP_FC2W, e), w_at(&g, LP_FC2B, e), n,
 			       g.C, g.F);
 		expert_pass(&g, w, e, ROWS_SCATTER, D(w->ep[1]), at(D(a->y), xo * g.C), NULL, NULL,
 			    0);
-		charge(&g, "moe.ep.combine", (size_t)n * g.C);
+		sum_charge(g.k, "moe.ep.combine", 1, (double)((size_t)n * g.C));
 		xo += (size_t)n;
 	}
 	TAGGED(coll_reduce_scatter(m->k.d, g.g, D(w->ep[1]), D(w->tmp), M * g.C, COLL_SUM));
@@ -437,14 +431,14 @@ static int ag_bwd(struct par_model *m, const struct par_tp *c, struct par_work *
 		float *dy = at(D(w->ep[2]), xo * g.C);
 		int n = expert_pass(&g, w, e, ROWS_DY, D(w->ep[2]), D(w->ep[0]), D(a->y), dp, xo);
 
-		charge(&g, "moe.ep.combine.bwd", 2 * (size_t)n * g.C);
+		sum_charge(g.k, "moe.ep.combine.bwd", 1, (double)(2 * (size_t)n * g.C));
 		moe_expert_bwd(&m->k, D(w->ep[4]), D(w->ep_dh), D(w->ep_dpre), dy,
 			       at(D(a->x), xo * g.C), at(D(a->pre), xo * g.F),
 			       at(D(a->h), xo * g.F), w_at(&g, LP_FCW, e), w_at(&g, LP_FC2W, e),
 			       g_at(&g, LP_FCW, e), g_at(&g, LP_FCB, e), g_at(&g, LP_FC2W, e),
 			       g_at(&g, LP_FC2B, e), n, g.C, g.F);
 		expert_pass(&g, w, e, ROWS_ADD, D(w->ep[1]), D(w->ep[4]), NULL, NULL, 0);
-		charge(&g, "moe.ep.scatter.bwd", (size_t)n * g.C);
+		sum_charge(g.k, "moe.ep.scatter.bwd", 1, (double)((size_t)n * g.C));
 		xo += (size_t)n;
 	}
 	/* each rank's tokens get the sums over every rank's experts: into d ln2 (zero

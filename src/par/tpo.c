@@ -163,8 +163,7 @@ static int rs_ring(struct par_model *m, const struct par_tp *c, struct par_work 
 	if (rc)
 		return rc;
 	/* the sum: t - 1 adds of (Ml, C), reading t blocks and writing one */
-	emu_compute(d, "reduce", (double)(t - 1) * (double)n,
-		    (double)(t + 1) * (double)n * (double)m->k.ab);
+	sum_charge(&m->k, "reduce", t, (double)n);
 	for (int k = 0; local && got && k < t; k++) {
 		int q = (r + 1 + k) % t, back = (r - q + t) % t; /* source q, sent at step back */
 		const float *x =
