@@ -25,7 +25,7 @@ void gelu_bwd(const struct kctx *k, float *dinp, const float *inp, const float *
 void residual_fwd(const struct kctx *k, float *out, const float *a, const float *b, size_t n);
 /* acc (n) += x. */
 void add_acc(const struct kctx *k, float *acc, const float *x, size_t n);
-/* Charges name as a memory-bound kernel that sums blocks blocks of n elements into one:
+/* Charges name as a memory-bound kernel that sums `blocks` blocks of n elements into one:
  * blocks - 1 adds an element, the blocks read and one block written (1 block: a copy).
  * The residual, add_acc and the parallel layouts' copies and sums are charged so. */
 void sum_charge(const struct kctx *k, const char *name, int blocks, double n);
