@@ -150,13 +150,15 @@ static double gemm_tiles_memo(struct emu_dev *d, double batch, double m, double 
 }
 
 /* Charges dur ns and flops to d's compute stream. */
-static int64_t advance(struct emu_dev *d, const char *name, double flops, int64_t dur)
+static int64_t advance(struct emu_dev *d, const char *name, double flops, double bytes, int64_t dur)
 {
 	struct emu_stream_state *st = &d->stream[EMU_STREAM_COMPUTE];
 
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = st->t,
 				      .t1 = st->t + dur,
+				      .bytes = (uint64_t)llround(bytes),
+				      .flops = flops,
 				      .stream = EMU_STREAM_COMPUTE,
 				      .lane = (uint8_t)d->lane,
 				      .sym = '#'};
@@ -172,16 +174,16 @@ static int64_t advance(struct emu_dev *d, const char *name, double flops, int64_
 	return dur;
 }
 
-/* Charges a kernel of dur ns (times the device's injected slowdown) and flops to d's
- * compute stream. */
-static int64_t charge(struct emu_dev *d, const char *name, double flops, int64_t dur)
+/* Charges a kernel of dur ns (times the device's injected slowdown), flops and bytes to
+ * d's compute stream. */
+static int64_t charge(struct emu_dev *d, const char *name, double flops, double bytes, int64_t dur)
 {
-	return advance(d, name, flops, d->slow != 1 ? emu_time_scale(dur, d->slow) : dur);
+	return advance(d, name, flops, bytes, d->slow != 1 ? emu_time_scale(dur, d->slow) : dur);
 }
 
 void clock_stretch(struct emu_dev *d, const char *name, int64_t dur)
 {
-	advance(d, name, 0, dur);
+	advance(d, name, 0, 0, dur);
 }
 
 int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, double n, double k,
@@ -192,8 +194,8 @@ int64_t emu_gemm(struct emu_dev *d, const char *name, double batch, double m, do
 
 	EMU_ASSERT(flops >= 0 && bytes >= 0);
 	if (!emu_cost_calibrated(d) || flops == 0)
-		return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
-	return charge(d, name, flops,
+		return charge(d, name, flops, bytes, emu_compute_cost(d, flops, bytes));
+	return charge(d, name, flops, bytes,
 		      kernel_ns(g->gemm_ns, gemm_tiles_memo(d, batch, m, n, k), mem_s(g, bytes)));
 }
 
@@ -204,9 +206,9 @@ int64_t emu_fused(struct emu_dev *d, const char *name, double flops, double key_
 
 	EMU_ASSERT(flops >= 0 && key_flops >= 0 && bytes >= 0);
 	if (!emu_cost_calibrated(d))
-		return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
+		return charge(d, name, flops, bytes, emu_compute_cost(d, flops, bytes));
 	return charge(
-		d, name, flops,
+		d, name, flops, bytes,
 		kernel_ns(g->kernel_ns, work / (g->peak_flops * g->fused_eff), mem_s(g, bytes)));
 }
 
@@ -234,7 +236,7 @@ int emu_time_check(struct emu_dev *d, int64_t t, const char *what)
 
 int64_t emu_compute(struct emu_dev *d, const char *name, double flops, double bytes)
 {
-	return charge(d, name, flops, emu_compute_cost(d, flops, bytes));
+	return charge(d, name, flops, bytes, emu_compute_cost(d, flops, bytes));
 }
 
 double emu_flops(const struct emu_dev *d)

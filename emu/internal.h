@@ -170,7 +170,8 @@ struct mem_state {
 /* One op on one stream, in virtual time. */
 struct trace_ev {
 	int64_t t0, t1;   /* start and end, ns */
-	uint64_t bytes;   /* message bytes (communication) or 0 */
+	uint64_t bytes;   /* message bytes (communication), or the HBM bytes of a kernel */
+	double flops;     /* a kernel's FLOPs (compute), else 0 */
 	uint64_t flow;    /* send->recv flow id, 0 if none */
 	char name[32];    /* "all-reduce", "matmul", ... */
 	uint8_t stream;   /* enum emu_stream */

@@ -69,7 +69,7 @@ void trace_op_get(const struct emu_cluster *c, int id, size_t k, struct trace_op
 
 	EMU_ASSERT(id >= 0 && id < c->cfg.ndev && k < c->devs[id].trace.nev);
 	e = &c->devs[id].trace.ev[k];
-	*op = (struct trace_op){e->t0,     e->t1,   e->bytes,  e->name,
+	*op = (struct trace_op){e->t0,     e->t1,   e->bytes,  e->flops, e->name,
 				e->stream, e->lane, e->posted, e->tag};
 }
 
@@ -153,7 +153,11 @@ static void write_device(FILE *f, const struct emu_cluster *c, const struct emu_
 		put_us(f, e->t0);
 		fputs(",\"dur\":", f);
 		put_us(f, e->t1 - e->t0);
-		fprintf(f, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)e->bytes);
+		if (e->stream == EMU_STREAM_COMPUTE)
+			fprintf(f, ",\"args\":{\"flops\":%.0f,\"bytes\":%llu}}", e->flops,
+				(unsigned long long)e->bytes);
+		else
+			fprintf(f, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)e->bytes);
 		if (e->flow) {
 			fprintf(f,
 				",\n{\"name\":\"%s\",\"cat\":\"p2p\",\"ph\":\"%s\",%s\"id\":%llu,"

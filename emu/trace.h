@@ -25,13 +25,14 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 /* Total recorded ops of device id (for tests). */
 size_t trace_count(const struct emu_cluster *c, int id);
 
-/* One recorded op: its span in virtual time, bytes (communication), name ("matmul",
- * "all-reduce", ...), stream (enum emu_stream), lane (of the compute that ran it or
- * posted it), and for communication whether it was posted (coll_i*) rather than
- * blocking. */
+/* One recorded op: its span in virtual time, bytes (a message's, or the HBM bytes a
+ * kernel was charged for), a kernel's FLOPs, name ("matmul", "all-reduce", ...), stream
+ * (enum emu_stream), lane (of the compute that ran it or posted it), and for
+ * communication whether it was posted (coll_i*) rather than blocking. */
 struct trace_op {
 	int64_t t0, t1;
 	uint64_t bytes;
+	double flops;
 	const char *name; /* valid until the cluster runs again or is freed */
 	int stream, lane, posted;
 	int tag; /* communication: its traffic tag (coll_set_tag in coll.h), else 0 */

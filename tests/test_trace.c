@@ -1,6 +1,7 @@
 /* Determinism and the trace: the same run gives byte-identical Chrome traces, with or
  * without pacing, and the trace holds what Perfetto needs (a process per device, a thread
- * per stream, memory counters, send->recv flows); the ASCII timeline draws it. */
+ * per stream, memory counters, send->recv flows, each kernel's FLOPs and bytes); the
+ * ASCII timeline draws it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,9 @@ static void test_trace_content(void **state)
 	assert_non_null(strstr(t, "\"name\":\"all-reduce\",\"cat\":\"comm\",\"ph\":\"X\""));
 	assert_non_null(strstr(t, "\"name\":\"forward\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,"
 				  "\"tid\":0,\"ts\":0.000"));
+	/* a kernel's FLOPs and HBM bytes as it was charged (device 0's forward, device 1's) */
+	assert_non_null(strstr(t, "\"args\":{\"flops\":2000000000,\"bytes\":1000000}"));
+	assert_non_null(strstr(t, "\"args\":{\"flops\":4000000000,\"bytes\":1000000}"));
 	assert_non_null(strstr(t, "\"ph\":\"C\""));
 	assert_non_null(strstr(t, "\"param\":16384"));
 	assert_non_null(strstr(t, "\"cat\":\"p2p\",\"ph\":\"s\""));
