@@ -149,7 +149,14 @@ static double gemm_tiles_memo(struct emu_dev *d, double batch, double m, double 
 	return e->s;
 }
 
-/* Charges dur ns and flops to d's compute stream. */
+/* A kernel's bytes as the trace gives them: rounded, at most UINT64_MAX (a dry-run of
+ * absurd shapes can charge more). */
+static uint64_t trace_bytes(double bytes)
+{
+	return bytes < 0x1p64 ? (uint64_t)(bytes + 0.5) : UINT64_MAX;
+}
+
+/* Charges dur ns, flops and bytes to d's compute stream (the bytes only to its trace). */
 static int64_t advance(struct emu_dev *d, const char *name, double flops, double bytes, int64_t dur)
 {
 	struct emu_stream_state *st = &d->stream[EMU_STREAM_COMPUTE];
@@ -157,7 +164,7 @@ static int64_t advance(struct emu_dev *d, const char *name, double flops, double
 	if (d->c->cfg.trace) {
 		struct trace_ev ev = {.t0 = st->t,
 				      .t1 = st->t + dur,
-				      .bytes = (uint64_t)llround(bytes),
+				      .bytes = trace_bytes(bytes),
 				      .flops = flops,
 				      .stream = EMU_STREAM_COMPUTE,
 				      .lane = (uint8_t)d->lane,
