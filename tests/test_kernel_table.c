@@ -9,9 +9,9 @@
  * for the calls the table says), in bf16 with 2- and 4-byte gradients and in fp32, and
  * each time is compared exactly with what the row's figures give.
  *   - test_table: every kernel of the row's name the call records takes the row's FLOPs
- *     and bytes, every row is matched (in the precision it names, if it names one), and
- *     every kernel a call records has a row of that call, is a nested call's (listed), or
- *     is one of the GEMMs the docs give before the table;
+ *     and bytes (its time, and its trace's args), every row is matched (in the precision it names,
+ * if it names one), and every kernel a call records has a row of that call, is a nested call's
+ * (listed), or is one of the GEMMs the docs give before the table;
  *   - test_every_kernel_named: every string in the arguments of a charge in models/ or
  *     src/ (emu_compute, sum_charge, the cross-entropy's ce_kernel) is named, in
  *     backticks, in the table or the paragraph after it, so that a new kernel charged by
@@ -536,6 +536,8 @@ struct run {
 	int n;
 	char name[MAX_OPS][48];
 	int64_t ns[MAX_OPS];
+	double flops[MAX_OPS]; /* as the trace gives them */
+	uint64_t bytes[MAX_OPS];
 };
 
 static int run_main(struct emu_dev *d, void *arg)
@@ -578,6 +580,8 @@ static void run_call(struct run *r, int bytes)
 			continue;
 		assert_true(r->n < MAX_OPS);
 		snprintf(r->name[r->n], sizeof r->name[r->n], "%s", op.name);
+		r->flops[r->n] = op.flops;
+		r->bytes[r->n] = op.bytes;
 		r->ns[r->n++] = op.t1 - op.t0;
 	}
 	emu_cluster_free(c);
@@ -656,6 +660,11 @@ static void check_call(struct row *rows, int nrows, const struct call *call, enu
 					 call->name, w->kernel, k.ab, gb, fl, by,
 					 (double)f.ns[i] / 1e9 * RATE,
 					 (double)b.ns[i] / 1e9 * RATE);
+			if (f.flops[i] != fl || f.bytes[i] != (uint64_t)llround(by))
+				fail_msg("%s's %s: the trace's args give %g FLOPs and %llu bytes, "
+					 "the table %g and %g",
+					 call->name, w->kernel, f.flops[i],
+					 (unsigned long long)f.bytes[i], fl, by);
 		}
 		if (!seen != !want)
 			fail_msg("%s's %s (ab %d): %d kernels charged, where the table says %s",
