@@ -706,20 +706,11 @@ static void test_table(void **state)
 
 static char *slurp(const char *path)
 {
-	FILE *f = fopen(path, "rb");
-	char *text;
-	long n;
+	size_t n;
+	char *text = test_slurp(path, &n);
 
-	if (!f)
-		fail_msg("cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	text = malloc((size_t)n + 1);
-	assert_non_null(text);
-	assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-	text[n] = 0;
-	fclose(f);
+	if (!text)
+		fail_msg("cannot read %s (run from the repository's top)", path);
 	return text;
 }
 
