@@ -160,7 +160,7 @@ void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)
 /* The host bytes a dry-run of cfg (parallel, or the reference on one device) would have
  * held, summed, with the largest device's; if it fails, what it held by then, and the
  * failure's first line in why. One step, and without a pipeline one micro-batch a
- * replica. */
+ * replica; it writes no file. */
 static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecfg, int parallel,
 			 uint64_t *largest, char *why, size_t n)
 {
@@ -180,6 +180,7 @@ static uint64_t dry_need(const struct run_cfg *cfg, const struct emu_config *ecf
 		e.ndev = 1;
 	}
 	dry.data = NULL;
+	dry.save = NULL; /* (it would write a checkpoint of its shapes: zeros) */
 	dry.nfail = 0;
 	dry.steps = 1;
 	/* Without a pipeline a micro-batch's activations are gone by the next one's forward,
