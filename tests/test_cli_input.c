@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -307,6 +309,63 @@ static void test_help(void **state)
 	assert_non_null(strstr(out, "--tensor-model-parallel-size N"));
 	assert_non_null(strstr(out, "--zero-stage 0-3"));
 	assert_non_null(strstr(out, "--num-layers N"));
+	/* every command's help ends with its exit codes (DESIGN.md: each documented there) */
+	for (int i = 0; i < 5; i++) {
+		static const char *const cmds[] = {"--help", "run --help", "train --help",
+						   "coll --help", "plan --help"};
+
+		static char help[1 << 16];
+		char *e;
+
+		assert_int_equal(run(cmds[i], 0, help, sizeof help), 0);
+		assert_non_null(e = strstr(help, "Exit codes: 0 success; 1 "));
+		for (char *c = e; *c; c++) /* (wherever the lines wrap) */
+			*c = *c == '\n' ? ' ' : *c;
+		assert_non_null(strstr(e, " 2 bad input (refused before anything runs); "));
+		assert_non_null(
+			strstr(e, " 74 the report or the --trace file could not be written."));
+	}
+}
+
+/* "pemu args" with its standard output on /dev/full (a full disk): its exit code, and
+ * its stderr in out[n]. */
+static int run_on_full(const char *args, char *out, size_t n)
+{
+	const char *bin = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
+	char cmd[512];
+	size_t len;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/full", bin, args);
+	assert_non_null(p = popen(cmd, "r"));
+	len = fread(out, 1, n - 1, p);
+	out[len] = '\0';
+	st = pclose(p);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+/* An output that cannot be written is not a success: the report on a full standard
+ * output, or the --trace file on a full disk, exit 74 and say so. */
+static void test_output_lost(void **state)
+{
+	char out[4096];
+
+	(void)state;
+	if (access("/dev/full", W_OK))
+		skip();
+	assert_int_equal(run("run --model tiny --steps 1 --trace /dev/full", 1, out, sizeof out),
+			 74);
+	assert_non_null(strstr(out, "pemu run: cannot write trace '/dev/full'"));
+	assert_int_equal(run_on_full("run --model tiny --steps 1 --json", out, sizeof out), 74);
+	assert_non_null(strstr(out, "pemu: cannot write the standard output"));
+	assert_int_equal(run_on_full("train --model tiny --steps 1", out, sizeof out), 74);
+	assert_int_equal(run_on_full("coll -g 2 -e 64", out, sizeof out), 74);
+	/* (a failed run keeps its own code) */
+	assert_int_equal(run_on_full("run --model tiny --steps 1 --mem-cap 1KB", out, sizeof out),
+			 1);
+	assert_int_equal(run("run --model tiny --steps 1 --json", 0, out, sizeof out), 0);
 }
 
 /* The parser the fuzzer drives (tests/fuzz/cli.c): cmd_run_parse reads a command line
@@ -355,6 +414,7 @@ int main(void)
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_parse_only),
 		cmocka_unit_test(test_help),
+		cmocka_unit_test(test_output_lost),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -454,6 +454,8 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 	}
 }
 
+static int trace_lost; /* a --trace file could not be written (cli_exit_code) */
+
 int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, const char *prog)
 {
 	int n, all = emu_cluster_config(cl)->ndev;
@@ -464,6 +466,7 @@ int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, 
 	if (trace_write_json(cl, cc->trace_path)) {
 		fprintf(stderr, "%s: cannot write trace '%s': %s\n", prog, cc->trace_path,
 			strerror(errno));
+		trace_lost = 1;
 		return -1;
 	}
 	if (n < all)
@@ -472,6 +475,41 @@ int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, 
 			"all for more)\n",
 			prog, cc->trace_path, n - 1, all);
 	return 0;
+}
+
+void cli_print_exit_codes(FILE *f, const char *one)
+{
+	char text[512];
+	int col = 0;
+
+	snprintf(text, sizeof text,
+		 "Exit codes: 0 success; 1 %s; 2 bad input (refused before anything runs); 70 "
+		 "the host itself ran out of memory; 74 the report or the --trace file could not "
+		 "be written.",
+		 one ? one
+		     : "a run failed (out of memory, the virtual clock's horizon, a diverged "
+		       "loss, ...) or a check found wrong results");
+	fputc('\n', f);
+	for (char *w = strtok(text, " "); w; w = strtok(NULL, " ")) { /* wrapped at 88 */
+		int len = (int)strlen(w);
+
+		if (col && col + 1 + len > 88) {
+			fputc('\n', f);
+			col = 0;
+		}
+		col += fprintf(f, "%s%s", col ? " " : "", w);
+	}
+	fputc('\n', f);
+}
+
+int cli_exit_code(int rc)
+{
+	int lost = fflush(stdout) != 0 || ferror(stdout);
+
+	if (lost)
+		fprintf(stderr, "pemu: cannot write the standard output: %s\n",
+			strerror(errno ? errno : EIO));
+	return rc == 0 && (lost || trace_lost) ? CLI_EXIT_OUTPUT : rc;
 }
 
 /* One argument as a shell reads it back: as is if it is plain, else in single quotes;

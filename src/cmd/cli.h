@@ -13,7 +13,8 @@
 
 struct run_cfg;
 
-#define CLI_EXIT_USAGE 2
+#define CLI_EXIT_USAGE  2
+#define CLI_EXIT_OUTPUT 74 /* sysexits.h's EX_IOERR: the report or the trace not written */
 
 struct cli_opt {
 	const char *name; /* long name without "--" */
@@ -139,5 +140,14 @@ void cli_host_check(const struct cli *c, uint64_t need, uint64_t largest, const 
 /* Writes cl's trace to cc's --trace path, if any, saying on stderr (prog: the command)
  * which devices it keeps when not all; 0, or -1 (said) if it cannot write. */
 int cli_write_trace(const struct cli_cluster *cc, const struct emu_cluster *cl, const char *prog);
+
+/* The exit codes, for a command's --help (pemu --help with one NULL): what 1 means for
+ * it, then the rest as every command has them. */
+void cli_print_exit_codes(FILE *f, const char *one);
+
+/* A command's exit code rc, once its output is out: CLI_EXIT_OUTPUT (said) where rc is 0
+ * but the standard output or a --trace file could not be written, so a script that
+ * checks the code does not take a lost report for a success. */
+int cli_exit_code(int rc);
 
 #endif

@@ -223,6 +223,7 @@ static void usage(FILE *f)
 	cli_print_opts(f, coll_opts);
 	fprintf(f, "\nCluster options:\n");
 	cli_print_opts(f, cli_cluster_opts);
+	cli_print_exit_codes(f, "the run failed, or the check found wrong elements");
 }
 
 /* Element counts of a message of size bytes: the call's count and both buffers. */

@@ -91,6 +91,7 @@ static void usage(FILE *f)
 	cli_print_opts(f, cli_model_opts);
 	fprintf(f, "\nCluster options:\n");
 	cli_print_opts(f, cli_cluster_opts);
+	cli_print_exit_codes(f, "no layout fits, or a --validate run fails");
 }
 
 /* The dimension an option of cli_par or cli_model fixes, or -1. */

@@ -43,6 +43,9 @@ static void usage(FILE *f)
 	cli_print_opts(f, cli_model_opts);
 	fprintf(f, "\nCluster options:\n");
 	cli_print_opts(f, cli_cluster_opts);
+	cli_print_exit_codes(f,
+			     "the run failed (out of memory, the virtual clock's horizon, a "
+			     "diverged loss, a device that died, ...), or verify found a mismatch");
 }
 
 /* The first step (from 1) whose loss in o is not finite, or 0. */

@@ -51,6 +51,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"\nCluster options (one GPU of the preset; the links' options are pemu run's):\n");
 	cli_print_opts_but(f, cli_cluster_opts, cli_link_opt);
+	cli_print_exit_codes(f, "the run failed (out of memory, the virtual clock's horizon, a "
+				"diverged loss)");
 }
 
 /* The progress line of step s (0-based). */

@@ -37,9 +37,8 @@ static void usage(FILE *f)
 			topo_preset_names[i], t.gpus_per_node, t.gpu.name,
 			t.link[TOPO_LINK_INTRA].name, t.link[TOPO_LINK_INTER].name);
 	}
-	fprintf(f, "\n\nexit codes: 0 success, 1 a run failed (out of memory, the virtual clock's "
-		   "horizon, a diverged loss, ...)\nor a check found wrong results, 2 bad input "
-		   "(refused before anything runs), 70 the host\nitself ran out of memory\n");
+	fputc('\n', f);
+	cli_print_exit_codes(f, NULL);
 }
 
 int main(int argc, char **argv)
@@ -60,15 +59,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "coll"))
-		return cmd_coll(argc - 1, argv + 1);
+		return cli_exit_code(cmd_coll(argc - 1, argv + 1));
 	if (!strcmp(argv[1], "train"))
-		return cmd_train(argc - 1, argv + 1);
+		return cli_exit_code(cmd_train(argc - 1, argv + 1));
 	if (!strcmp(argv[1], "run"))
-		return cmd_run(argc - 1, argv + 1);
+		return cli_exit_code(cmd_run(argc - 1, argv + 1));
 	if (!strcmp(argv[1], "verify"))
-		return cmd_verify(argc - 1, argv + 1);
+		return cli_exit_code(cmd_verify(argc - 1, argv + 1));
 	if (!strcmp(argv[1], "plan"))
-		return cmd_plan(argc - 1, argv + 1);
+		return cli_exit_code(cmd_plan(argc - 1, argv + 1));
 	fprintf(stderr, "pemu: unknown command '%s' (try 'pemu --help')\n", argv[1]);
 	return CLI_EXIT_USAGE;
 }
