@@ -546,6 +546,16 @@ static void test_failed_json(void **state)
 	assert_non_null(strstr(out, "\"kind\":\"training diverged\",\"report\":\"device 0: the "
 				    "loss is inf at step 3: training diverged"));
 	assert_non_null(strstr(out, "\"memory\":["));
+	/* verify's reference failing where the layout fits (tp 2 halves the weights): the
+	 * report, its error the reference's */
+	assert_int_equal(run("verify --model tiny --steps 2 --tp 2 --mem-cap 2196KB --json", 0, out,
+			     sizeof out),
+			 1);
+	assert_true(out[0] == '{');
+	assert_non_null(strstr(out,
+			       "\"error\":{\"kind\":\"device out of memory\",\"in\":"
+			       "\"reference\",\"report\":\"device 0: out of memory allocating"));
+	assert_non_null(strstr(out, "\"memory\":[{"));
 }
 
 /* A trace keeps devices 0 to 15 unless told (--trace-devices N or all), and says so:

@@ -253,17 +253,17 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	       (double)emu_cluster_wall_ns(cl) / 1e9);
 }
 
-/* Runs cfg on cc's cluster (and with verify, the reference on one device of it) and
- * prints the report; the exit code. */
 /* A failed run's report as one JSON object: the configuration, the error (its kind and
- * the cluster's report), and memory and communication up to the failure. */
+ * the report of err, the failed cluster: cl, or the reference's, "in":"reference"), and
+ * the parallel run's memory and communication up to the failure. */
 static void json_failure(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
-			 struct emu_cluster *cl)
+			 struct emu_cluster *cl, struct emu_cluster *err)
 {
 	printf("{\"command\":\"%s\",", cmd_name(verify));
 	report_config_json_run(stdout, cfg, ecfg);
-	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_cluster_err_kind(cl));
-	report_json_string(stdout, emu_cluster_report(cl));
+	printf(",\"error\":{\"kind\":\"%s\",%s\"report\":", emu_cluster_err_kind(err),
+	       err != cl ? "\"in\":\"reference\"," : "");
+	report_json_string(stdout, emu_cluster_report(err));
 	printf("},");
 	report_memory_json(stdout, cl, cfg->mesh.world);
 	printf(",");
@@ -271,6 +271,8 @@ static void json_failure(int verify, const struct run_cfg *cfg, const struct emu
 	printf(",\"wall_s\":%.6g}\n", (double)emu_cluster_wall_ns(cl) / 1e9);
 }
 
+/* Runs cfg on cc's cluster (and with verify, the reference on one device of it) and
+ * prints the report; the exit code. */
 static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_cluster *cc)
 {
 	const struct emu_config *ecfg = &cc->cfg;
@@ -291,7 +293,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", cmd_name(verify),
 			emu_cluster_err_kind(cl), emu_cluster_report(cl));
 		if (cc->json)
-			json_failure(verify, cfg, ecfg, cl);
+			json_failure(verify, cfg, ecfg, cl, cl);
 		else
 			report_memory_table(stdout, cl, ecfg->ndev);
 		goto out;
@@ -311,6 +313,8 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		if (rc) {
 			fprintf(stderr, "pemu verify: the reference failed (%s):\n%s\n",
 				emu_cluster_err_kind(one), emu_cluster_report(one));
+			if (cc->json) /* (the report all the same: the parallel run's, its error) */
+				json_failure(verify, cfg, ecfg, cl, one);
 			run_free(&ref);
 			goto out;
 		}
