@@ -140,6 +140,11 @@ static void test_train_json(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"accumulate_allreduce_grads_in_fp32\":true"));
 	assert_non_null(strstr(out, "\"grad\":474112,")); /* 4 x 118528 */
+	/* a dry-run has no loss: null (the table's n/a), in train's report and run's */
+	assert_non_null(strstr(out, "{\"step\":1,\"loss\":null,\"step_time_s\":"));
+	assert_int_equal(
+		run("run --model tiny --steps 1 --dp 2 --dry-run --json", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "{\"step\":1,\"loss\":null,\"step_time_s\":"));
 	/* Megatron's --grad-reduce-in-bf16 wins over it, before or after */
 	for (int after = 0; after < 2; after++) {
 		assert_int_equal(run(after ? "train --model tiny --steps 1 --dry-run --json --bf16 "

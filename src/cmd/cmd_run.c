@@ -216,8 +216,10 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	report_config_json_run(stdout, cfg, ecfg);
 	printf(",\"steps\":[");
 	for (int s = 0; s < cfg->steps; s++) {
+		/* (a dry-run has no loss: null, as the table's n/a) */
 		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "",
-		       cfg->step0 + s + 1, jnum(par->loss[s], 9), (double)par->step_ns[s] / 1e9);
+		       cfg->step0 + s + 1, ecfg->dry_run ? "null" : jnum(par->loss[s], 9),
+		       (double)par->step_ns[s] / 1e9);
 		if (verify)
 			printf(",\"ref_loss\":%s", jnum(ref->loss[s], 9));
 		printf("}");

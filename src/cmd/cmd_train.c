@@ -223,9 +223,14 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	printf("{\"command\":\"train\",");
 	report_config_json_train(stdout, cfg, ecfg);
 	printf(",\"steps\":[");
-	for (int s = 0; s < cfg->steps; s++)
-		printf("%s{\"step\":%d,\"loss\":%.9g,\"step_time_s\":%.9g}", s ? "," : "",
-		       cfg->step0 + s + 1, (double)t->loss[s], (double)t->step_ns[s] / 1e9);
+	for (int s = 0; s < cfg->steps; s++) { /* (a dry-run has no loss: null) */
+		char loss[32] = "null";
+
+		if (!ecfg->dry_run)
+			snprintf(loss, sizeof loss, "%.9g", (double)t->loss[s]);
+		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g}", s ? "," : "",
+		       cfg->step0 + s + 1, loss, (double)t->step_ns[s] / 1e9);
+	}
 	printf("],\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":0,\"exposed_comm_"
 	       "s\":0,\"bubble_fraction\":0,\"mfu\":%.6g,\"flops_per_step\":%.6g,\"model_flops_"
 	       "per_step\":%.6g},",
