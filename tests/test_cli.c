@@ -249,9 +249,22 @@ static void test_verify(void **state)
 	assert_non_null(strstr(out, "\"passed\":true"));
 	assert_non_null(strstr(out, "\"max_abs_err\":{\"loss\":"));
 	assert_non_null(strstr(out, "\"routing_flips\":0,"));
+	/* where each worst error was, by name, and what the parameter check left out of what */
+	assert_non_null(strstr(out, "\"worst\":{\"loss_step\":1,\"grad\":\"layers."));
+	assert_non_null(strstr(out, ",\"grad_later_step\":2,\"param\":\"layers."));
+	assert_non_null(strstr(out, ",\"param_entries\":218048,"));
 	assert_non_null(strstr(out, "\"exposed_comm_s\":"));
 	assert_non_null(strstr(out, "\"by_collective\":{\"all-reduce\""));
 	assert_non_null(strstr(out, "{\"device\":3,"));
+	/* a long run, where rounding could move every parameter past half the tolerance:
+	 * none compared, null, not a worst error of 0 (the gradients of each step are) */
+	assert_int_equal(run("verify --model moe-tiny --ep 2 --dp 2 --steps 150 --seed 1 --json", 0,
+			     out, sizeof out),
+			 1); /* (a routing flip, by then) */
+	assert_non_null(strstr(out, "\"param\":null},\"max_abs_err\""));
+	assert_non_null(strstr(out, "\"param\":null},\"tolerance\""));
+	assert_non_null(strstr(out, "\"param\":null},\"noise_driven_params\":218048,"
+				    "\"param_entries\":218048,"));
 	/* the experts' grid, named: whole experts over ranks spanning tp */
 	assert_int_equal(run("verify --model moe-tiny --tp 2 --sequence-parallel --dp 2 --ep 4 "
 			     "--steps 2 --json",

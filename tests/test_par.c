@@ -494,6 +494,7 @@ static void test_broken_strategies_fail(void **state)
 	make_cfg(&cfg, "tiny", 2, 2, 1);
 	v = verify(&cfg);
 	assert_true(v.passed);
+	assert_int_equal(v.param_entries, gpt_num_params(&cfg.model));
 	if (v.noise_params < (size_t)(cfg.model.num_layers * cfg.model.hidden) ||
 	    v.noise_params > (size_t)(cfg.model.num_layers * cfg.model.hidden) +
 				     gpt_num_params(&cfg.model) / 1000)

@@ -146,13 +146,17 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 		       v->later_err, lname, cfg->step0 + v->later_step + 1, v->later_tol,
 		       v->later_abs);
 	}
-	printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest absolute "
-	       "error %.3g\n",
-	       v->param_err, pname, cfg->step0 + cfg->steps, v->param_tol, v->param_abs);
-	printf("#   %zu parameter entries that the run's gradient differences could move by "
-	       "half the tolerance (the key biases among them) left out of the parameter "
+	if (v->noise_params < v->param_entries)
+		printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest "
+		       "absolute error %.3g\n",
+		       v->param_err, pname, cfg->step0 + cfg->steps, v->param_tol, v->param_abs);
+	else /* (a long run: the gradients' checks hold it, each step's) */
+		printf("#   worst parameter  none compared: every entry is one the run's rounding "
+		       "could move that far (the gradients of every step are compared above)\n");
+	printf("#   %zu of %zu parameter entries that the run's gradient differences could move "
+	       "by half the tolerance (the key biases among them) left out of the parameter "
 	       "check\n",
-	       v->noise_params);
+	       v->noise_params, v->param_entries);
 	if (v->routes)
 		printf("#   %zu of %zu MoE routing decisions differ from the reference's\n",
 		       v->route_flips, v->routes);
@@ -203,6 +207,43 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 		       par->devices_run, ndev);
 }
 
+/* The field "verify": the worst errors (a parameter's null where none was compared) and
+ * where each was, the tolerances, and what was left out or flipped. */
+static void json_verify(const struct run_cfg *cfg, const struct run_out *ref,
+			const struct verify_result *v)
+{
+	int none = v->noise_params >= v->param_entries;
+	char gname[48], lname[48], pname[48];
+
+	gpt_tensor_name(&cfg->model, v->grad_tensor, gname, sizeof gname);
+	gpt_tensor_name(&cfg->model, v->later_tensor, lname, sizeof lname);
+	gpt_tensor_name(&cfg->model, v->param_tensor, pname, sizeof pname);
+	printf("\"verify\":{\"max_rel_err\":{\"loss\":%s,\"grad\":%s,\"grad_later\":%s,"
+	       "\"param\":%s},\"max_abs_err\":{\"loss\":%s,\"grad\":%s,\"grad_later\":%s,"
+	       "\"param\":%s},\"tolerance\":{\"loss\":%g,\"grad\":%g,\"grad_later\":%g,"
+	       "\"param\":%g},",
+	       jnum(v->loss_err, 6), jnum(v->grad_err, 6), jnum(v->later_err, 6),
+	       none ? "null" : jnum(v->param_err, 6), jnum(v->loss_abs, 6), jnum(v->grad_abs, 6),
+	       jnum(v->later_abs, 6), none ? "null" : jnum(v->param_abs, 6), v->loss_tol,
+	       v->grad_tol, v->later_tol, v->param_tol);
+	/* (the steps as the report numbers them; a tensor by its Megatron-style name) */
+	printf("\"worst\":{\"loss_step\":%d,\"grad\":\"%s\",", cfg->step0 + v->loss_step + 1,
+	       gname);
+	if (v->later_step)
+		printf("\"grad_later\":\"%s\",\"grad_later_step\":%d,", lname,
+		       cfg->step0 + v->later_step + 1);
+	else
+		printf("\"grad_later\":null,\"grad_later_step\":null,");
+	if (none)
+		printf("\"param\":null},");
+	else
+		printf("\"param\":\"%s\"},", pname);
+	printf("\"noise_driven_params\":%zu,\"param_entries\":%zu,\"routing_decisions\":%zu,"
+	       "\"routing_flips\":%zu,\"reference_diverged\":%s,\"passed\":%s},",
+	       v->noise_params, v->param_entries, v->routes, v->route_flips,
+	       diverged_at(cfg, ref) ? "true" : "false", v->passed ? "true" : "false");
+}
+
 /* The report as one JSON object (docs/architecture.md, The JSON report). */
 static void json_report(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
 			struct emu_cluster *cl, const struct run_out *par,
@@ -226,17 +267,7 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	}
 	printf("],");
 	if (verify)
-		printf("\"verify\":{\"max_rel_err\":{\"loss\":%s,\"grad\":%s,\"grad_later\":%s,"
-		       "\"param\":%s},\"max_abs_err\":{\"loss\":%s,\"grad\":%s,"
-		       "\"grad_later\":%s,\"param\":%s},\"tolerance\":{\"loss\":%g,\"grad\":%g,"
-		       "\"grad_later\":%g,\"param\":%g},\"noise_driven_params\":%zu,"
-		       "\"routing_decisions\":%zu,\"routing_flips\":%zu,\"reference_diverged\":%s,"
-		       "\"passed\":%s},",
-		       jnum(v->loss_err, 6), jnum(v->grad_err, 6), jnum(v->later_err, 6),
-		       jnum(v->param_err, 6), jnum(v->loss_abs, 6), jnum(v->grad_abs, 6),
-		       jnum(v->later_abs, 6), jnum(v->param_abs, 6), v->loss_tol, v->grad_tol,
-		       v->later_tol, v->param_tol, v->noise_params, v->routes, v->route_flips,
-		       diverged_at(cfg, ref) ? "true" : "false", v->passed ? "true" : "false");
+		json_verify(cfg, ref, v);
 	printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_"
 	       "s\":%.9g,\"comm_exposed_s\":%.9g,\"bubble_fraction\":%s,\"mfu\":%s},",
 	       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,

@@ -123,7 +123,8 @@ struct verify_result {
 	 * of a later step moves them by their own size */
 	double later_err, later_abs, later_tol;
 	int later_step, later_tensor;
-	size_t noise_params; /* entries left out: moved by rounding */
+	size_t noise_params;  /* entries left out: moved by rounding */
+	size_t param_entries; /* of these in all (noise_params of them: none compared) */
 	/* routing decisions that differ from the reference's (docs/formulas.md, Verification: a
 	 * flip is rounding amplified by a discrete choice, not a strategy error), of routes; the
 	 * first one's step, layer and token */

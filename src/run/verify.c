@@ -113,6 +113,7 @@ void verify_compare(const struct run_out *ref, const struct run_out *par, const 
 			keep[e] = !(drift(ref, par, rc, i, e, n) > 0.5 * v->param_tol * pmax);
 			v->noise_params += !keep[e];
 		}
+		v->param_entries += n;
 		eg = rel_err(par->grad0[i], ref->grad0[i], n, NULL, &v->grad_abs);
 		for (int t = 1; t < ref->gsteps_n && t < par->gsteps_n; t++) {
 			double el = rel_err(par->gsteps[i] + (size_t)t * n,
