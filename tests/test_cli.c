@@ -564,6 +564,29 @@ static void test_failed_json(void **state)
 	assert_non_null(strstr(out, "\"kind\":\"training diverged\",\"report\":\"device 0: the "
 				    "loss is inf at step 3: training diverged"));
 	assert_non_null(strstr(out, "\"memory\":["));
+	/* the steps finished before it, and only those */
+	assert_non_null(strstr(out, "\"steps\":[{\"step\":1,\"loss\":5.55869389,"));
+	assert_non_null(strstr(out, "{\"step\":2,\"loss\":"));
+	assert_null(strstr(out, "{\"step\":3,"));
+	{ /* pemu run's: a device that dies as step 3 begins leaves steps 1 and 2, as the run
+	   * that went on has them */
+		static char whole[1 << 16];
+		const char *a, *b, *end;
+
+		assert_int_equal(run("run --model tiny --dp 2 --tp 2 --steps 4 --json", 0, whole,
+				     sizeof whole),
+				 0);
+		assert_int_equal(run("run --model tiny --dp 2 --tp 2 --steps 4 --inject-fault "
+				     "fail:2@3 --json",
+				     0, out, sizeof out),
+				 1);
+		assert_non_null(strstr(out, "\"kind\":\"device failure\""));
+		assert_non_null(a = strstr(whole, "\"steps\":[{\"step\":1,"));
+		assert_non_null(end = strstr(a, ",{\"step\":3,"));
+		assert_non_null(b = strstr(out, "\"steps\":[{\"step\":1,"));
+		assert_memory_equal(a, b, (size_t)(end - a));
+		assert_true(b[end - a] == ']');
+	}
 	/* verify's reference failing where the layout fits (tp 2 halves the weights): the
 	 * report, its error the reference's */
 	assert_int_equal(run("verify --model tiny --steps 2 --tp 2 --mem-cap 2196KB --json", 0, out,

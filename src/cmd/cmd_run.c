@@ -207,6 +207,23 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 		       par->devices_run, ndev);
 }
 
+/* The field "steps": the first n steps of o, each its iteration, loss (null in a
+ * dry-run: it has none) and virtual time, and with ref the reference's loss. */
+static void json_steps(const struct run_cfg *cfg, const struct emu_config *ecfg,
+		       const struct run_out *o, const struct run_out *ref, int n)
+{
+	printf("\"steps\":[");
+	for (int s = 0; s < n; s++) {
+		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "",
+		       cfg->step0 + s + 1, ecfg->dry_run ? "null" : jnum(o->loss[s], 9),
+		       (double)o->step_ns[s] / 1e9);
+		if (ref)
+			printf(",\"ref_loss\":%s", jnum(ref->loss[s], 9));
+		printf("}");
+	}
+	printf("]");
+}
+
 /* The field "verify": the worst errors (a parameter's null where none was compared) and
  * where each was, the tolerances, and what was left out or flipped. */
 static void json_verify(const struct run_cfg *cfg, const struct run_out *ref,
@@ -255,17 +272,9 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 
 	printf("{\"command\":\"%s\",", cmd_name(verify));
 	report_config_json_run(stdout, cfg, ecfg);
-	printf(",\"steps\":[");
-	for (int s = 0; s < cfg->steps; s++) {
-		/* (a dry-run has no loss: null, as the table's n/a) */
-		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "",
-		       cfg->step0 + s + 1, ecfg->dry_run ? "null" : jnum(par->loss[s], 9),
-		       (double)par->step_ns[s] / 1e9);
-		if (verify)
-			printf(",\"ref_loss\":%s", jnum(ref->loss[s], 9));
-		printf("}");
-	}
-	printf("],");
+	printf(",");
+	json_steps(cfg, ecfg, par, verify ? ref : NULL, cfg->steps);
+	printf(",");
 	if (verify)
 		json_verify(cfg, ref, v);
 	printf("\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_"
@@ -287,13 +296,16 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 }
 
 /* A failed run's report as one JSON object: the configuration, the error (its kind and
- * the report of err, the failed cluster: cl, or the reference's, "in":"reference"), and
- * the parallel run's memory and communication up to the failure. */
+ * the report of err, the failed cluster: cl, or the reference's, "in":"reference"), the
+ * steps par finished before it, and the parallel run's memory and communication up to
+ * the failure. */
 static void json_failure(int verify, const struct run_cfg *cfg, const struct emu_config *ecfg,
-			 struct emu_cluster *cl, struct emu_cluster *err)
+			 struct emu_cluster *cl, struct emu_cluster *err, const struct run_out *par)
 {
 	printf("{\"command\":\"%s\",", cmd_name(verify));
 	report_config_json_run(stdout, cfg, ecfg);
+	printf(",");
+	json_steps(cfg, ecfg, par, NULL, par->steps_done);
 	printf(",\"error\":{\"kind\":\"%s\",%s\"report\":", emu_cluster_err_kind(err),
 	       err != cl ? "\"in\":\"reference\"," : "");
 	report_json_string(stdout, emu_cluster_report(err));
@@ -326,7 +338,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 		fprintf(stderr, "pemu %s: the run failed (%s):\n%s\n", cmd_name(verify),
 			emu_cluster_err_kind(cl), emu_cluster_report(cl));
 		if (cc->json)
-			json_failure(verify, cfg, ecfg, cl, cl);
+			json_failure(verify, cfg, ecfg, cl, cl, &par);
 		else
 			report_memory_table(stdout, cl, ecfg->ndev);
 		goto out;
@@ -347,7 +359,7 @@ static int run_exec(int verify, const struct run_cfg *cfg, const struct cli_clus
 			fprintf(stderr, "pemu verify: the reference failed (%s):\n%s\n",
 				emu_cluster_err_kind(one), emu_cluster_report(one));
 			if (cc->json) /* (the report all the same: the parallel run's, its error) */
-				json_failure(verify, cfg, ecfg, cl, one);
+				json_failure(verify, cfg, ecfg, cl, one, &par);
 			run_free(&ref);
 			goto out;
 		}

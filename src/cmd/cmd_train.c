@@ -31,6 +31,7 @@ struct train {
 	int64_t *step_ns;  /* [steps] virtual time of each step */
 	int64_t *wall_ns;  /* [steps] */
 	double flops_step; /* FLOPs charged by the last step */
+	int steps_done;    /* the steps finished (of a failed run, before the failure) */
 	struct ckpt *ck;   /* --save: the checkpoint the device fills, or NULL */
 	char *sample_text; /* [sample + 1] or NULL; freed by train() */
 };
@@ -119,6 +120,7 @@ static int train_device(struct emu_dev *d, void *arg)
 		t->step_ns[s] = emu_now(d) - t0;
 		t->wall_ns[s] = emu_wall_ns() - w0;
 		t->flops_step = emu_flops(d) - f0;
+		t->steps_done = s + 1;
 		if (cfg->log_every && (s == 0 || s == cfg->steps - 1 || it % cfg->log_every == 0))
 			print_step(d, t, s, loss);
 		if (t->ck && ckpt_saves_at(cfg, it)) {
@@ -200,6 +202,22 @@ static void print_header(const struct run_cfg *cfg, const struct emu_config *ecf
 	fflush(stdout);
 }
 
+/* The field "steps": the first n of t's, each its iteration, loss (null in a dry-run: it
+ * has none) and virtual time. */
+static void json_steps(const struct train *t, const struct emu_config *ecfg, int n)
+{
+	printf("\"steps\":[");
+	for (int s = 0; s < n; s++) {
+		char loss[32] = "null";
+
+		if (!ecfg->dry_run)
+			snprintf(loss, sizeof loss, "%.9g", (double)t->loss[s]);
+		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g}", s ? "," : "",
+		       t->cfg->step0 + s + 1, loss, (double)t->step_ns[s] / 1e9);
+	}
+	printf("]");
+}
+
 /* The report of a finished run: one JSON object, or the closing "# " lines. */
 static void print_report(const struct train *t, struct emu_cluster *cl,
 			 const struct emu_config *ecfg)
@@ -222,16 +240,9 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	}
 	printf("{\"command\":\"train\",");
 	report_config_json_train(stdout, cfg, ecfg);
-	printf(",\"steps\":[");
-	for (int s = 0; s < cfg->steps; s++) { /* (a dry-run has no loss: null) */
-		char loss[32] = "null";
-
-		if (!ecfg->dry_run)
-			snprintf(loss, sizeof loss, "%.9g", (double)t->loss[s]);
-		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g}", s ? "," : "",
-		       cfg->step0 + s + 1, loss, (double)t->step_ns[s] / 1e9);
-	}
-	printf("],\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":0,\"exposed_comm_"
+	printf(",");
+	json_steps(t, ecfg, cfg->steps);
+	printf(",\"time\":{\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":0,\"exposed_comm_"
 	       "s\":0,\"bubble_fraction\":0,\"mfu\":%.6g,\"flops_per_step\":%.6g,\"model_flops_"
 	       "per_step\":%.6g},",
 	       (double)step / 1e9, (double)step / 1e9, mfu, t->flops_step, mflops);
@@ -242,13 +253,16 @@ static void print_report(const struct train *t, struct emu_cluster *cl,
 	printf("}\n");
 }
 
-/* A failed run's report as one JSON object, as pemu run's: the configuration, the error
- * (its kind and the cluster's report) and the memory up to the failure. */
-static void json_failure(const struct run_cfg *cfg, const struct emu_config *ecfg,
+/* A failed run's report as one JSON object, as pemu run's: the configuration, the steps
+ * finished before the failure, the error (its kind and the cluster's report) and the
+ * memory up to the failure. */
+static void json_failure(const struct train *t, const struct emu_config *ecfg,
 			 struct emu_cluster *cl)
 {
 	printf("{\"command\":\"train\",");
-	report_config_json_train(stdout, cfg, ecfg);
+	report_config_json_train(stdout, t->cfg, ecfg);
+	printf(",");
+	json_steps(t, ecfg, t->steps_done);
 	printf(",\"error\":{\"kind\":\"%s\",\"report\":", emu_cluster_err_kind(cl));
 	report_json_string(stdout, emu_cluster_report(cl));
 	printf("},");
@@ -288,7 +302,7 @@ static int train(const struct run_cfg *cfg, const struct cli_cluster *cc, int sa
 		fprintf(stderr, "pemu train: the run failed (%s):\n%s\n", emu_cluster_err_kind(cl),
 			emu_cluster_report(cl));
 		if (t.json) /* the report all the same, its error beside the configuration */
-			json_failure(cfg, &cc->cfg, cl);
+			json_failure(&t, &cc->cfg, cl);
 		else
 			report_memory_line(stderr, emu_cluster_dev(cl, 0));
 	} else {

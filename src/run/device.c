@@ -415,9 +415,13 @@ static int par_device(struct emu_dev *d, void *arg)
 		if ((rc = par_dp_step(&s, &cfg->opt, it, &norm)) ||
 		    (rc = emu_dev_check(d))) /* (the clock's horizon, say: no collective saw it) */
 			goto out;
-		if (rk.tpr == 0)
-			o->loss_part[((ppr * dp + rk.dpr) * cp + cpr) * cfg->steps + step] =
-				(float)loss;
+		if (rk.tpr == 0) {
+			size_t at = (size_t)((ppr * dp + rk.dpr) * cp + cpr) * (size_t)cfg->steps +
+				    (size_t)step;
+
+			o->loss_part[at] = (float)loss;
+			o->part_done[at] = 1;
+		}
 		if (id == 0) {
 			o->step_ns[step] = emu_now(d) - t0;
 			o->compute_ns[step] = emu_compute_ns(d) - c0;

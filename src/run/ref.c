@@ -65,6 +65,7 @@ static int ref_device(struct emu_dev *d, void *arg)
 		if ((rc = emu_dev_check(d))) /* (the clock's horizon, say) */
 			goto out;
 		o->loss_part[s] = (float)loss;
+		o->part_done[s] = 1;
 		o->step_ns[s] = emu_now(d) - t0;
 		o->compute_ns[s] = emu_compute_ns(d) - c0;
 	}
