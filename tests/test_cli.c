@@ -791,6 +791,16 @@ static void test_coll_oom_is_a_report(void **state)
 	assert_int_equal(run("coll -g 4 -b 64M -e 64M --mem-cap 100M", 1, out, sizeof out), 1);
 	assert_non_null(strstr(out, "out of memory allocating 'recv buffer'"));
 	assert_non_null(strstr(out, "cap 104857600 bytes"));
+	/* in --json too, where the sizes before it stay: the error, its kind and size */
+	assert_int_equal(run("coll -g 4 -b 256 -e 1K --mem-cap 1KB --json", 0, out, sizeof out), 1);
+	assert_non_null(strstr(out, "\"results\":[{\"size\":256,"));
+	assert_non_null(strstr(out,
+			       "\"error\":{\"kind\":\"device out of memory\",\"size\":512,"
+			       "\"report\":\"device 0: out of memory allocating 'recv buffer'"));
+	assert_non_null(strstr(out, "\"passed\":false}"));
+	/* and the text's check line does not call it a wrong value */
+	assert_int_equal(run("coll -g 4 -b 256 -e 1K --mem-cap 1KB", 0, out, sizeof out), 1);
+	assert_non_null(strstr(out, "# Out of bounds values : 0 OK"));
 }
 
 int main(void)

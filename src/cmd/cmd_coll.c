@@ -259,7 +259,7 @@ int cmd_coll(int argc, char **argv)
 			.opts = {coll_opts, cli_cluster_opts, NULL}};
 	struct coll_bench *b = calloc(1, sizeof *b);
 	struct cli_cluster cc;
-	uint64_t minb = 8, maxb = 64ULL << 20, stepb = 0, sum_bus_n = 0;
+	uint64_t minb = 8, maxb = 64ULL << 20, stepb = 0, sum_bus_n = 0, failed_at = 0;
 	long factor = 2;
 	int csv = 0, id, first = 1, rc = 0, fold = 1;
 	double sum_bus = 0;
@@ -415,6 +415,7 @@ int cmd_coll(int argc, char **argv)
 
 		rc = emu_cluster_run(cl, bench_device, b);
 		if (rc) {
+			failed_at = bytes;
 			fflush(stdout);
 			fprintf(stderr, "pemu coll: %s failed at %llu bytes:\n%s\n",
 				cops[b->op].name, (unsigned long long)bytes,
@@ -466,8 +467,14 @@ int cmd_coll(int argc, char **argv)
 			break;
 	}
 	if (cc.json) {
-		printf("],\"avg_busbw\":%.4f,\"passed\":%s}\n",
-		       sum_bus_n ? sum_bus / (double)sum_bus_n : 0, rc ? "false" : "true");
+		printf("],\"avg_busbw\":%.4f,", sum_bus_n ? sum_bus / (double)sum_bus_n : 0);
+		if (rc < 0) { /* the run failed (not a wrong element): at which size, and why */
+			printf("\"error\":{\"kind\":\"%s\",\"size\":%llu,\"report\":",
+			       emu_cluster_err_kind(cl), (unsigned long long)failed_at);
+			report_json_string(stdout, emu_cluster_report(cl));
+			printf("},");
+		}
+		printf("\"passed\":%s}\n", rc ? "false" : "true");
 	} else if (!csv) {
 		printf("# Out of bounds values : %s\n", rc == 1 ? "FOUND" : "0 OK");
 		printf("# Avg bus bandwidth    : %.4g GB/s\n",
