@@ -102,6 +102,10 @@ void emu_cluster_free(struct emu_cluster *c);
 /* Why cfg cannot run, as one line into buf, or 0 if it can. */
 int emu_config_check(const struct emu_config *cfg, char *buf, size_t n);
 
+/* The longest link latency a configuration may give (emu_config_check), so that (n - 1)
+ * latencies of a collective stay far inside the clock's horizon: 1000 s. */
+#define EMU_LAT_MAX INT64_C(1000000000000)
+
 typedef int (*emu_dev_fn)(struct emu_dev *d, void *arg);
 
 /* Runs fn on every device (as emu_config.workers says) and waits for them all. Returns 0, or the

@@ -317,10 +317,6 @@ void dev_wake_locked(struct emu_cluster *c, struct emu_dev *d, const struct emu_
 /* Runs d's function and what follows it (a thread's or a context's body). */
 void *dev_main(void *d);
 
-/* config.c: the longest link latency a configuration may give, so that (n - 1) latencies
- * of a collective stay far inside the clock's horizon: 1000 s. */
-#define EMU_LAT_MAX INT64_C(1000000000000)
-
 /* fail.c: errors and their reports. */
 /* Records err (report is taken over) and wakes every device (the lock held). */
 void cluster_fail_locked(struct emu_cluster *c, int err, int dev, char *report);

@@ -22,12 +22,15 @@ static int split_number(const char *s, double *val, const char **suffix)
 	return 0;
 }
 
-/* Multiplies and checks that the result is a whole number that fits in 63 bits. */
+/* Multiplies and checks that the result is a whole number (-1) that fits in 63 bits
+ * (UNITS_TOO_LARGE). */
 static int to_u64(double v, double mult, uint64_t *out)
 {
 	double r = v * mult;
 
-	if (r >= 9.2e18 || r != floor(r))
+	if (r >= 9.2e18)
+		return UNITS_TOO_LARGE;
+	if (r != floor(r))
 		return -1;
 	*out = (uint64_t)r;
 	return 0;

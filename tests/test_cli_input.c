@@ -201,7 +201,11 @@ static void test_bad_input(void **state)
 		{"run --model tiny --micro-batch-size 1048576 --seq-length 4194304 --dry-run",
 		 "is 4398046511104 tokens a micro-batch, more than pemu takes"},
 		{"coll -g 2 -b 1K -e 1K --intra-lat 9e18ns",
-		 "the intra link needs a positive bandwidth and a latency from 0 to 1000 s"},
+		 "--intra-lat 9e18ns: a link's latency is at most 1000 s"},
+		{"run --model tiny --inter-lat 1001s",
+		 "--inter-lat 1001s: a link's latency is at most"},
+		{"run --model tiny --mem-cap 99999999T",
+		 "--mem-cap 99999999T: too large (a size is under 9.2e18 bytes"},
 		/* execute mode's host memory, estimated by a dry-run before anything runs */
 		{"coll -g 8 -b 64G -e 64G",
 		 "execute mode would hold about 1.0 TiB of host memory (the emulated GPUs' tensors "

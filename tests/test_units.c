@@ -31,7 +31,10 @@ static void test_sizes(void **state)
 	assert_int_equal(units_parse_size("", &b), -1);
 	assert_int_equal(units_parse_size("-1", &b), -1);
 	assert_int_equal(units_parse_size("0.3", &b), -1); /* not a whole byte */
-	assert_int_equal(units_parse_size("1e30", &b), -1);
+	assert_int_equal(units_parse_size("1e30", &b), UNITS_TOO_LARGE);
+	assert_int_equal(units_parse_size("8E", &b), -1); /* (no such suffix) */
+	assert_int_equal(units_parse_size("8000000T", &b), 0);
+	assert_int_equal(units_parse_size("8388608T", &b), UNITS_TOO_LARGE); /* 2^63 */
 	assert_int_equal(units_parse_size(" 8", &b), -1);
 }
 

@@ -134,7 +134,11 @@ uint64_t cli_size(const struct cli *c, const char *opt, const char *val)
 {
 	uint64_t v;
 
-	if (units_parse_size(val, &v))
+	int rc = units_parse_size(val, &v);
+
+	if (rc == UNITS_TOO_LARGE)
+		cli_fail(c, "%s %s: too large (a size is under 9.2e18 bytes, 8 EiB)", opt, val);
+	if (rc)
 		cli_fail(c,
 			 "%s: malformed size '%s' (a whole number of bytes with an optional "
 			 "suffix: K, M, G, T are powers of 1024, KB, MB, GB, TB powers of 1000)",
@@ -268,6 +272,8 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 	if (lat && units_parse_time(lat, &l->lat_ns))
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
+	if (lat && l->lat_ns > EMU_LAT_MAX) /* (the clock's horizon stays far off) */
+		cli_fail(c, "--%s %s: a link's latency is at most 1000 s", lat_opt, lat);
 	if (lat) /* the calibrated model's steps take the latency given too */
 		l->ll_hop_ns = l->hop_ns = l->ll128_hop_ns = l->lat_ns;
 }
