@@ -8,8 +8,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -783,6 +786,65 @@ static void test_plan_search(void **state)
 	assert_non_null(strstr(out, "no layout fits in 100.0 KiB a GPU"));
 }
 
+/* Whether process pid is still running: not gone, nor a zombie waiting to be reaped. */
+static int running(pid_t pid)
+{
+	char path[64], line[128];
+	int alive = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (!strncmp(line, "State:", 6))
+			alive = !strchr(line, 'Z') && !strchr(line, 'X');
+	fclose(f);
+	return alive;
+}
+
+/* pemu plan's worker processes end with it: killed while its workers search (a job
+ * scheduler's kill, not the terminal's Ctrl-C, which reaches them all), they do not run
+ * on for minutes, reparented. */
+static void test_plan_workers_end(void **state)
+{
+	const char *bin = getenv("PEMU") ? getenv("PEMU") : "build/pemu";
+	struct timespec tick = {0, 20 * 1000 * 1000};
+	char path[64], kids[256] = "";
+	int workers[2], n = 0;
+	pid_t p;
+	FILE *f;
+
+	(void)state;
+	p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		freopen("/dev/null", "w", stdout);
+		freopen("/dev/null", "w", stderr);
+		execl(bin, bin, "plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus",
+		      "1024", "--global-batch-size", "1536", "--jobs", "2", (char *)NULL);
+		_exit(127);
+	}
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)p, (int)p);
+	for (int i = 0; i < 1000 && n < 2; i++) { /* (the search starts within seconds) */
+		nanosleep(&tick, NULL);
+		if ((f = fopen(path, "r"))) {
+			if (!fgets(kids, sizeof kids, f))
+				kids[0] = '\0';
+			fclose(f);
+		}
+		n = sscanf(kids, "%d %d", &workers[0], &workers[1]);
+	}
+	kill(p, SIGTERM);
+	waitpid(p, NULL, 0);
+	if (n < 2)
+		skip(); /* (no /proc children list here, or no workers made) */
+	for (int i = 0; i < 250 && (running(workers[0]) || running(workers[1])); i++)
+		nanosleep(&tick, NULL);
+	assert_false(running(workers[0]));
+	assert_false(running(workers[1]));
+}
+
 static void test_coll_oom_is_a_report(void **state)
 {
 	char out[8192];
@@ -817,6 +879,7 @@ int main(void)
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_plan_oases),
 		cmocka_unit_test(test_plan_search),
+		cmocka_unit_test(test_plan_workers_end),
 		cmocka_unit_test(test_divergence),
 		cmocka_unit_test(test_failed_json),
 		cmocka_unit_test(test_trace_devices),

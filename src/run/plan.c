@@ -7,8 +7,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -402,7 +404,7 @@ static int decide_forked(const struct batch *b, int jobs, plan_progress_fn progr
 	       sb = sizeof(struct plan_shared) + (size_t)n * sizeof(atomic_int);
 	struct plan_entry *sall = shared_map(eb);
 	struct plan_shared *sh = shared_map(sb);
-	pid_t pid[64];
+	pid_t pid[64], parent = getpid();
 	int started = 0, live, shown = -1;
 
 	if (!sall || !sh) {
@@ -417,6 +419,10 @@ static int decide_forked(const struct batch *b, int jobs, plan_progress_fn progr
 	for (int j = 0; j < jobs && j < 64; j++) {
 		pid[j] = fork();
 		if (pid[j] == 0) {
+			/* a worker ends with pemu (killed, say), not minutes later on its own
+			 * (the death signal follows the forking thread: pemu plan's main one) */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+				_exit(1);
 			work(b, sall, sh);
 			_exit(0);
 		}
