@@ -74,6 +74,19 @@ static void test_coll_json(void **state)
 			 0);
 	assert_non_null(strstr(out, "\"wrong\":null"));
 	assert_non_null(strstr(out, "\"time_us\":48.117"));
+	/* an op without a reduction or a root says so: "none", null (the table's -1) */
+	assert_int_equal(run("coll -g 4 --op all-gather -b 1K -e 1K --json", 0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"op\":\"all-gather\",\"devices\":4,\"redop\":\"none\","
+				    "\"root\":null,"));
+	assert_int_equal(run("coll -g 4 --op reduce -r 3 -b 1K -e 1K --json", 0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"redop\":\"sum\",\"root\":3,"));
+	/* a root is any rank of the group, however large */
+	assert_int_equal(run("coll -g 4096 --op broadcast -r 2000 --dry-run -b 1K -e 1K", 0, out,
+			     sizeof out),
+			 0);
+	assert_non_null(strstr(out, "  float  none  2000 "));
 }
 
 /* Per-figure overrides reach the clock. 16 devices on nodes 0 and 1 of 4 run the

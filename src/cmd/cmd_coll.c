@@ -42,6 +42,20 @@ static const struct {
 	[C_SEND_RECV] = {"send-recv", 0, 0},
 };
 
+/* What op's redop and root columns say: "none" for an op that does not reduce (as
+ * nccl-tests prints it), the root only for broadcast and reduce. */
+static const char *redop_name(enum cop op, enum coll_redop redop)
+{
+	if (op != C_ALL_REDUCE && op != C_REDUCE_SCATTER && op != C_REDUCE)
+		return "none";
+	return redop == COLL_SUM ? "sum" : "max";
+}
+
+static int rooted(enum cop op)
+{
+	return op == C_BROADCAST || op == C_REDUCE;
+}
+
 struct coll_bench {
 	enum cop op;
 	int n;        /* devices in the group */
@@ -322,7 +336,7 @@ int cmd_coll(int argc, char **argv)
 			b->redop = strcmp(v, "sum") ? COLL_MAX : COLL_SUM;
 			break;
 		case 11:
-			b->root = (int)cli_int(&c, "-r", v, 0, 1023);
+			b->root = (int)cli_int(&c, "-r", v, 0, 65535); /* (under -g: below) */
 			break;
 		case 12:
 			csv = 1;
@@ -368,10 +382,13 @@ int cmd_coll(int argc, char **argv)
 	cli_parsed();
 
 	if (cc.json) {
+		char root[16] = "null";
+
+		if (rooted(b->op))
+			snprintf(root, sizeof root, "%d", b->root);
 		printf("{\"command\":\"coll\",\"op\":\"%s\",\"devices\":%d,\"redop\":\"%s\","
-		       "\"root\":%d,\"iters\":%d,\"cluster\":",
-		       cops[b->op].name, b->n, b->redop == COLL_SUM ? "sum" : "max", b->root,
-		       b->iters);
+		       "\"root\":%s,\"iters\":%d,\"cluster\":",
+		       cops[b->op].name, b->n, redop_name(b->op, b->redop), root, b->iters);
 		report_cluster_json(stdout, &cc.cfg);
 		printf(",\"results\":[");
 	} else if (csv) {
@@ -455,8 +472,7 @@ int cmd_coll(int argc, char **argv)
 				snprintf(wbuf, sizeof wbuf, "N/A");
 			printf("  %12llu %12zu %6s %5s %5d %11.2f %12.2f %12.2f %7s %10.1f\n",
 			       (unsigned long long)bytes, b->count, "float",
-			       b->redop == COLL_SUM ? "sum" : "max",
-			       b->op == C_BROADCAST || b->op == C_REDUCE ? b->root : -1, t_us,
+			       redop_name(b->op, b->redop), rooted(b->op) ? b->root : -1, t_us,
 			       algbw, busbw, wbuf, wall_us);
 		}
 		first = 0;
@@ -467,7 +483,7 @@ int cmd_coll(int argc, char **argv)
 			break;
 	}
 	if (cc.json) {
-		printf("],\"avg_busbw\":%.4f,", sum_bus_n ? sum_bus / (double)sum_bus_n : 0);
+		printf("],\"avg_busbw\":%.6g,", sum_bus_n ? sum_bus / (double)sum_bus_n : 0);
 		if (rc < 0) { /* the run failed (not a wrong element): at which size, and why */
 			printf("\"error\":{\"kind\":\"%s\",\"size\":%llu,\"report\":",
 			       emu_cluster_err_kind(cl), (unsigned long long)failed_at);
