@@ -28,8 +28,8 @@ const struct cli_opt cmd_plan_opts[] = {
 	 "the largest tensor-parallel size tried (default: the GPUs of a node)"},
 	{"max-pp", 0, 1, CLI_PLAN_MAX_PP, "N", "the largest pipeline size (default: the layers)"},
 	{"max-cp", 0, 1, CLI_PLAN_MAX_CP, "N",
-	 "the largest context-parallel size (default: seq-length / 2048 from 4096 tokens, else "
-	 "1: a rank keeps 1024 tokens or more)"},
+	 "the largest context-parallel size (default: seq-length / 2048, at least 1: a rank "
+	 "keeps 2048 tokens or more, two chunks of 1024 in the balanced layout)"},
 	{"max-ep", 0, 1, CLI_PLAN_MAX_EP, "N",
 	 "the largest expert-parallel size (default: the experts)"},
 	{"max-micro-batch-size", 0, 1, CLI_PLAN_MAX_MBS, "N",

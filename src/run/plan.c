@@ -107,7 +107,7 @@ static int values(const struct plan_space *s, const struct plan_point *p, enum p
 		return divisors(s->gpus, s->max_tp, v);
 	case PLAN_PP:
 		return divisors(s->gpus / tp, s->max_pp ? s->max_pp : m->num_layers, v);
-	case PLAN_CP: /* by default a rank keeps at least 1024 tokens of a sequence */
+	case PLAN_CP: /* by default a rank keeps 2048 tokens or more: two chunks of 1024 */
 		return divisors(s->gpus / tp / pp,
 				s->max_cp            ? s->max_cp
 				: m->seq_len >= 4096 ? m->seq_len / 2048
