@@ -82,6 +82,10 @@ static void test_coll_json(void **state)
 	assert_int_equal(run("coll -g 4 --op reduce -r 3 -b 1K -e 1K --json", 0, out, sizeof out),
 			 0);
 	assert_non_null(strstr(out, "\"redop\":\"sum\",\"root\":3,"));
+	/* a short option's value attached, as nccl-tests takes it (getopt): -g2 -b1K */
+	assert_int_equal(run("coll -g2 -b1K -e1K -n1 -w0 --json", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "\"devices\":2,"));
+	assert_non_null(strstr(out, "\"results\":[{\"size\":1024,"));
 	/* a root is any rank of the group, however large */
 	assert_int_equal(run("coll -g 4096 --op broadcast -r 2000 --dry-run -b 1K -e 1K", 0, out,
 			     sizeof out),

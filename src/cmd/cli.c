@@ -100,6 +100,9 @@ int cli_next(struct cli *c, const char **val)
 		o = find(c, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2), 0);
 	} else if (a[0] == '-' && a[1] && !a[2]) {
 		o = find(c, NULL, 0, a[1]);
+	} else if (a[0] == '-' && a[1] && (o = find(c, NULL, 0, a[1])) && o->has_arg) {
+		*val = a + 2; /* "-g8", as getopt (and so nccl-tests) reads it */
+		return o->id;
 	} else {
 		cli_fail(c, "unexpected argument '%s' (options start with --; try '%s --help')", a,
 			 c->prog);
