@@ -35,8 +35,10 @@ static void test_coll_checks_every_op(void **state)
 			 "coll --op %s -g 12 --nodes 2 -b 4 -e 1M -f 16 -n 2 -w 1 -r 3 --csv%s",
 			 ops[i], i ? "" : " --timeline");
 		assert_int_equal(run(args, 0, out, sizeof out), 0);
-		/* Header plus one line per size (4, 64, 1K, 16K, 256K), and no wrong element. */
-		assert_int_equal(lines(out), 6);
+		/* Header plus one line per size (4, 64, 1K, 16K, 256K), and no wrong element;
+		 * for the ops that cut the size over the 12, 4 and 64 bytes are both one
+		 * element a member, 48 bytes: one row */
+		assert_int_equal(lines(out), i >= 1 && i <= 3 ? 5 : 6);
 		for (const char *l = strchr(out, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
 			unsigned long long size, count, wrong;
 			double t, alg, bus, wall;

@@ -79,7 +79,8 @@ void cmd_plan_print_text(const struct plan_cmd *p)
 	const struct emu_config *ec = &p->cc->cfg;
 	int top = p->top < r->nok ? p->top : r->nok;
 
-	printf("# pemu plan: %s, %zu parameters, global batch %d of %d tokens, on %d GPUs\n# ",
+	printf("# pemu plan: %s, %zu parameters (before each layout pads the vocabulary for its "
+	       "tp), global batch %d of %d tokens, on %d GPUs\n# ",
 	       b->preset ? b->preset->name : "model", gpt_num_params(&b->model), b->gbs,
 	       b->model.seq_len, p->s->gpus);
 	report_cluster_line(stdout, ec);
