@@ -112,6 +112,21 @@ static void test_coll_overrides(void **state)
 	assert_non_null(strstr(out, "\"nodes\":4,\"gpus_per_node\":8,\"devices\":16"));
 	assert_non_null(strstr(out, "\"bw_bytes_per_s\":10000000000,\"lat_ns\":7000"));
 	assert_non_null(strstr(out, "\"time_us\":330.962"));
+	/* the link between data centres, named in the report where there is one: 2 members
+	 * a data centre apart, 2 x 2 ms + 1 MiB / 125 MB/s = 12388.608 us */
+	assert_int_equal(run("coll -g 2 --gpus-per-node 1 --nodes 2 --nodes-per-dc 1 --dc-bw 1Gb/s "
+			     "--dc-lat 2ms -b 1M -e 1M -n 1 -w 0 --dry-run --json --cost-model "
+			     "roofline",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "\"nodes_per_dc\":1,\"dc\":{\"name\":\"inter-DC\","
+				    "\"bw_bytes_per_s\":125000000,\"lat_ns\":2000000},"));
+	assert_non_null(strstr(out, "\"time_us\":12388.608"));
+	assert_int_equal(run("coll -g 2 --gpus-per-node 1 --nodes 2 --nodes-per-dc 1 -b 1M -e 1M "
+			     "-n 1 -w 0 --dry-run",
+			     0, out, sizeof out),
+			 0);
+	assert_non_null(strstr(out, "; between data centres of 1 node inter-DC "));
 }
 
 /* GPT-3 175B on one 80 GB GPU: the OOM report, not a crash; with a 4 TB cap it fits and

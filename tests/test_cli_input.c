@@ -51,6 +51,8 @@ static void test_bad_input(void **state)
 		{"coll -r 9 -g 4", "the root must be a rank of the group"},
 		{"coll --dry-run=yes", "takes no value"},
 		{"coll stray", "unexpected argument 'stray'"},
+		{"run --model tiny --dp 2 --dc-bw 1Gb/s",
+		 "--dc-bw: the link between data centres needs --nodes-per-dc N"},
 		{"coll -g=2",
 		 "-g: '=2' is not a whole number from 1 to 65536"}, /* (getopt's too) */
 		{"train-me", "unknown command 'train-me'"},

@@ -384,6 +384,11 @@ void cli_cluster_finish(struct cli_cluster *cc, const struct cli *c, int devices
 		      "intra-lat", OV(CLI_INTRA_LAT));
 	link_override(c, &cfg->topo.link[TOPO_LINK_INTER], "inter-bw", OV(CLI_INTER_BW),
 		      "inter-lat", OV(CLI_INTER_LAT));
+	if ((OV(CLI_DC_BW) || OV(CLI_DC_LAT)) && cfg->topo.nodes_per_dc <= 0)
+		cli_fail(c,
+			 "--%s: the link between data centres needs --nodes-per-dc N (the "
+			 "nodes of one data centre); without it there is none",
+			 OV(CLI_DC_BW) ? "dc-bw" : "dc-lat");
 	link_override(c, &cfg->topo.link[TOPO_LINK_DC], "dc-bw", OV(CLI_DC_BW), "dc-lat",
 		      OV(CLI_DC_LAT));
 	if (OV(CLI_GPU_FLOPS))

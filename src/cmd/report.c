@@ -28,6 +28,14 @@ void report_cluster_line(FILE *f, const struct emu_config *cfg)
 		t->name, t->nodes, t->nodes == 1 ? "" : "s", t->gpus_per_node, t->gpu.name,
 		t->gpu.peak_flops / 1e12, cap, t->link[TOPO_LINK_INTRA].name, ib, il,
 		t->link[TOPO_LINK_INTER].name, eb, el);
+	if (t->nodes_per_dc > 0) { /* (the link between data centres, where there are some) */
+		char db[32], dl[32];
+
+		units_fmt_bw(db, sizeof db, t->link[TOPO_LINK_DC].bw_bytes);
+		units_fmt_time(dl, sizeof dl, t->link[TOPO_LINK_DC].lat_ns);
+		fprintf(f, "; between data centres of %d node%s %s %s, %s", t->nodes_per_dc,
+			t->nodes_per_dc == 1 ? "" : "s", t->link[TOPO_LINK_DC].name, db, dl);
+	}
 	if (cfg->cost == EMU_COST_CALIBRATED)
 		fprintf(f, "; calibrated cost model%s",
 			t->link[TOPO_LINK_INTRA].nvls_eff > 0 ? ", NVLink SHARP" : "");
@@ -54,8 +62,13 @@ void report_cluster_json(FILE *f, const struct emu_config *cfg)
 	json_link(f, "intra", &t->link[TOPO_LINK_INTRA]);
 	fputc(',', f);
 	json_link(f, "inter", &t->link[TOPO_LINK_INTER]);
-	fprintf(f, ",\"nodes_per_dc\":%d,\"dry_run\":%s,\"pace\":%g,\"cost_model\":\"%s\"",
-		t->nodes_per_dc, cfg->dry_run ? "true" : "false", cfg->pace,
+	fprintf(f, ",\"nodes_per_dc\":%d,", t->nodes_per_dc);
+	if (t->nodes_per_dc > 0) {
+		json_link(f, "dc", &t->link[TOPO_LINK_DC]);
+		fputc(',', f);
+	}
+	fprintf(f, "\"dry_run\":%s,\"pace\":%g,\"cost_model\":\"%s\"",
+		cfg->dry_run ? "true" : "false", cfg->pace,
 		cfg->cost == EMU_COST_CALIBRATED ? "calibrated" : "roofline");
 	if (cfg->cost == EMU_COST_CALIBRATED) /* NVLink SHARP in a node (--no-nvls: off) */
 		fprintf(f, ",\"nvls\":%s",
