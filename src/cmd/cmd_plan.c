@@ -293,7 +293,7 @@ int cmd_plan(int argc, char **argv)
 			s.max_mbs = (int)cli_int(&c, "--max-micro-batch-size", v, 1, 1 << 20);
 			continue;
 		case CLI_PLAN_TOP:
-			p.top = (int)cli_int(&c, "--top", v, 0, 1 << 20);
+			p.top = (int)cli_int(&c, "--top", v, 1, 1 << 20);
 			continue;
 		case CLI_PLAN_COMMANDS:
 			p.commands = (int)cli_int(&c, "--commands", v, 0, 1 << 20);
@@ -361,6 +361,20 @@ int cmd_plan(int argc, char **argv)
 			     "pemu run, verify and coll");
 	s.gpus = cc.cfg.ndev;
 	s.dp_fixed = dp_given ? po.dp : 0;
+	{ /* a degree given that no layout of the GPUs has: said, not "no layout" */
+		const struct {
+			int given, deg;
+			const char *opt;
+		} d[] = {{s.fixed & (1u << PLAN_TP), s.base.mesh.size[MESH_TP], "--tp"},
+			 {s.fixed & (1u << PLAN_PP), s.base.mesh.size[MESH_PP], "--pp"},
+			 {s.fixed & (1u << PLAN_CP), s.base.mesh.size[MESH_CP], "--cp"},
+			 {dp_given, po.dp, "--dp"}};
+
+		for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+			if (d[i].given && d[i].deg > 0 && s.gpus % d[i].deg)
+				cli_fail(&c, "%s %d does not divide the %d GPUs", d[i].opt,
+					 d[i].deg, s.gpus);
+	}
 	if (!s.max_tp && !(s.fixed & (1u << PLAN_TP)))
 		s.max_tp = cc.cfg.topo.gpus_per_node;
 	s.base.steps = 1;
