@@ -105,8 +105,10 @@ int gpt_config_check(const struct gpt_config *c, char *err, size_t n)
 		return -1;
 	}
 	if (c->num_experts > 0 && c->moe_top_k > c->num_experts) {
-		snprintf(err, n, "--moe-top-k %d is larger than the %d experts", c->moe_top_k,
-			 c->num_experts);
+		snprintf(err, n,
+			 "--num-experts %d: fewer experts than the %d each token picks "
+			 "(--moe-top-k, 2 unless given)",
+			 c->num_experts, c->moe_top_k);
 		return -1;
 	}
 	return 0;

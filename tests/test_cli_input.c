@@ -76,7 +76,7 @@ static void test_bad_input(void **state)
 		{"train --model moe-tiny --num-experts 2 --moe-top-k 3",
 		 "--moe-top-k 3: the router picks 1 or 2"},
 		{"train --num-experts 1 --moe-top-k 2",
-		 "--moe-top-k 2 is larger than the 1 experts"},
+		 "--num-experts 1: fewer experts than the 2 each token picks (--moe-top-k"},
 		{"train --mem-cap 0", "--mem-cap: a GPU needs more than 0 bytes"},
 		{"train --lr 1e-4 --min-lr 1e-3",
 		 "--min-lr 0.001 is above --lr 0.0001: the learning rate decays from --lr"},
