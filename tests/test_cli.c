@@ -275,6 +275,7 @@ static void test_verify(void **state)
 			 0);
 	assert_non_null(strstr(out, "dp 2 x tp 2 = 4 devices, ZeRO stage 3"));
 	assert_non_null(strstr(out, "3 steps")); /* verify's default */
+	assert_non_null(strstr(out, "over 4 GPUs\n"));
 	assert_non_null(strstr(out, "verify: PASSED"));
 	assert_int_equal(
 		run("verify --model moe-tiny --dp 2 --tp 2 --steps 2 --global-batch-size 4 "

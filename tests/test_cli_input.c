@@ -55,6 +55,8 @@ static void test_bad_input(void **state)
 		 "--tp 3 does not divide the 8 GPUs"},
 		{"plan --model tiny --gpus 8 --global-batch-size 32 --dp 3",
 		 "--dp 3 does not divide the 8 GPUs"},
+		{"run --model tiny --dp 2 --global-batch-size 4 --micro-batch-size 4",
+		 "--global-batch-size 4 is 1 micro-batch of 4, which --dp 2 does not divide"},
 		{"plan --model tiny --gpus 8 --global-batch-size 32 --top 0",
 		 "--top: '0' is not a whole number from 1"},
 		{"run --model tiny --dp 2 --dc-bw 1Gb/s",

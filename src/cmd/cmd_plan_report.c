@@ -80,9 +80,9 @@ void cmd_plan_print_text(const struct plan_cmd *p)
 	int top = p->top < r->nok ? p->top : r->nok;
 
 	printf("# pemu plan: %s, %zu parameters (before each layout pads the vocabulary for its "
-	       "tp), global batch %d of %d tokens, on %d GPUs\n# ",
+	       "tp), global batch %d of %d tokens, on %d GPU%s\n# ",
 	       b->preset ? b->preset->name : "model", gpt_num_params(&b->model), b->gbs,
-	       b->model.seq_len, p->s->gpus);
+	       b->model.seq_len, p->s->gpus, p->s->gpus == 1 ? "" : "s");
 	report_cluster_line(stdout, ec);
 	printf("\n# %d layouts: %d refused by the rules, %d by the memory bound, %d out of "
 	       "memory in dry-run, %d failed, %d fit; %d dry-runs in %.1f s (%.0f a second, %d "

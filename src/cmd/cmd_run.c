@@ -102,11 +102,11 @@ static void print_header(int verify, const struct run_cfg *cfg, const struct emu
 			 : cfg->cp_contiguous                ? "the ring, p2p, contiguous chunks"
 							     : "the ring, p2p");
 	printf("# pemu %s: %s, %zu parameters on %s%s%s, ZeRO stage %d%s%s, micro-batch %d, "
-	       "global batch %d, %d steps\n",
+	       "global batch %d, %d step%s\n",
 	       cmd_name(verify), cfg->preset->name, gpt_num_params(&cfg->model), mesh, cp, first,
 	       cfg->zero, recompute[cfg->recompute],
 	       cfg->tp_overlap ? ", Oases's overlapped tp (2 sub-batches)" : "", cfg->mbs, cfg->gbs,
-	       cfg->steps);
+	       cfg->steps, cfg->steps == 1 ? "" : "s");
 	printf("# ");
 	report_cluster_line(stdout, ecfg);
 	printf("\n# %s, %s accounting\n", ecfg->dry_run ? "dry-run (no data)" : "execute",
@@ -190,9 +190,10 @@ static void print_report(int verify, const struct run_cfg *cfg, struct emu_clust
 
 	printf("# step time %.3f ms virtual: compute %.3f ms; communication %.3f ms; compute "
 	       "stream idle %.3f ms (%.3f ms of it waiting for communication in flight, the "
-	       "rest for peers); MFU %.1f%% over %d GPUs\n",
+	       "rest for peers); MFU %.1f%% over %d GPU%s\n",
 	       (double)step / 1e6, (double)comp / 1e6, (double)comm / 1e6,
-	       (double)(step - comp) / 1e6, (double)exposed / 1e6, 100 * mfu, ndev);
+	       (double)(step - comp) / 1e6, (double)exposed / 1e6, 100 * mfu, ndev,
+	       ndev == 1 ? "" : "s");
 	if (cfg->mesh.size[MESH_PP] > 1)
 		report_pipeline_table(stdout, cl, cfg, par, step);
 	report_memory_table(stdout, cl, ndev);

@@ -190,10 +190,11 @@ static void print_header(const struct run_cfg *cfg, const struct emu_config *ecf
 		       (double)g->aux_coeff);
 	units_fmt_bytes(pb, sizeof pb, ecfg->mem_cap ? ecfg->mem_cap : ecfg->topo.gpu.hbm_bytes);
 	printf("# one %s (%.0f TFLOP/s, %s), %s, %s accounting; micro-batch %d, global batch %d, "
-	       "%d steps, seed %" PRIu64 "\n",
+	       "%d step%s, seed %" PRIu64 "\n",
 	       ecfg->topo.gpu.name, ecfg->topo.gpu.peak_flops / 1e12, pb,
 	       ecfg->dry_run ? "dry-run (no data)" : "execute",
-	       cfg->prec == PREC_BF16 ? "bf16" : "fp32", cfg->mbs, cfg->gbs, cfg->steps, cfg->seed);
+	       cfg->prec == PREC_BF16 ? "bf16" : "fp32", cfg->mbs, cfg->gbs, cfg->steps,
+	       cfg->steps == 1 ? "" : "s", cfg->seed);
 	if (cfg->data)
 		printf("# data: %s, %zu bytes, unigram entropy %.3f nats\n", cfg->data->name,
 		       cfg->data->n, data_unigram_entropy(cfg->data));

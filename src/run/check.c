@@ -588,9 +588,10 @@ int run_check(const struct run_cfg *cfg, int ndev, char *err, size_t n)
 		return -1;
 	if (cfg->gbs / cfg->mbs % dp) {
 		snprintf(err, n,
-			 "--global-batch-size %d is %d micro-batches of %d, which --dp %d does not "
+			 "--global-batch-size %d is %d micro-batch%s of %d, which --dp %d does not "
 			 "divide",
-			 cfg->gbs, cfg->gbs / cfg->mbs, cfg->mbs, dp);
+			 cfg->gbs, cfg->gbs / cfg->mbs, cfg->gbs / cfg->mbs == 1 ? "" : "es",
+			 cfg->mbs, dp);
 		return -1;
 	}
 	return pp > 1 ? check_pipeline(cfg, err, n) : 0;
