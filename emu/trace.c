@@ -265,7 +265,7 @@ static void draw_row(FILE *out, const struct emu_dev *d, int s, int lane, int wi
 void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_devs)
 {
 	int64_t T = 0;
-	char tbuf[32];
+	char tbuf[32], cbuf[32];
 	int shown = 0, lanes = 0;
 
 	if (width < 10)
@@ -282,8 +282,9 @@ void trace_timeline(const struct emu_cluster *c, FILE *out, int width, int max_d
 		return;
 	}
 	units_fmt_time(tbuf, sizeof tbuf, T);
-	fprintf(out, "timeline: 0 .. %s of virtual time, %d columns (one column = %.3g us)\n", tbuf,
-		width, (double)T / width / 1e3);
+	units_fmt_time(cbuf, sizeof cbuf, (T + width / 2) / width); /* (to the nearest ns) */
+	fprintf(out, "timeline: 0 .. %s of virtual time, %d columns (one column = %s)\n", tbuf,
+		width, cbuf);
 	for (int i = 0; i < c->cfg.ndev; i++) {
 		const struct emu_dev *d = &c->devs[i];
 

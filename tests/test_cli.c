@@ -88,6 +88,10 @@ static void test_coll_json(void **state)
 	assert_int_equal(run("coll -g2 -b1K -e1K -n1 -w0 --json", 0, out, sizeof out), 0);
 	assert_non_null(strstr(out, "\"devices\":2,"));
 	assert_non_null(strstr(out, "\"results\":[{\"size\":1024,"));
+	/* the timeline's scale in the unit its span takes: 153.2 us over 100 columns */
+	assert_int_equal(run("coll -g 4 -b 1M -e 1M -n 3 -w 0 --timeline", 0, out, sizeof out), 0);
+	assert_non_null(strstr(out, "timeline: 0 .. 153.2 us of virtual time, 100 columns (one "
+				    "column = 1.532 us)"));
 	/* a root is any rank of the group, however large */
 	assert_int_equal(run("coll -g 4096 --op broadcast -r 2000 --dry-run -b 1K -e 1K", 0, out,
 			     sizeof out),
