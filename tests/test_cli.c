@@ -174,6 +174,21 @@ static void test_train_json(void **state)
 	assert_non_null(p);
 	last = atof(p + 19);
 	assert_true(first > 5.3 && last < first - 0.5);
+	{ /* the text sample: a backslash as \x5c, so that \xNN always means one byte */
+		FILE *f = fopen("build/backslashes.txt", "w");
+
+		assert_non_null(f);
+		for (int i = 0; i < 5000; i++)
+			fputs("a\\b\n", f);
+		fclose(f);
+		assert_int_equal(run("train --model tiny --steps 60 --lr 0.01 --data "
+				     "build/backslashes.txt --sample 20",
+				     0, out, sizeof out),
+				 0);
+		assert_non_null(strstr(out, "unprintable bytes and \\ as \\xNN"));
+		assert_non_null(strstr(out, "\na\\x5cb\n"));
+		remove("build/backslashes.txt");
+	}
 	/* fp32 gradients: 4 bytes a parameter in the grad category, and said in the config */
 	assert_int_equal(run("train --model tiny --steps 1 --dry-run --json --precision bf16 "
 			     "--accumulate-allreduce-grads-in-fp32",

@@ -144,11 +144,11 @@ static int train_device(struct emu_dev *d, void *arg)
  * act on, halves of UTF-8) written as \xNN. */
 static void print_sample(FILE *f, const char *text, int n)
 {
-	fprintf(f, "# sample (%d bytes after a newline; unprintable bytes as \\xNN):\n", n);
+	fprintf(f, "# sample (%d bytes after a newline; unprintable bytes and \\ as \\xNN):\n", n);
 	for (int i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)text[i];
 
-		if (c == '\n' || (c >= 0x20 && c < 0x7f))
+		if (c == '\n' || (c >= 0x20 && c < 0x7f && c != '\\')) /* (a backslash too) */
 			fputc(c, f);
 		else
 			fprintf(f, "\\x%02x", c);
