@@ -644,6 +644,19 @@ static void test_failed_json(void **state)
 		assert_memory_equal(a, b, (size_t)(end - a));
 		assert_true(b[end - a] == ']');
 	}
+	/* and a folded dry-run's (one device simulated for the 8): the 10 steps before the
+	 * clock passed its horizon, as unfolded */
+	for (int fold = 0; fold < 2; fold++) {
+		assert_int_equal(run(fold ? "run --model gpt2-124m --dp 8 --dry-run --steps 14 "
+					    "--intra-bw 1B/s --json"
+					  : "run --model gpt2-124m --dp 8 --dry-run --steps 14 "
+					    "--intra-bw 1B/s --json --fold off",
+				     0, out, sizeof out),
+				 1);
+		assert_non_null(strstr(out, "\"kind\":\"clock horizon\""));
+		assert_non_null(strstr(out, "{\"step\":10,\"loss\":null,"));
+		assert_null(strstr(out, "{\"step\":11,"));
+	}
 	/* verify's reference failing where the layout fits (tp 2 halves the weights): the
 	 * report, its error the reference's */
 	assert_int_equal(run("verify --model tiny --steps 2 --tp 2 --mem-cap 2196KB --json", 0, out,

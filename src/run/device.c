@@ -415,13 +415,10 @@ static int par_device(struct emu_dev *d, void *arg)
 		if ((rc = par_dp_step(&s, &cfg->opt, it, &norm)) ||
 		    (rc = emu_dev_check(d))) /* (the clock's horizon, say: no collective saw it) */
 			goto out;
-		if (rk.tpr == 0) {
-			size_t at = (size_t)((ppr * dp + rk.dpr) * cp + cpr) * (size_t)cfg->steps +
-				    (size_t)step;
-
-			o->loss_part[at] = (float)loss;
-			o->part_done[at] = 1;
-		}
+		if (rk.tpr == 0)
+			o->loss_part[((ppr * dp + rk.dpr) * cp + cpr) * cfg->steps + step] =
+				(float)loss;
+		o->dev_steps[id] = step + 1; /* (its share written: run_parallel's steps_done) */
 		if (id == 0) {
 			o->step_ns[step] = emu_now(d) - t0;
 			o->compute_ns[step] = emu_compute_ns(d) - c0;
@@ -494,6 +491,10 @@ int run_parallel(struct emu_cluster *c, const struct run_cfg *cfg, struct run_ou
 	rc = emu_cluster_run(c, par_device, &j);
 	if (j.ck)
 		ckpt_free(&ck);
+	o->steps_done = cfg->steps; /* the least any device run finished */
+	for (int i = 0; i < cfg->mesh.world; i++)
+		if ((!rep || rep[i] == i) && o->dev_steps[i] < o->steps_done)
+			o->steps_done = o->dev_steps[i];
 	emu_cluster_set_fold(c, NULL);
 	free(rep);
 	run_sum_losses(cfg, o);

@@ -65,7 +65,7 @@ static int ref_device(struct emu_dev *d, void *arg)
 		if ((rc = emu_dev_check(d))) /* (the clock's horizon, say) */
 			goto out;
 		o->loss_part[s] = (float)loss;
-		o->part_done[s] = 1;
+		o->dev_steps[0] = s + 1;
 		o->step_ns[s] = emu_now(d) - t0;
 		o->compute_ns[s] = emu_compute_ns(d) - c0;
 	}
@@ -90,5 +90,6 @@ int run_reference(struct emu_cluster *c, const struct run_cfg *cfg, struct run_o
 	j.cfg = &one;
 	rc = emu_cluster_run(c, ref_device, &j);
 	run_sum_losses(&one, o);
+	o->steps_done = o->dev_steps[0];
 	return rc;
 }

@@ -22,10 +22,7 @@ void run_alloc(struct run_out *o, const struct run_cfg *cfg, int snapshot)
 		emu_xcalloc((size_t)cfg->steps * (size_t)dp * (size_t)cfg->mesh.size[MESH_PP] *
 				    (size_t)cfg->mesh.size[MESH_CP],
 			    sizeof *o->loss_part);
-	o->part_done =
-		emu_xcalloc((size_t)cfg->steps * (size_t)dp * (size_t)cfg->mesh.size[MESH_PP] *
-				    (size_t)cfg->mesh.size[MESH_CP],
-			    sizeof *o->part_done);
+	o->dev_steps = emu_xcalloc((size_t)cfg->mesh.world, sizeof *o->dev_steps);
 	o->step_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->step_ns);
 	o->compute_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->compute_ns);
 	o->exposed_ns = emu_xcalloc((size_t)cfg->steps, sizeof *o->exposed_ns);
@@ -72,7 +69,7 @@ void run_free(struct run_out *o)
 	free(o->params);
 	free(o->loss);
 	free(o->loss_part);
-	free(o->part_done);
+	free(o->dev_steps);
 	free(o->step_ns);
 	free(o->compute_ns);
 	free(o->exposed_ns);
@@ -151,20 +148,14 @@ uint64_t run_moe_tokens(const struct run_out *o, const struct run_cfg *cfg, int 
 
 void run_sum_losses(const struct run_cfg *cfg, struct run_out *o)
 {
-	int done = 1;
-
-	o->steps_done = 0;
 	for (int s = 0; s < cfg->steps; s++) {
 		double l = 0;
 
 		for (int r = 0; r < cfg->mesh.size[MESH_DP] * cfg->mesh.size[MESH_PP] *
 					    cfg->mesh.size[MESH_CP];
-		     r++) {
+		     r++)
 			l += o->loss_part[r * cfg->steps + s];
-			done &= o->part_done[r * cfg->steps + s];
-		}
 		o->loss[s] = (float)l;
-		o->steps_done += done;
 	}
 }
 

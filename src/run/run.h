@@ -20,18 +20,19 @@
 
 /* What a run gives back. The arrays are allocated by run_alloc and freed by run_free. */
 struct run_out {
-	int steps, np, accum;     /* steps, tensors, micro-batches a step */
-	float *loss;              /* [steps] the global batch's mean loss */
-	float *loss_part;         /* [pp * dp * steps] each stage's and replica's share */
-	unsigned char *part_done; /* [pp * dp * steps] that share written (its step done) */
-	int steps_done;           /* the first steps whose every share was written */
-	int64_t *step_ns;         /* [steps] virtual step time (device 0) */
-	int64_t *compute_ns;      /* [steps] of it, compute (device 0) */
-	int64_t *exposed_ns;      /* [steps] of it, the compute stream waiting for communication
-				   * in flight (device 0; coll_exposed_ns) */
-	double flops_step;        /* FLOPs charged by device 0 in the last step */
-	int devices_run;          /* devices simulated: fewer than the mesh's when dry-run folds */
-	int snapshot;             /* fill gsteps (grad0) and params */
+	int steps, np, accum; /* steps, tensors, micro-batches a step */
+	float *loss;          /* [steps] the global batch's mean loss */
+	float *loss_part;     /* [pp * dp * steps] each stage's and replica's share */
+	int *dev_steps;       /* [world] the steps each device finished, its loss share written */
+	int steps_done;       /* the steps every device run finished (of a failed run, those before
+			       * the failure; a folded dry-run's simulated devices) */
+	int64_t *step_ns;     /* [steps] virtual step time (device 0) */
+	int64_t *compute_ns;  /* [steps] of it, compute (device 0) */
+	int64_t *exposed_ns;  /* [steps] of it, the compute stream waiting for communication
+			       * in flight (device 0; coll_exposed_ns) */
+	double flops_step;    /* FLOPs charged by device 0 in the last step */
+	int devices_run;      /* devices simulated: fewer than the mesh's when dry-run folds */
+	int snapshot;         /* fill gsteps (grad0) and params */
 	/* [np] full tensors: the gradients of the first gsteps_n steps, step after step
 	 * (as many as fit in RUN_GSTEPS_MAX floats, at least 1); grad0[i] is gsteps[i]: the
 	 * first step's */
@@ -72,8 +73,7 @@ struct run_rows {
 /* For run/'s files: keeps micro-batch mb's routing decisions (in global order) from the
  * activations la[0 .. l1 - l0) of its layers l0 .. l1 - 1, those of its sub-batch sub of
  * nsub (1 if it is not cut) and of the rows rows says; sums each step's loss from its
- * stages' and replicas' shares, and counts the steps done (of a failed run, those before
- * the failure). */
+ * stages' and replicas' shares. */
 void run_record_routes(struct run_out *o, const struct run_cfg *cfg, uint64_t mb, int sub, int nsub,
 		       const struct run_rows *rows, const struct gpt_layer_acts *la, int l0,
 		       int l1);
