@@ -87,7 +87,9 @@ int units_parse_bw(const char *s, uint64_t *bytes_per_s)
 		if (!strcmp(suf, tab[i].suffix)) {
 			double r = floor(v * tab[i].mult + 0.5);
 
-			if (r < 1 || r >= 9.2e18)
+			if (r >= 9.2e18)
+				return UNITS_TOO_LARGE;
+			if (r < 1)
 				return -1;
 			*bytes_per_s = (uint64_t)r;
 			return 0;
@@ -112,7 +114,7 @@ int units_parse_time(const char *s, int64_t *ns)
 			double r = floor(v * tab[i].mult + 0.5);
 
 			if (r >= 9.2e18)
-				return -1;
+				return UNITS_TOO_LARGE;
 			*ns = (int64_t)r;
 			return 0;
 		}

@@ -4,8 +4,8 @@
  * "KiB", "MiB", "GiB", "TiB"; "KB", "MB", "GB", "TB" are powers of 1000 (as data sheets
  * write memory: "80GB"). Bandwidths: "50GB/s" (bytes, powers of 1000), "200Gb/s" (bits),
  * a bare number is bytes/s. Durations: "5us", "2ms", "100ns", "1s"; a bare number is ns.
- * Every parser returns 0 on success and -1 on malformed or out-of-range input; a size
- * that is a number too large for 63 bits, UNITS_TOO_LARGE. */
+ * Every parser returns 0 on success and -1 on malformed or out-of-range input; a size,
+ * bandwidth or time that is a number too large for 63 bits, UNITS_TOO_LARGE. */
 #ifndef EMU_UNITS_H
 #define EMU_UNITS_H
 

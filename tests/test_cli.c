@@ -314,7 +314,7 @@ static void test_verify(void **state)
 	assert_non_null(strstr(out, "\"by_collective\":{\"all-reduce\""));
 	assert_non_null(strstr(out, "{\"device\":3,"));
 	/* a long run, where rounding could move every parameter past half the tolerance:
-	 * none compared, null, not a worst error of 0 (the gradients of each step are) */
+	 * none compared, null, not a worst error of 0 (the gradients of the steps kept are) */
 	assert_int_equal(run("verify --model moe-tiny --ep 2 --dp 2 --steps 150 --seed 1 --json", 0,
 			     out, sizeof out),
 			 1); /* (a routing flip, by then) */

@@ -55,6 +55,10 @@ static void test_bad_input(void **state)
 		 "--tp 3 does not divide the 8 GPUs"},
 		{"plan --model tiny --gpus 8 --global-batch-size 32 --dp 3",
 		 "--dp 3 does not divide the 8 GPUs"},
+		{"plan --model tiny --gpus 8 --global-batch-size 32 --num-layers 4 --tp 4 --pp 4",
+		 "--tp 4 x --pp 4 = 16 is more than the 8 GPUs"},
+		{"plan --model tiny --gpus 1 --global-batch-size 32 --tp 2",
+		 "--tp 2 is more than the 1 GPU"},
 		{"run --model tiny --dp 2 --global-batch-size 4 --micro-batch-size 4",
 		 "--global-batch-size 4 is 1 micro-batch of 4, which --dp 2 does not divide"},
 		{"plan --model tiny --gpus 8 --global-batch-size 32 --top 0",
@@ -216,6 +220,9 @@ static void test_bad_input(void **state)
 		 "--intra-lat 9e18ns: a link's latency is at most 1000 s"},
 		{"run --model tiny --inter-lat 1001s",
 		 "--inter-lat 1001s: a link's latency is at most"},
+		{"run --model tiny --intra-lat 1e30s",
+		 "--intra-lat 1e30s: a link's latency is at most"},
+		{"coll -g 2 --intra-bw 1e30GB/s", "--intra-bw 1e30GB/s: too large"},
 		{"run --model tiny --mem-cap 99999999T",
 		 "--mem-cap 99999999T: too large (a size is under 9.2e18 bytes"},
 		/* execute mode's host memory, estimated by a dry-run before anything runs */
@@ -378,6 +385,8 @@ static void test_output_lost(void **state)
 	assert_non_null(strstr(out, "pemu: cannot write the standard output"));
 	assert_int_equal(run_on_full("train --model tiny --steps 1", out, sizeof out), 74);
 	assert_int_equal(run_on_full("coll -g 2 -e 64", out, sizeof out), 74);
+	assert_int_equal(run_on_full("--help", out, sizeof out), 74);
+	assert_int_equal(run_on_full("--version", out, sizeof out), 74);
 	/* (a failed run keeps its own code) */
 	assert_int_equal(run_on_full("run --model tiny --steps 1 --mem-cap 1KB", out, sizeof out),
 			 1);

@@ -51,6 +51,8 @@ static void test_bandwidths_and_times(void **state)
 	assert_int_equal(bw, 25000000000ULL);
 	assert_int_equal(units_parse_bw("0GB/s", &bw), -1);
 	assert_int_equal(units_parse_bw("50GB", &bw), -1);
+	assert_int_equal(units_parse_bw("1e30GB/s", &bw), UNITS_TOO_LARGE);
+	assert_int_equal(units_parse_time("1e30s", &ns), UNITS_TOO_LARGE);
 	assert_int_equal(units_parse_time("5us", &ns), 0);
 	assert_int_equal(ns, 5000);
 	assert_int_equal(units_parse_time("2ms", &ns), 0);

@@ -249,14 +249,19 @@ static void parse_bw(const struct cli *c, const char *opt, const char *s, const 
 		     uint64_t *out)
 {
 	char *end;
+	int rc;
 
 	if (bare_number(s))
 		cli_fail(c,
 			 "--%s %s: give the unit (for example %s); a bare number is not taken "
 			 "as bytes a second",
 			 opt, s, example);
-	if (!units_parse_bw(s, out))
+	rc = units_parse_bw(s, out);
+	if (!rc)
 		return;
+	if (rc == UNITS_TOO_LARGE)
+		cli_fail(c, "--%s %s: too large (a bandwidth is under 9.2e18 bytes a second)", opt,
+			 s);
 	if (strtod(s, &end) == 0 && end != s) /* a number, 0, before the unit */
 		cli_fail(c, "--%s %s: a bandwidth must be more than 0", opt, s);
 	cli_fail(c, "--%s: malformed bandwidth '%s' (for example %s)", opt, s, example);
@@ -265,6 +270,8 @@ static void parse_bw(const struct cli *c, const char *opt, const char *s, const 
 static void link_override(const struct cli *c, struct topo_link *l, const char *bw_opt,
 			  const char *bw, const char *lat_opt, const char *lat)
 {
+	int rc = 0;
+
 	if (bw)
 		parse_bw(c, bw_opt, bw, "50GB/s or 200Gb/s", &l->bw_bytes);
 	if (lat && bare_number(lat))
@@ -272,10 +279,10 @@ static void link_override(const struct cli *c, struct topo_link *l, const char *
 			 "--%s %s: give the unit (for example 5us, 2ms or 100ns); a bare number "
 			 "is not taken as nanoseconds",
 			 lat_opt, lat);
-	if (lat && units_parse_time(lat, &l->lat_ns))
+	if (lat && (rc = units_parse_time(lat, &l->lat_ns)) && rc != UNITS_TOO_LARGE)
 		cli_fail(c, "--%s: malformed time '%s' (for example 5us, 2ms or 100ns)", lat_opt,
 			 lat);
-	if (lat && l->lat_ns > EMU_LAT_MAX) /* (the clock's horizon stays far off) */
+	if (lat && (rc || l->lat_ns > EMU_LAT_MAX)) /* (the clock's horizon stays far off) */
 		cli_fail(c, "--%s %s: a link's latency is at most 1000 s", lat_opt, lat);
 	if (lat) /* the calibrated model's steps take the latency given too */
 		l->ll_hop_ns = l->hop_ns = l->ll128_hop_ns = l->lat_ns;

@@ -370,10 +370,25 @@ int cmd_plan(int argc, char **argv)
 			 {s.fixed & (1u << PLAN_CP), s.base.mesh.size[MESH_CP], "--cp"},
 			 {dp_given, po.dp, "--dp"}};
 
-		for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
-			if (d[i].given && d[i].deg > 0 && s.gpus % d[i].deg)
-				cli_fail(&c, "%s %d does not divide the %d GPUs", d[i].opt,
-					 d[i].deg, s.gpus);
+		char what[128] = "";
+		long prod = 1;
+		int len = 0, n = 0;
+
+		for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+			if (!d[i].given || d[i].deg <= 0)
+				continue;
+			if (d[i].deg > s.gpus || s.gpus % d[i].deg)
+				cli_fail(&c, "%s %d %s the %d GPU%s", d[i].opt, d[i].deg,
+					 d[i].deg > s.gpus ? "is more than" : "does not divide",
+					 s.gpus, s.gpus == 1 ? "" : "s");
+			prod *= d[i].deg;
+			n++;
+			len += snprintf(what + len, sizeof what - (size_t)len, "%s%s %d",
+					len ? " x " : "", d[i].opt, d[i].deg);
+		}
+		if (n > 1 && (prod > s.gpus || s.gpus % prod))
+			cli_fail(&c, "%s = %ld %s the %d GPUs", what, prod,
+				 prod > s.gpus ? "is more than" : "does not divide", s.gpus);
 	}
 	if (!s.max_tp && !(s.fixed & (1u << PLAN_TP)))
 		s.max_tp = cc.cfg.topo.gpus_per_node;

@@ -146,13 +146,18 @@ static void print_verify(const struct run_cfg *cfg, const struct run_out *par,
 		       v->later_err, lname, cfg->step0 + v->later_step + 1, v->later_tol,
 		       v->later_abs);
 	}
-	if (v->noise_params < v->param_entries)
+	if (v->noise_params < v->param_entries) {
 		printf("#   worst parameter  %.3g (%s, after step %d), tolerance %g; largest "
 		       "absolute error %.3g\n",
 		       v->param_err, pname, cfg->step0 + cfg->steps, v->param_tol, v->param_abs);
-	else /* (a long run: the gradients' checks hold it, each step's) */
+	} else { /* (a long run: the gradients' checks hold it, each kept step's) */
+		int kept = ref->gsteps_n < par->gsteps_n ? ref->gsteps_n : par->gsteps_n;
+
 		printf("#   worst parameter  none compared: every entry is one the run's rounding "
-		       "could move that far (the gradients of every step are compared above)\n");
+		       "could move that far (the gradients of the first %d step%s are compared "
+		       "above)\n",
+		       kept, kept == 1 ? "" : "s");
+	}
 	printf("#   %zu of %zu parameter entries that the run's gradient differences could move "
 	       "by half the tolerance (the key biases among them) left out of the parameter "
 	       "check\n",

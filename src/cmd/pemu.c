@@ -52,11 +52,11 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		usage(stdout);
-		return 0;
+		return cli_exit_code(0);
 	}
 	if (!strcmp(argv[1], "--version")) {
 		printf("pemu %s\n", PEMU_VERSION);
-		return 0;
+		return cli_exit_code(0);
 	}
 	if (!strcmp(argv[1], "coll"))
 		return cli_exit_code(cmd_coll(argc - 1, argv + 1));
