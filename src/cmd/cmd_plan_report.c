@@ -1,6 +1,5 @@
 /* pemu plan's report: the ranked table, the Pareto front, the command lines of the best,
  * the --validate lines, as text or as one JSON object (cmd/cmd_plan.h). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,15 +161,6 @@ void cmd_plan_print_text(const struct plan_cmd *p)
 	}
 }
 
-/* x with 6 significant digits, or null where it is not finite or none says so */
-static void json_num(double x, int none)
-{
-	if (none || !isfinite(x))
-		printf("null");
-	else
-		printf("%.6g", x);
-}
-
 static void json_entry(const struct plan_cmd *p, int rank, const struct plan_entry *x)
 {
 	struct run_cfg cfg;
@@ -220,16 +210,13 @@ static void json_entry(const struct plan_cmd *p, int rank, const struct plan_ent
 
 		printf(",\"validate\":{\"tiny\":");
 		report_json_string(stdout, p->tiny[rank - 1]);
-		printf(",\"ran\":%s,\"passed\":%s,\"max_rel_err\":{\"loss\":",
-		       p->passed[rank - 1] >= 0 ? "true" : "false",
-		       p->passed[rank - 1] > 0 ? "true" : "false");
 		/* (as verify's: JSON has no NaN, and none compared is no error) */
-		json_num(v->loss_err, 0);
-		printf(",\"grad\":");
-		json_num(v->grad_err, 0);
-		printf(",\"param\":");
-		json_num(v->param_err, v->noise_params >= v->param_entries);
-		printf("}}");
+		printf(",\"ran\":%s,\"passed\":%s,\"max_rel_err\":{\"loss\":%s,\"grad\":%s,"
+		       "\"param\":%s}}",
+		       p->passed[rank - 1] >= 0 ? "true" : "false",
+		       p->passed[rank - 1] > 0 ? "true" : "false", report_jnum(v->loss_err, 6),
+		       report_jnum(v->grad_err, 6),
+		       v->noise_params >= v->param_entries ? "null" : report_jnum(v->param_err, 6));
 	}
 	printf("}");
 }

@@ -57,20 +57,6 @@ static int diverged_at(const struct run_cfg *cfg, const struct run_out *o)
 	return 0;
 }
 
-/* x for JSON with prec significant digits: JSON has no infinity nor NaN, so those are
- * null (one of a few rotating buffers, for one printf). */
-static const char *jnum(double x, int prec)
-{
-	static char buf[16][32];
-	static int k;
-
-	k = (k + 1) % 16;
-	if (!isfinite(x))
-		return "null";
-	snprintf(buf[k], sizeof buf[k], "%.*g", prec, x);
-	return buf[k];
-}
-
 static const char *cmd_name(int verify)
 {
 	return verify ? "verify" : "run";
@@ -221,10 +207,10 @@ static void json_steps(const struct run_cfg *cfg, const struct emu_config *ecfg,
 	printf("\"steps\":[");
 	for (int s = 0; s < n; s++) {
 		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g", s ? "," : "",
-		       cfg->step0 + s + 1, ecfg->dry_run ? "null" : jnum(o->loss[s], 9),
+		       cfg->step0 + s + 1, ecfg->dry_run ? "null" : report_jnum(o->loss[s], 9),
 		       (double)o->step_ns[s] / 1e9);
 		if (ref)
-			printf(",\"ref_loss\":%s", jnum(ref->loss[s], 9));
+			printf(",\"ref_loss\":%s", report_jnum(ref->loss[s], 9));
 		printf("}");
 	}
 	printf("]");
@@ -245,10 +231,11 @@ static void json_verify(const struct run_cfg *cfg, const struct run_out *ref,
 	       "\"param\":%s},\"max_abs_err\":{\"loss\":%s,\"grad\":%s,\"grad_later\":%s,"
 	       "\"param\":%s},\"tolerance\":{\"loss\":%g,\"grad\":%g,\"grad_later\":%g,"
 	       "\"param\":%g},",
-	       jnum(v->loss_err, 6), jnum(v->grad_err, 6), jnum(v->later_err, 6),
-	       none ? "null" : jnum(v->param_err, 6), jnum(v->loss_abs, 6), jnum(v->grad_abs, 6),
-	       jnum(v->later_abs, 6), none ? "null" : jnum(v->param_abs, 6), v->loss_tol,
-	       v->grad_tol, v->later_tol, v->param_tol);
+	       report_jnum(v->loss_err, 6), report_jnum(v->grad_err, 6),
+	       report_jnum(v->later_err, 6), none ? "null" : report_jnum(v->param_err, 6),
+	       report_jnum(v->loss_abs, 6), report_jnum(v->grad_abs, 6),
+	       report_jnum(v->later_abs, 6), none ? "null" : report_jnum(v->param_abs, 6),
+	       v->loss_tol, v->grad_tol, v->later_tol, v->param_tol);
 	/* (the steps as the report numbers them; a tensor by its Megatron-style name) */
 	printf("\"worst\":{\"loss_step\":%d,\"grad\":\"%s\",", cfg->step0 + v->loss_step + 1,
 	       gname);
@@ -287,7 +274,7 @@ static void json_report(int verify, const struct run_cfg *cfg, const struct emu_
 	       "s\":%.9g,\"comm_exposed_s\":%.9g,\"bubble_fraction\":%s,\"mfu\":%s},",
 	       (double)step / 1e9, (double)comp / 1e9, (double)comm / 1e9,
 	       (double)(step - comp) / 1e9, (double)exposed / 1e9,
-	       jnum(report_bubble_fraction(cfg, par, step), 6), jnum(mfu, 6));
+	       report_jnum(report_bubble_fraction(cfg, par, step), 6), report_jnum(mfu, 6));
 	if (cfg->mesh.size[MESH_PP] > 1)
 		report_pipeline_json(stdout, cl, cfg, par);
 	report_memory_json(stdout, cl, cfg->mesh.world);

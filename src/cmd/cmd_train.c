@@ -208,14 +208,10 @@ static void print_header(const struct run_cfg *cfg, const struct emu_config *ecf
 static void json_steps(const struct train *t, const struct emu_config *ecfg, int n)
 {
 	printf("\"steps\":[");
-	for (int s = 0; s < n; s++) {
-		char loss[32] = "null";
-
-		if (!ecfg->dry_run)
-			snprintf(loss, sizeof loss, "%.9g", (double)t->loss[s]);
+	for (int s = 0; s < n; s++)
 		printf("%s{\"step\":%d,\"loss\":%s,\"step_time_s\":%.9g}", s ? "," : "",
-		       t->cfg->step0 + s + 1, loss, (double)t->step_ns[s] / 1e9);
-	}
+		       t->cfg->step0 + s + 1, ecfg->dry_run ? "null" : report_jnum(t->loss[s], 9),
+		       (double)t->step_ns[s] / 1e9);
 	printf("]");
 }
 

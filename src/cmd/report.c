@@ -2,6 +2,7 @@
 #include "cmd/report.h"
 
 #include <inttypes.h>
+#include <math.h>
 
 #include "coll.h"
 #include "mem.h"
@@ -184,6 +185,18 @@ void report_config_json_train(FILE *f, const struct run_cfg *cfg, const struct e
 	if (cfg->fp32_grads) /* only when asked for, as pemu run's */
 		fprintf(f, ",\"accumulate_allreduce_grads_in_fp32\":true");
 	fputc('}', f);
+}
+
+const char *report_jnum(double x, int prec)
+{
+	static char buf[16][32];
+	static int k;
+
+	k = (k + 1) % 16;
+	if (!isfinite(x))
+		return "null";
+	snprintf(buf[k], sizeof buf[k], "%.*g", prec, x);
+	return buf[k];
 }
 
 void report_json_string(FILE *f, const char *s)

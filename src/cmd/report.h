@@ -14,6 +14,9 @@
 
 /* s as a JSON string, quoted and escaped. */
 void report_json_string(FILE *f, const char *s);
+/* x for JSON with prec significant digits, or null where it is not finite (JSON has no
+ * infinity nor NaN): one of 16 rotating buffers, enough for one printf's arguments. */
+const char *report_jnum(double x, int prec);
 
 /* The cluster in one line (no newline): preset, nodes x GPUs, peak, cap, links. */
 void report_cluster_line(FILE *f, const struct emu_config *cfg);
